@@ -1,0 +1,93 @@
+# fleet-controller-manager build, test and demo entry points.
+#
+# Kubernetes binaries are built from the Go module proxy (test/tools is a
+# separate module pinned to the same Kubernetes version as the product) into
+# versioned folders under bin/, so a binary present at the right version is
+# never rebuilt. Never add -trimpath: it defeats the shared build cache.
+
+KUBE_VERSION  := v1.36.3
+KUBE_MAJOR    := 1
+KUBE_MINOR    := 36
+ETCD_VERSION  := v3.6.8
+KWOK_VERSION  := v0.8.0
+
+BIN           := $(CURDIR)/bin
+KUBE_BIN      := $(BIN)/kubernetes-$(KUBE_VERSION)
+ETCD_BIN      := $(BIN)/etcd-$(ETCD_VERSION)
+KWOK_BIN      := $(BIN)/kwok-$(KWOK_VERSION)
+GO            ?= go
+GOFLAGS_BUILD ?=
+
+VERSION       ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.0.0-dev)
+KUBE_LDFLAGS  := -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
+                 -X k8s.io/component-base/version.gitMajor=$(KUBE_MAJOR) \
+                 -X k8s.io/component-base/version.gitMinor=$(KUBE_MINOR) \
+                 -X k8s.io/component-base/version.gitTreeState=clean
+FCM_LDFLAGS   := $(KUBE_LDFLAGS) \
+                 -X github.com/fleet-controller-manager/fleet-controller-manager/cmd/fleet-controller-manager/app.fleetVersion=$(VERSION)
+
+KUBE_TOOLS    := kube-apiserver kube-controller-manager kube-scheduler kubectl
+
+# Tests and the demo find every tool here.
+export FCM_BIN_DIR := $(BIN)
+
+.PHONY: all tools build test cluster clean fuzz
+
+all: build
+
+tools: $(addprefix $(BIN)/,$(KUBE_TOOLS) etcd kwok)
+
+$(KUBE_BIN)/%:
+	@mkdir -p $(KUBE_BIN)
+	cd test/tools && $(GO) build $(GOFLAGS_BUILD) -ldflags '$(KUBE_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/$*
+
+$(ETCD_BIN)/etcd:
+	@mkdir -p $(ETCD_BIN)
+	cd test/tools && $(GO) build $(GOFLAGS_BUILD) -o $@ go.etcd.io/etcd/server/v3
+
+# kwok has no built-in stages: the stage files shipped in its module are
+# copied beside the binary (node-initialize, heartbeat with lease, and the fast
+# pod stages) for test/localcluster to load.
+KWOK_STAGES := node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
+               pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml
+$(KWOK_BIN)/kwok:
+	@mkdir -p $(KWOK_BIN)/stages
+	GOBIN=$(KWOK_BIN) GOFLAGS= $(GO) install -ldflags '-X sigs.k8s.io/kwok/pkg/consts.Version=$(patsubst v%,%,$(KWOK_VERSION))' sigs.k8s.io/kwok/cmd/kwok@$(KWOK_VERSION)
+	dir=$$(cd / && GOFLAGS= $(GO) mod download -json sigs.k8s.io/kwok@$(KWOK_VERSION) | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p') && \
+	  for s in $(KWOK_STAGES); do install -m 0644 $$dir/kustomize/stage/$$s $(KWOK_BIN)/stages/; done
+
+# Keep the versioned binaries: they are intermediate files of the pattern
+# rules below, which make would otherwise delete after linking.
+.SECONDARY:
+
+# Stable names point at the versioned binaries.
+$(BIN)/%: $(KUBE_BIN)/%
+	ln -sf $(patsubst $(BIN)/%,%,$<) $@
+$(BIN)/etcd: $(ETCD_BIN)/etcd
+	ln -sf $(patsubst $(BIN)/%,%,$<) $@
+$(BIN)/kwok: $(KWOK_BIN)/kwok
+	ln -sf $(patsubst $(BIN)/%,%,$<) $@
+
+build: $(BIN)/fleet-controller-manager
+
+# Always handed to go build: the Go cache decides what is stale.
+.PHONY: $(BIN)/fleet-controller-manager
+$(BIN)/fleet-controller-manager:
+	@mkdir -p $(BIN)
+	$(GO) build $(GOFLAGS_BUILD) -ldflags '$(FCM_LDFLAGS)' -o $@ ./cmd/fleet-controller-manager
+
+# Unit tests first (seconds), then the e2e tests against a real control
+# plane (they are behind the e2e build tag so `go test ./...` stays fast).
+test: tools build
+	$(GO) vet -tags e2e ./...
+	$(GO) test -count=1 ./...
+	$(GO) test -count=1 -tags e2e -v -timeout 40m ./test/e2e/...
+
+cluster: tools
+	$(GO) run ./test/localcluster/cmd/localcluster --kubeconfig-out .local/kubeconfig --scheduler --kwok-nodes 3
+
+fuzz:
+	$(GO) test ./membership -run '^$$' -fuzz FuzzParseLeaseState -fuzztime 60s
+
+clean:
+	rm -rf $(BIN) .local

@@ -1,0 +1,79 @@
+package membership
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseState(t *testing.T) {
+	valid := State{Version: 1, Incarnation: "a1b2", Seq: 3, Epoch: 2, View: "00ff",
+		Acks: map[string]Ack{"replica-1": {Incarnation: "c3", Epoch: 7}}, Running: []string{"singleton/namespace", "partition/3"}}
+	encoded, err := valid.Encode()
+	if err != nil {
+		t.Fatalf("encoding a valid state: %v", err)
+	}
+	for _, tc := range []struct {
+		name    string
+		value   string
+		wantErr string
+	}{
+		{"valid", encoded, ""},
+		{"empty", "", "decoding"},
+		{"not json", "garbage{", "decoding"},
+		{"array", "[1,2]", "decoding"},
+		{"wrong version", `{"v":2,"inc":"a","seq":1,"epoch":1,"view":""}`, "version"},
+		{"missing incarnation", `{"v":1,"seq":1,"epoch":1,"view":""}`, "incarnation"},
+		{"unknown field", `{"v":1,"inc":"a","seq":1,"epoch":1,"view":"","extra":1}`, "unknown field"},
+		{"trailing data", `{"v":1,"inc":"a","seq":1,"epoch":1,"view":""}{}`, "trailing"},
+		{"negative seq", `{"v":1,"inc":"a","seq":-1,"epoch":1,"view":""}`, "decoding"},
+		{"bad view", `{"v":1,"inc":"a","seq":1,"epoch":1,"view":"XYZ"}`, "view"},
+		{"bad piece", `{"v":1,"inc":"a","seq":1,"epoch":1,"view":"","running":["../etc"]}`, "piece"},
+		{"duplicate piece", `{"v":1,"inc":"a","seq":1,"epoch":1,"view":"","running":["partition/1","partition/1"]}`, "twice"},
+		{"bad ack member", `{"v":1,"inc":"a","seq":1,"epoch":1,"view":"","acks":{"UPPER":{"inc":"b","epoch":1}}}`, "member"},
+		{"leaving while running", `{"v":1,"inc":"a","seq":1,"epoch":1,"view":"","running":["partition/1"],"leaving":true}`, "leaving"},
+		{"huge", `{"v":1,"inc":"a","seq":1,"epoch":1,"view":"","running":["` + strings.Repeat("a", 70<<10) + `"]}`, "more than"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ParseState(tc.value)
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				if got.Incarnation != valid.Incarnation || got.Seq != valid.Seq || len(got.Running) != 2 || got.Acks["replica-1"].Epoch != 7 {
+					t.Fatalf("round trip lost data: %+v", got)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("want error containing %q, got %v", tc.wantErr, err)
+			}
+		})
+	}
+}
+
+// FuzzParseLeaseState feeds arbitrary annotation values to the parser: it
+// must never panic, and whatever it accepts must encode and parse back to
+// the same state.
+func FuzzParseLeaseState(f *testing.F) {
+	f.Add(`{"v":1,"inc":"a","seq":1,"epoch":1,"view":"ab","running":["partition/1"],"acks":{"m":{"inc":"b","epoch":2}}}`)
+	f.Add(`{"v":1,"inc":"a","seq":1,"epoch":1,"view":"","leaving":true}`)
+	f.Add(`garbage`)
+	f.Add(`{"v":1}`)
+	f.Fuzz(func(t *testing.T, value string) {
+		s, err := ParseState(value)
+		if err != nil {
+			return
+		}
+		encoded, err := s.Encode()
+		if err != nil {
+			t.Fatalf("accepted state does not encode: %v", err)
+		}
+		again, err := ParseState(encoded)
+		if err != nil {
+			t.Fatalf("encoded state does not parse: %v", err)
+		}
+		if again.Seq != s.Seq || again.Epoch != s.Epoch || again.Incarnation != s.Incarnation || len(again.Running) != len(s.Running) || len(again.Acks) != len(s.Acks) || again.Leaving != s.Leaving {
+			t.Fatalf("round trip changed the state: %+v -> %+v", s, again)
+		}
+	})
+}

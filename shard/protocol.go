@@ -1,0 +1,227 @@
+package shard
+
+import (
+	"sort"
+
+	"github.com/fleet-controller-manager/fleet-controller-manager/membership"
+)
+
+// Peer is what one member knows of another, from the other's Lease.
+type Peer struct {
+	Name  string
+	State membership.State
+	// Participant is true for a live member that is not leaving: it is in
+	// the view and must acknowledge it (and, unless it is joining, it is in
+	// the ring). A peer that is not a participant is a ghost (a Lease
+	// deleted while it listed pieces, until it would have expired): not in
+	// the view, but nothing it lists may start.
+	Participant bool
+}
+
+// PieceStatus is where a piece is in its local lifecycle.
+type PieceStatus int
+
+const (
+	// Intended: to be published as running before it starts.
+	Intended PieceStatus = iota
+	// Running: started; its Run has not returned.
+	Running
+	// Stopping: cancelled; its Run has not returned yet.
+	Stopping
+)
+
+// Local is this member's side of the protocol.
+type Local struct {
+	Self        string
+	Incarnation string
+	Ring        RingConfig
+	// Pieces is every piece of the fleet.
+	Pieces []Piece
+	// Authority is false once the member could not renew its Lease within
+	// the renew deadline (or has not joined yet): it may run nothing.
+	Authority bool
+	// Leaving: shutting down; stop everything.
+	Leaving bool
+	// Joining: a new process still watching the fleet for one lease
+	// duration (see doc.go). It takes part in views, but the ring gives it
+	// nothing yet.
+	Joining bool
+	// View and Epoch are the last applied view and its number.
+	View  string
+	Epoch uint64
+	// Status is every piece this member runs, stops or intends to run.
+	Status map[Piece]PieceStatus
+	// Confirmed is the last state the apiserver accepted from this member.
+	Confirmed membership.State
+}
+
+// Plan is the next step of one member.
+type Plan struct {
+	// View is the view this member sees now: Members are in the ring,
+	// Participants also count joining members.
+	View         string
+	Members      []string
+	Participants []string
+	// Owned is what the ring of that view gives this member.
+	Owned []Piece
+	// Stop lists running pieces to cancel.
+	Stop []Piece
+	// Drop lists intended pieces to forget (never started).
+	Drop []Piece
+	// ApplyView: every piece lost under the new view has stopped; apply it
+	// (bump the epoch) and publish.
+	ApplyView bool
+	// Intend lists pieces to publish as running, to start once confirmed.
+	Intend []Piece
+	// Start lists intended pieces that are confirmed published and clear.
+	Start []Piece
+	// Waiting says why owned pieces are not running yet ("" when all run).
+	Waiting string
+}
+
+// Decide computes the next step of the handover protocol. It is a pure
+// function: the runtime (Manager) and the simulation (protocol_sim_test.go)
+// both drive members with it.
+//
+// The rules, and why they keep any piece from running on two members at
+// once, are in doc.go.
+func Decide(local Local, peers []Peer, rings *RingCache) Plan {
+	participants := []string{local.Self}
+	var members []string
+	if !local.Joining {
+		members = append(members, local.Self)
+	}
+	for _, p := range peers {
+		if p.Participant && p.Name != local.Self {
+			participants = append(participants, p.Name)
+			if !p.State.Joining {
+				members = append(members, p.Name)
+			}
+		}
+	}
+	sort.Strings(members)
+	sort.Strings(participants)
+	plan := Plan{Members: members, Participants: participants, View: ViewID(local.Ring, members, participants)}
+	ring := rings.Get(local.Ring, members, plan.View)
+	mine := make(map[Piece]bool)
+	if local.Authority && !local.Leaving && !local.Joining {
+		plan.Owned = ring.Owned(local.Self, local.Pieces)
+		for _, p := range plan.Owned {
+			mine[p] = true
+		}
+	}
+
+	lostRunning := false
+	for _, p := range sortedPieces(local.Status) {
+		if mine[p] {
+			continue
+		}
+		switch local.Status[p] {
+		case Intended:
+			plan.Drop = append(plan.Drop, p)
+		case Running:
+			plan.Stop = append(plan.Stop, p)
+			lostRunning = true
+		case Stopping:
+			lostRunning = true
+		}
+	}
+	if !local.Authority || local.Leaving {
+		return plan
+	}
+	if plan.View != local.View {
+		// A view is applied only once everything it takes away has
+		// stopped: publishing it tells the others they may take those
+		// pieces.
+		plan.ApplyView = !lostRunning
+		plan.Waiting = "applying a new view"
+		return plan
+	}
+
+	blocked := func(p Piece) string {
+		for _, peer := range peers {
+			if peer.Name == local.Self {
+				continue
+			}
+			if peer.State.Runs(string(p)) {
+				return peer.Name + " still runs " + string(p)
+			}
+			if !peer.Participant {
+				continue
+			}
+			if peer.State.View != plan.View {
+				return peer.Name + " has not applied the view"
+			}
+			if ack := peer.State.Acks[local.Self]; ack.Incarnation != local.Incarnation || ack.Epoch != local.Epoch {
+				return peer.Name + " has not acknowledged this member's view"
+			}
+		}
+		return ""
+	}
+	for _, p := range plan.Owned {
+		status, ok := local.Status[p]
+		if ok && status != Intended {
+			continue
+		}
+		why := blocked(p)
+		if why != "" {
+			if ok {
+				plan.Drop = append(plan.Drop, p)
+			}
+			if plan.Waiting == "" {
+				plan.Waiting = why
+			}
+			continue
+		}
+		if !ok {
+			plan.Intend = append(plan.Intend, p)
+			continue
+		}
+		c := local.Confirmed
+		if c.Incarnation == local.Incarnation && c.Epoch == local.Epoch && c.View == plan.View && c.Runs(string(p)) {
+			plan.Start = append(plan.Start, p)
+		} else if plan.Waiting == "" {
+			plan.Waiting = "publishing intent"
+		}
+	}
+	if len(plan.Intend) > 0 && plan.Waiting == "" {
+		plan.Waiting = "publishing intent"
+	}
+	return plan
+}
+
+func sortedPieces(m map[Piece]PieceStatus) []Piece {
+	out := make([]Piece, 0, len(m))
+	for p := range m {
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// RingCache keeps the ring of the last few views: Decide runs on every
+// event, and building a ring is far costlier than looking one up.
+type RingCache struct {
+	rings map[string]*Ring
+	order []string
+}
+
+const ringCacheSize = 8
+
+// Get returns the ring of members under config, whose view is view.
+func (c *RingCache) Get(config RingConfig, members []string, view string) *Ring {
+	if r, ok := c.rings[view]; ok {
+		return r
+	}
+	if c.rings == nil {
+		c.rings = make(map[string]*Ring)
+	}
+	r := NewRing(config, members)
+	c.rings[view] = r
+	c.order = append(c.order, view)
+	if len(c.order) > ringCacheSize {
+		delete(c.rings, c.order[0])
+		c.order = c.order[1:]
+	}
+	return r
+}

@@ -1,0 +1,680 @@
+package shard
+
+import (
+	"container/heap"
+	"flag"
+	"fmt"
+	"math/rand"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleet-controller-manager/fleet-controller-manager/membership"
+)
+
+// The simulation drives many members with Decide over a modelled apiserver:
+// Lease writes with latency (and writes that land after the client gave up),
+// watch events delayed and reordered, members that join, leave, crash,
+// restart and pause for longer than a lease, and apiserver outages. After
+// every event it checks that no piece may act on two members at once; after
+// the fleet settles it checks that every piece runs on its owner.
+//
+// Replay a failure with: go test ./shard -run TestProtocolSimulation -sim.seed=N
+
+var (
+	simSeed  = flag.Int64("sim.seed", 0, "run only this simulation seed")
+	simRuns  = flag.Int("sim.runs", 40, "number of random simulations")
+	simDebug = flag.Bool("sim.debug", false, "log every simulated event")
+)
+
+// Timings of the model, in milliseconds, as the defaults of the runtime.
+const (
+	simLease         = 15000
+	simRenewDeadline = 10000
+	simRetry         = 2000
+	simRenewTimeout  = (simLease - simRenewDeadline) / 2
+	simStopMax       = 300
+)
+
+type simEvent struct {
+	at   int64
+	seq  int64
+	node *simNode // nil for global events
+	fn   func()
+}
+
+type eventQueue []*simEvent
+
+func (q eventQueue) Len() int { return len(q) }
+func (q eventQueue) Less(i, j int) bool {
+	if q[i].at != q[j].at {
+		return q[i].at < q[j].at
+	}
+	return q[i].seq < q[j].seq
+}
+func (q eventQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *eventQueue) Push(x any)   { *q = append(*q, x.(*simEvent)) }
+func (q *eventQueue) Pop() any {
+	old := *q
+	e := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return e
+}
+
+type simLeaseRecord struct {
+	rv    int64
+	state membership.State
+}
+
+type sim struct {
+	t       *testing.T
+	rng     *rand.Rand
+	now     int64
+	seq     int64
+	queue   eventQueue
+	leases  map[string]*simLeaseRecord
+	rv      int64
+	downTil int64 // apiserver unavailable until
+	nodes   []*simNode
+	ring    RingConfig
+	pieces  []Piece
+	rings   RingCache
+	log     []string
+	// violations found by the invariant check
+	violation string
+}
+
+type simObs struct {
+	state      membership.State
+	rv         int64
+	lastChange int64
+	deleted    bool
+	expired    bool
+	checking   bool
+}
+
+type simNode struct {
+	s           *sim
+	name        string
+	incarnation string
+	alive       bool // process exists
+	synced      bool // initial list of leases done
+	joinUntil   int64
+	paused      bool
+	pausedQueue []func()
+	joined      bool  // has authority (lease held and renewed in time)
+	fence       int64 // may act while now < fence
+	waitTakeover bool
+	local       Local
+	seq         uint64
+	obs         map[string]*simObs
+	inflight    bool
+	lastSent    string
+	dirty       bool
+	leaving     bool
+	stopping    map[Piece]bool
+	incCount    int
+}
+
+func (s *sim) at(delay int64, node *simNode, fn func()) {
+	s.seq++
+	heap.Push(&s.queue, &simEvent{at: s.now + delay, seq: s.seq, node: node, fn: fn})
+}
+
+func (s *sim) logf(format string, args ...any) {
+	line := fmt.Sprintf("%7d ", s.now) + fmt.Sprintf(format, args...)
+	s.log = append(s.log, line)
+	if len(s.log) > 400 {
+		s.log = s.log[len(s.log)-400:]
+	}
+	if *simDebug {
+		s.t.Log(line)
+	}
+}
+
+func (s *sim) apiUp() bool { return s.now >= s.downTil }
+
+// latency of one request: mostly quick, sometimes slow, rarely past the
+// client's timeout.
+func (s *sim) latency() int64 {
+	switch r := s.rng.Float64(); {
+	case r < 0.90:
+		return 1 + s.rng.Int63n(30)
+	case r < 0.98:
+		return 100 + s.rng.Int63n(1500)
+	default:
+		return 2000 + s.rng.Int63n(4000)
+	}
+}
+
+// watchDelay of one event to one observer: delayed, and so reordered across
+// objects; rarely by several seconds.
+func (s *sim) watchDelay() int64 {
+	if s.rng.Float64() < 0.2 {
+		return 1000 + s.rng.Int63n(7000)
+	}
+	return 1 + s.rng.Int63n(60)
+}
+
+// broadcast delivers a lease change (rec nil: deleted) to every observer.
+func (s *sim) broadcast(name string, rec *simLeaseRecord, lastState membership.State) {
+	for _, n := range s.nodes {
+		n := n
+		var copyRec *simLeaseRecord
+		if rec != nil {
+			c := *rec
+			copyRec = &c
+		}
+		delay := s.watchDelay()
+		if !s.apiUp() {
+			delay += s.downTil - s.now
+		}
+		s.at(delay, n, func() { n.observe(name, copyRec, lastState) })
+	}
+}
+
+func (s *sim) run(until int64) {
+	for len(s.queue) > 0 && s.queue[0].at <= until {
+		e := heap.Pop(&s.queue).(*simEvent)
+		s.now = e.at
+		if e.node != nil {
+			if !e.node.alive {
+				continue
+			}
+			if e.node.paused {
+				e.node.pausedQueue = append(e.node.pausedQueue, e.fn)
+				continue
+			}
+		}
+		e.fn()
+		s.check()
+		if s.violation != "" {
+			return
+		}
+	}
+	s.now = until
+}
+
+// check is the safety invariant: no piece may act on two members at once.
+// A piece may act on a member that is running and unpaused, whose fence has
+// not expired, and where the piece is running or still stopping.
+func (s *sim) check() {
+	actors := map[Piece][]string{}
+	for _, n := range s.nodes {
+		if !n.alive || n.paused || s.now >= n.fence {
+			continue
+		}
+		for p, st := range n.local.Status {
+			if st == Running || st == Stopping {
+				actors[p] = append(actors[p], n.name+"/"+n.incarnation)
+			}
+		}
+	}
+	for p, who := range actors {
+		if len(who) > 1 {
+			s.violation = fmt.Sprintf("at %d ms piece %s may act on %v", s.now, p, who)
+			return
+		}
+	}
+}
+
+func (s *sim) newNode(name string) *simNode {
+	n := &simNode{s: s, name: name, obs: map[string]*simObs{}, stopping: map[Piece]bool{}}
+	s.nodes = append(s.nodes, n)
+	n.start()
+	return n
+}
+
+func (n *simNode) start() {
+	n.incCount++
+	n.incarnation = fmt.Sprintf("%s-i%d", strings.ReplaceAll(n.name, "/", "-"), n.incCount)
+	n.alive, n.paused, n.joined, n.leaving, n.inflight = true, false, false, false, false
+	n.fence, n.seq, n.lastSent, n.dirty = 0, 0, "", true
+	n.pausedQueue = nil
+	n.local = Local{Self: n.name, Incarnation: n.incarnation, Ring: n.s.ring, Pieces: n.s.pieces, Status: map[Piece]PieceStatus{}}
+	n.stopping = map[Piece]bool{}
+	// A process that finds a live Lease of its name left by an earlier
+	// incarnation must wait until that Lease would have expired.
+	if rec, ok := n.s.leases[n.name]; ok && rec.state.Incarnation != n.incarnation && !rec.state.Leaving {
+		n.waitTakeover = true
+		rv := rec.rv
+		n.s.at(simLease+1, n, func() { n.takeover(rv) })
+	} else {
+		n.waitTakeover = false
+	}
+	n.synced = false
+	n.joinUntil = 1 << 62
+	n.obs = map[string]*simObs{}
+	n.s.at(n.s.latency(), n, n.list)
+	n.s.at(0, n, n.renewTick)
+}
+
+// list is the informer's initial list: every Lease as the apiserver has it.
+func (n *simNode) list() {
+	if !n.s.apiUp() {
+		n.s.at(500, n, n.list)
+		return
+	}
+	for name, rec := range n.s.leases {
+		if name == n.name {
+			continue
+		}
+		c := *rec
+		n.obs[name] = &simObs{state: c.state, rv: c.rv, lastChange: n.s.now}
+	}
+	n.synced = true
+	n.step()
+}
+
+func (n *simNode) takeover(rv int64) {
+	if rec, ok := n.s.leases[n.name]; ok && rec.rv != rv && rec.state.Incarnation != n.incarnation {
+		rv = rec.rv
+		n.s.at(simLease+1, n, func() { n.takeover(rv) })
+		return
+	}
+	n.waitTakeover = false
+	n.step()
+}
+
+func (n *simNode) renewTick() {
+	n.dirty = true
+	n.step()
+	n.s.at(simRetry, n, n.renewTick)
+}
+
+// observe applies a watch event, dropping anything older than what was seen.
+func (n *simNode) observe(name string, rec *simLeaseRecord, lastState membership.State) {
+	if name == n.name {
+		return
+	}
+	o := n.obs[name]
+	if rec == nil {
+		if o == nil {
+			return
+		}
+		o.deleted = true
+		o.state = lastState
+		o.lastChange = n.s.now
+		n.step()
+		return
+	}
+	if o != nil && rec.rv <= o.rv {
+		return
+	}
+	if o == nil {
+		o = &simObs{}
+		n.obs[name] = o
+	}
+	o.state, o.rv, o.lastChange, o.deleted, o.expired = rec.state, rec.rv, n.s.now, false, false
+	n.step()
+}
+
+func (n *simNode) peers() []Peer {
+	var out []Peer
+	names := make([]string, 0, len(n.obs))
+	for name := range n.obs {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		o := n.obs[name]
+		age := n.s.now - o.lastChange
+		switch {
+		case o.deleted:
+			if len(o.state.Running) > 0 && age <= simLease {
+				out = append(out, Peer{Name: name, State: o.state})
+			}
+		case o.expired:
+		case age > simLease:
+			// Expiry is confirmed by a fresh read before it counts.
+			out = append(out, Peer{Name: name, State: o.state, Participant: !o.state.Leaving})
+			if !o.checking {
+				o.checking = true
+				rv := o.rv
+				n.s.at(n.s.latency(), n, func() { n.confirmExpiry(name, rv) })
+			}
+		default:
+			out = append(out, Peer{Name: name, State: o.state, Participant: !o.state.Leaving})
+		}
+	}
+	return out
+}
+
+func (n *simNode) confirmExpiry(name string, rv int64) {
+	o := n.obs[name]
+	o.checking = false
+	if !n.s.apiUp() {
+		return
+	}
+	rec, ok := n.s.leases[name]
+	if ok && rec.rv != rv {
+		if rec.rv > o.rv {
+			o.state, o.rv, o.deleted, o.expired = rec.state, rec.rv, false, false
+		}
+		o.lastChange = n.s.now
+	} else if !ok || rec.rv == o.rv {
+		o.expired = true
+		n.s.logf("%s: %s expired", n.name, name)
+	}
+	n.step()
+}
+
+func (n *simNode) authority() bool { return n.joined && n.s.now < n.fence }
+
+// step runs Decide and carries out its plan.
+func (n *simNode) step() {
+	if n.joined && n.s.now >= n.fence {
+		n.s.logf("%s: lost authority", n.name)
+		n.joined = false
+	}
+	if !n.synced {
+		return
+	}
+	n.local.Authority = n.authority()
+	n.local.Leaving = n.leaving
+	n.local.Joining = n.s.now < n.joinUntil && !n.leaving
+	plan := Decide(n.local, n.peers(), &n.s.rings)
+	for _, p := range plan.Stop {
+		n.local.Status[p] = Stopping
+		p := p
+		n.s.at(n.s.rng.Int63n(simStopMax), n, func() {
+			delete(n.local.Status, p)
+			n.dirty = true
+			n.step()
+		})
+	}
+	for _, p := range plan.Drop {
+		delete(n.local.Status, p)
+	}
+	if plan.ApplyView {
+		n.local.View = plan.View
+		n.local.Epoch++
+		n.dirty = true
+	}
+	for _, p := range plan.Intend {
+		n.local.Status[p] = Intended
+		n.dirty = true
+	}
+	for _, p := range plan.Start {
+		n.local.Status[p] = Running
+		n.s.logf("%s: start %s", n.name, p)
+	}
+	if n.leaving && len(n.local.Status) == 0 && !n.inflight {
+		n.leave()
+		return
+	}
+	n.maybeWrite()
+}
+
+func (n *simNode) desired() membership.State {
+	st := membership.State{Version: membership.StateVersion, Incarnation: n.incarnation, Epoch: n.local.Epoch, View: n.local.View, Leaving: n.leaving && len(n.local.Status) == 0, Joining: n.local.Joining}
+	st.Acks = map[string]membership.Ack{}
+	for _, p := range n.peers() {
+		if p.Participant {
+			st.Acks[p.Name] = membership.Ack{Incarnation: p.State.Incarnation, Epoch: p.State.Epoch}
+		}
+	}
+	for p := range n.local.Status {
+		st.Running = append(st.Running, string(p))
+	}
+	sort.Strings(st.Running)
+	return st
+}
+
+func (n *simNode) maybeWrite() {
+	if n.inflight || n.waitTakeover {
+		return
+	}
+	// A member without authority rejoins only once nothing runs.
+	if !n.authority() && len(n.local.Status) > 0 {
+		return
+	}
+	st := n.desired()
+	key := fmt.Sprint(st.Epoch, st.View, st.Acks, st.Running, st.Leaving)
+	if !n.dirty && key == n.lastSent {
+		return
+	}
+	n.dirty = false
+	n.seq++
+	st.Seq = n.seq
+	n.lastSent = key
+	n.inflight = true
+	sent := n.s.now
+	lat := n.s.latency()
+	applyAt := lat * int64(n.s.rng.Intn(100)) / 100
+	up := n.s.apiUp()
+	s := n.s
+	s.at(applyAt, nil, func() {
+		if !up || !s.apiUp() {
+			return
+		}
+		s.rv++
+		rec := &simLeaseRecord{rv: s.rv, state: st}
+		s.leases[n.name] = rec
+		s.broadcast(n.name, rec, st)
+	})
+	respond := lat
+	ok := up
+	if lat > simRenewTimeout {
+		respond, ok = simRenewTimeout, false
+	}
+	inc := n.incarnation
+	s.at(respond, n, func() {
+		if n.incarnation != inc {
+			return
+		}
+		n.inflight = false
+		if ok && s.leases[n.name] != nil && s.leases[n.name].state.Seq == st.Seq && s.leases[n.name].state.Incarnation == inc {
+			// Authority is extended only by a renewal sent while it was
+			// held, or by a rejoin sent with nothing running.
+			if n.authority() || len(st.Running) == 0 {
+				n.fence = sent + simRenewDeadline
+				n.joined = true
+			}
+			if n.joinUntil == 1<<62 {
+				// The quiet period starts once this incarnation's Lease is
+				// visible to all.
+				n.joinUntil = n.s.now + simLease
+				n.s.at(simLease, n, n.step)
+			}
+			n.local.Confirmed = st
+		} else {
+			n.dirty = true
+		}
+		n.step()
+	})
+}
+
+func (n *simNode) leave() {
+	n.s.logf("%s: left", n.name)
+	n.alive = false
+	last := n.s.leases[n.name]
+	delete(n.s.leases, n.name)
+	if last != nil {
+		n.s.broadcast(n.name, nil, last.state)
+	}
+}
+
+func (n *simNode) crash() {
+	n.s.logf("%s: crashed", n.name)
+	n.alive = false
+	n.local.Status = map[Piece]PieceStatus{}
+}
+
+func (n *simNode) pause(d int64) {
+	n.s.logf("%s: paused for %d ms", n.name, d)
+	n.paused = true
+	n.s.at(d, nil, func() {
+		if !n.alive {
+			return
+		}
+		n.s.logf("%s: resumed", n.name)
+		n.paused = false
+		queued := n.pausedQueue
+		n.pausedQueue = nil
+		// On resume the fence is judged before anything else runs.
+		n.step()
+		for _, fn := range queued {
+			if n.alive && !n.paused {
+				fn()
+			}
+		}
+	})
+}
+
+func runSimulation(t *testing.T, seed int64) (settle time.Duration, err error) {
+	rng := rand.New(rand.NewSource(seed))
+	s := &sim{t: t, rng: rng, leases: map[string]*simLeaseRecord{}, ring: RingConfig{Partitions: 16, ReplicationFactor: 32, Load: 1.25}}
+	s.pieces = AllPieces(s.ring.Partitions, []string{"garbagecollector", "namespace", "nodelifecycle", "podgc"})
+	heap.Init(&s.queue)
+	next := 0
+	newName := func() string { next++; return fmt.Sprintf("m%d", next) }
+	for range 1 + rng.Intn(4) {
+		s.newNode(newName())
+	}
+	// Disruptions, one every few seconds for two minutes.
+	horizon := int64(120000)
+	for at := int64(5000); at < horizon; at += 1000 + rng.Int63n(6000) {
+		at := at
+		s.at(at-s.now, nil, func() {
+			var live []*simNode
+			for _, n := range s.nodes {
+				if n.alive && !n.leaving {
+					live = append(live, n)
+				}
+			}
+			pick := func() *simNode {
+				if len(live) == 0 {
+					return nil
+				}
+				return live[rng.Intn(len(live))]
+			}
+			switch r := rng.Float64(); {
+			case r < 0.25 && len(live) < 8:
+				s.logf("join")
+				s.newNode(newName())
+			case r < 0.40:
+				if n := pick(); n != nil && len(live) > 1 {
+					s.logf("%s: leaving", n.name)
+					n.leaving = true
+					n.step()
+				}
+			case r < 0.52:
+				if n := pick(); n != nil && len(live) > 1 {
+					n.crash()
+				}
+			case r < 0.60:
+				// A crashed member restarts with the same identity.
+				for _, n := range s.nodes {
+					if !n.alive && s.leases[n.name] != nil {
+						s.logf("%s: restart", n.name)
+						n.start()
+						break
+					}
+				}
+			case r < 0.78:
+				if n := pick(); n != nil {
+					n.pause(int64(rng.Intn(2*simLease)) + 1000)
+				}
+			case r < 0.86:
+				d := 2000 + rng.Int63n(20000)
+				s.logf("apiserver down for %d ms", d)
+				s.downTil = s.now + d
+			case r < 0.93:
+				if n := pick(); n != nil && s.leases[n.name] != nil {
+					// An operator deletes a live member's Lease by hand.
+					s.logf("%s: lease deleted by hand", n.name)
+					last := s.leases[n.name]
+					delete(s.leases, n.name)
+					s.broadcast(n.name, nil, last.state)
+				}
+			}
+		})
+	}
+	s.run(horizon)
+	if s.violation != "" {
+		return 0, fmt.Errorf("%s\nlast events:\n%s", s.violation, strings.Join(s.log[max(0, len(s.log)-60):], "\n"))
+	}
+	// Settle: no more disruptions; everything must be owned again.
+	s.downTil = 0
+	for _, n := range s.nodes {
+		if n.alive && n.paused {
+			n.paused = false
+			s.at(0, nil, func() {})
+		}
+	}
+	settleStart := s.now
+	deadline := s.now + 3*simLease + 10000
+	for s.now < deadline {
+		s.run(s.now + 250)
+		if s.violation != "" {
+			return 0, fmt.Errorf("%s\nlast events:\n%s", s.violation, strings.Join(s.log[max(0, len(s.log)-60):], "\n"))
+		}
+		if s.allOwned() {
+			return time.Duration(s.now-settleStart) * time.Millisecond, nil
+		}
+	}
+	return 0, fmt.Errorf("fleet did not settle within %d ms: %s", deadline-settleStart, s.ownership())
+}
+
+func (s *sim) allOwned() bool {
+	var live []string
+	for _, n := range s.nodes {
+		if n.alive && !n.leaving {
+			live = append(live, n.name)
+		}
+	}
+	if len(live) == 0 {
+		return true
+	}
+	ring := NewRing(s.ring, live)
+	_ = ring
+	for _, p := range s.pieces {
+		owner := ring.Owner(p)
+		ok := false
+		for _, n := range s.nodes {
+			if n.alive && n.name == owner {
+				st, has := n.local.Status[p]
+				ok = has && st == Running && s.now < n.fence
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *sim) ownership() string {
+	var b strings.Builder
+	for _, n := range s.nodes {
+		if !n.alive {
+			continue
+		}
+		plan := Decide(n.local, n.peers(), &s.rings)
+		fmt.Fprintf(&b, "\n  %s joined=%v fence=%d view=%s/%s running=%d waiting=%q", n.name, n.joined, n.fence, n.local.View, plan.View, len(n.local.Status), plan.Waiting)
+	}
+	return b.String()
+}
+
+func TestProtocolSimulation(t *testing.T) {
+	seeds := []int64{}
+	if *simSeed != 0 {
+		seeds = append(seeds, *simSeed)
+	} else {
+		base := time.Now().UnixNano()
+		for i := range *simRuns {
+			seeds = append(seeds, base+int64(i))
+		}
+	}
+	var worst time.Duration
+	for _, seed := range seeds {
+		settle, err := runSimulation(t, seed)
+		if err != nil {
+			t.Fatalf("seed %d (replay: go test ./shard -run TestProtocolSimulation -sim.seed=%d): %v", seed, seed, err)
+		}
+		worst = max(worst, settle)
+	}
+	t.Logf("%d simulations (seeds %d..%d), never two owners; slowest settle after the last disruption: %v", len(seeds), seeds[0], seeds[len(seeds)-1], worst)
+}
