@@ -63,8 +63,9 @@ func (q *eventQueue) Pop() any {
 }
 
 type simLeaseRecord struct {
-	rv    int64
-	state membership.State
+	rv      int64
+	state   membership.State
+	deleted bool
 }
 
 type sim struct {
@@ -165,6 +166,8 @@ func (s *sim) broadcast(name string, rec *simLeaseRecord, lastState membership.S
 		if rec != nil {
 			c := *rec
 			copyRec = &c
+		} else {
+			copyRec = &simLeaseRecord{rv: s.rv, state: lastState, deleted: true}
 		}
 		delay := s.watchDelay()
 		if !s.apiUp() {
@@ -289,10 +292,13 @@ func (n *simNode) observe(name string, rec *simLeaseRecord, lastState membership
 		return
 	}
 	o := n.obs[name]
-	if rec == nil {
-		if o == nil {
+	if rec.deleted {
+		// Watch events of one object arrive in order: a deletion older
+		// than what was seen is dropped like any stale event.
+		if o == nil || rec.rv <= o.rv {
 			return
 		}
+		o.rv = rec.rv
 		o.deleted = true
 		o.state = lastState
 		o.lastChange = n.s.now
@@ -468,13 +474,15 @@ func (n *simNode) maybeWrite() {
 		if ok && s.leases[n.name] != nil && s.leases[n.name].state.Seq == st.Seq && s.leases[n.name].state.Incarnation == inc {
 			// Authority is extended only by a renewal sent while it was
 			// held, or by a rejoin sent with nothing running.
-			if n.authority() || len(st.Running) == 0 {
+			held := n.authority()
+			if held || len(st.Running) == 0 {
 				n.fence = sent + simRenewDeadline
 				n.joined = true
 			}
-			if n.joinUntil == 1<<62 {
-				// The quiet period starts once this incarnation's Lease is
-				// visible to all.
+			if !held {
+				// Joining or rejoining after authority ran out: watch the
+				// fleet for a lease duration before owning anything, since
+				// others may have been judged expired meanwhile.
 				n.joinUntil = n.s.now + simLease
 				n.s.at(simLease, n, n.step)
 			}
@@ -492,6 +500,7 @@ func (n *simNode) leave() {
 	last := n.s.leases[n.name]
 	delete(n.s.leases, n.name)
 	if last != nil {
+		n.s.rv++
 		n.s.broadcast(n.name, nil, last.state)
 	}
 }
@@ -578,7 +587,7 @@ func runSimulation(t *testing.T, seed int64) (settle time.Duration, err error) {
 					n.pause(int64(rng.Intn(2*simLease)) + 1000)
 				}
 			case r < 0.86:
-				d := 2000 + rng.Int63n(20000)
+				d := 2000 + rng.Int63n(40000)
 				s.logf("apiserver down for %d ms", d)
 				s.downTil = s.now + d
 			case r < 0.93:
@@ -587,6 +596,7 @@ func runSimulation(t *testing.T, seed int64) (settle time.Duration, err error) {
 					s.logf("%s: lease deleted by hand", n.name)
 					last := s.leases[n.name]
 					delete(s.leases, n.name)
+					s.rv++
 					s.broadcast(n.name, nil, last.state)
 				}
 			}

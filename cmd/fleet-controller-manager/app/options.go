@@ -1,0 +1,116 @@
+package app
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/pflag"
+
+	"github.com/fleet-controller-manager/fleet-controller-manager/membership"
+	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
+)
+
+// FleetOptions replace kube-controller-manager's leader election flags: which
+// fleet a replica joins, under which identity, with which Lease timings and
+// ring.
+type FleetOptions struct {
+	Kubeconfig    string
+	Name          string
+	Namespace     string
+	Identity      string
+	LeaseDuration, RenewDeadline, RetryPeriod pflagDuration
+	Ring          shard.RingConfig
+
+	// Dummy pieces: a test mode that runs recording pieces instead of
+	// controllers (the handover e2e tests use it).
+	DummyPieces     bool
+	DummySingletons []string
+	DummyRecordFile string
+}
+
+// NewFleetOptions returns the defaults.
+func NewFleetOptions() *FleetOptions {
+	return &FleetOptions{
+		Name:          "fleet-controller-manager",
+		Namespace:     "kube-system",
+		LeaseDuration: pflagDuration(membership.DefaultLeaseDuration),
+		RenewDeadline: pflagDuration(membership.DefaultRenewDeadline),
+		RetryPeriod:   pflagDuration(membership.DefaultRetryPeriod),
+		Ring:          shard.DefaultRingConfig,
+	}
+}
+
+// AddFlags registers the fleet flags.
+func (o *FleetOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Name, "fleet-name", o.Name, "Name of the fleet: the value of the "+membership.FleetLabel+" label on every member's Lease.")
+	fs.StringVar(&o.Namespace, "fleet-namespace", o.Namespace, "Namespace of the members' Leases.")
+	fs.StringVar(&o.Identity, "identity", o.Identity, "This replica's name in the fleet and of its Lease (default: $POD_NAME, else hostname plus a random suffix).")
+	fs.Var(&o.LeaseDuration, "lease-duration", "How long other replicas wait, from when they last saw this replica's Lease change, before taking over its pieces.")
+	fs.Var(&o.RenewDeadline, "renew-deadline", "How long this replica keeps acting after its last successful Lease renewal; it stops every piece when it runs out. Shorter than --lease-duration.")
+	fs.Var(&o.RetryPeriod, "retry-period", "Interval between Lease renewals.")
+	fs.IntVar(&o.Ring.Partitions, "partitions", o.Ring.Partitions, "Number of namespace partitions. Every replica of a fleet must use the same value.")
+	fs.IntVar(&o.Ring.ReplicationFactor, "ring-replication-factor", o.Ring.ReplicationFactor, "Virtual nodes per replica on the consistent-hash ring. Same on every replica.")
+	fs.Float64Var(&o.Ring.Load, "ring-load", o.Ring.Load, "Bounded-load factor of the ring: no replica owns more than this times the average. Same on every replica.")
+	fs.BoolVar(&o.DummyPieces, "dummy-pieces", false, "Test mode: run pieces that only record when they start and stop, instead of controllers.")
+	fs.StringSliceVar(&o.DummySingletons, "dummy-singletons", []string{"garbagecollector", "namespace", "nodelifecycle", "podgc"}, "Test mode: names of the singleton pieces.")
+	fs.StringVar(&o.DummyRecordFile, "dummy-record-file", "", "Test mode: file the pieces append their records to.")
+	for _, name := range []string{"dummy-pieces", "dummy-singletons", "dummy-record-file"} {
+		_ = fs.MarkHidden(name)
+	}
+}
+
+// Complete fills in the identity.
+func (o *FleetOptions) Complete() error {
+	if o.Identity != "" {
+		return nil
+	}
+	if pod := os.Getenv("POD_NAME"); pod != "" {
+		o.Identity = pod
+		return nil
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		return fmt.Errorf("choosing an identity: %w", err)
+	}
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return fmt.Errorf("choosing an identity: %w", err)
+	}
+	o.Identity = strings.ToLower(host) + "-" + hex.EncodeToString(b[:])
+	return nil
+}
+
+// Validate reports every invalid fleet flag.
+func (o *FleetOptions) Validate() error {
+	var errs []error
+	if err := o.Ring.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	cfg := membership.Config{
+		Namespace: o.Namespace, Fleet: o.Name, Identity: o.Identity,
+		LeaseDuration: o.LeaseDuration.D(), RenewDeadline: o.RenewDeadline.D(), RetryPeriod: o.RetryPeriod.D(),
+	}
+	if err := cfg.Validate(); err != nil {
+		// The client is wired later; everything else is checked here.
+		for _, e := range unwrapJoined(err) {
+			if e.Error() != "no Kubernetes client" {
+				errs = append(errs, e)
+			}
+		}
+	}
+	if o.DummyPieces && o.DummyRecordFile == "" {
+		errs = append(errs, errors.New("--dummy-pieces needs --dummy-record-file"))
+	}
+	return errors.Join(errs...)
+}
+
+func unwrapJoined(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}

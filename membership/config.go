@@ -1,0 +1,95 @@
+package membership
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
+)
+
+// Defaults, as client-go's leader election uses for kube-controller-manager.
+const (
+	DefaultLeaseDuration = 15 * time.Second
+	DefaultRenewDeadline = 10 * time.Second
+	DefaultRetryPeriod   = 2 * time.Second
+)
+
+// Config says which fleet a replica joins and how it keeps its Lease.
+type Config struct {
+	Client    kubernetes.Interface
+	Namespace string
+	// Fleet is the fleet name, the value of FleetLabel on every member Lease.
+	Fleet string
+	// Identity names this replica's Lease: a pod name, or hostname + uuid.
+	Identity string
+	// LeaseDuration is how long observers wait, from when they last saw a
+	// Lease change, before they treat it as expired.
+	LeaseDuration time.Duration
+	// RenewDeadline is how long, from a successful renewal was sent, this
+	// replica may act; it must be shorter than LeaseDuration.
+	RenewDeadline time.Duration
+	// RetryPeriod is the interval between renewals.
+	RetryPeriod time.Duration
+	// Clock is for tests; nil means the real clock.
+	Clock clock.WithTicker
+}
+
+// WithDefaults fills in unset timings.
+func (c Config) WithDefaults() Config {
+	if c.LeaseDuration == 0 {
+		c.LeaseDuration = DefaultLeaseDuration
+	}
+	if c.RenewDeadline == 0 {
+		c.RenewDeadline = DefaultRenewDeadline
+	}
+	if c.RetryPeriod == 0 {
+		c.RetryPeriod = DefaultRetryPeriod
+	}
+	if c.Clock == nil {
+		c.Clock = clock.RealClock{}
+	}
+	return c
+}
+
+// Validate reports every problem of c at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Client == nil {
+		errs = append(errs, errors.New("no Kubernetes client"))
+	}
+	for _, f := range []struct{ name, value string }{{"namespace", c.Namespace}, {"identity", c.Identity}} {
+		for _, msg := range validation.IsDNS1123Subdomain(f.value) {
+			errs = append(errs, fmt.Errorf("%s %q: %s", f.name, f.value, msg))
+		}
+	}
+	for _, msg := range validation.IsValidLabelValue(c.Fleet) {
+		errs = append(errs, fmt.Errorf("fleet name %q: %s", c.Fleet, msg))
+	}
+	if c.Fleet == "" {
+		errs = append(errs, errors.New("fleet name must not be empty"))
+	}
+	if c.RetryPeriod <= 0 {
+		errs = append(errs, fmt.Errorf("retry period %v must be positive", c.RetryPeriod))
+	}
+	if c.RenewDeadline <= c.RetryPeriod {
+		errs = append(errs, fmt.Errorf("renew deadline %v must be longer than the retry period %v", c.RenewDeadline, c.RetryPeriod))
+	}
+	if c.LeaseDuration <= c.RenewDeadline {
+		errs = append(errs, fmt.Errorf("lease duration %v must be longer than the renew deadline %v", c.LeaseDuration, c.RenewDeadline))
+	}
+	if c.LeaseDuration > time.Hour {
+		errs = append(errs, fmt.Errorf("lease duration %v is over an hour", c.LeaseDuration))
+	}
+	return errors.Join(errs...)
+}
+
+// renewTimeout bounds one renewal request. A renewal answered later than
+// LeaseDuration-RenewDeadline after it was sent might have landed after an
+// observer declared the Lease expired, so it must not extend authority; half
+// of that margin leaves the other half for clock rate differences.
+func (c Config) renewTimeout() time.Duration {
+	return (c.LeaseDuration - c.RenewDeadline) / 2
+}

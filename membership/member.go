@@ -1,0 +1,561 @@
+package membership
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"reflect"
+	"sort"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+)
+
+// Peer is what this replica observes of another member.
+type Peer struct {
+	Name  string
+	State State
+	// Participant: alive and not leaving. Otherwise the peer is a ghost:
+	// its Lease was deleted while it listed running pieces, and it counts
+	// only until it would have expired.
+	Participant bool
+	// ObservedAt is when, on this replica's clock, its Lease last changed.
+	ObservedAt time.Time
+}
+
+// observation is the watch-side record of one Lease.
+type observation struct {
+	state      State
+	good       bool // state holds a valid published state
+	rv         string
+	lastChange time.Time
+	duration   time.Duration
+	deleted    bool
+	expired    bool
+	checking   bool
+	retired    map[string]bool // incarnations superseded by a newer one
+	lastBadLog time.Time
+}
+
+// Member is one replica's membership of the fleet.
+type Member struct {
+	cfg         Config
+	incarnation string
+
+	changed chan struct{}
+	publish chan struct{}
+
+	mu         sync.Mutex
+	desired    State
+	confirmed  State
+	seq        uint64
+	lease      *coordinationv1.Lease // last written or read own Lease
+	deadline   time.Time             // authority holds until then
+	joinedAt   time.Time             // first successful write of this incarnation
+	synced     bool
+	obs        map[string]*observation
+	renewFails int
+	leaving    bool
+
+	deadlineTimer clock.Timer
+}
+
+// New checks cfg and prepares a member; Run joins the fleet.
+func New(cfg Config) (*Member, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid membership configuration: %w", err)
+	}
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, fmt.Errorf("choosing an incarnation: %w", err)
+	}
+	m := &Member{
+		cfg:         cfg,
+		incarnation: hex.EncodeToString(b[:]),
+		changed:     make(chan struct{}, 1),
+		publish:     make(chan struct{}, 1),
+		obs:         map[string]*observation{},
+	}
+	m.desired = State{Version: StateVersion, Incarnation: m.incarnation, Joining: true}
+	return m, nil
+}
+
+// Identity is this replica's name in the fleet.
+func (m *Member) Identity() string { return m.cfg.Identity }
+
+// Incarnation is random per process start.
+func (m *Member) Incarnation() string { return m.incarnation }
+
+// Config is the configuration in force, defaults filled in.
+func (m *Member) Config() Config { return m.cfg }
+
+// Changed receives a value whenever an observation, the authority or a
+// confirmed write changed.
+func (m *Member) Changed() <-chan struct{} { return m.changed }
+
+func (m *Member) notify() {
+	select {
+	case m.changed <- struct{}{}:
+	default:
+	}
+}
+
+// Publish sets the state to write; it is written at once (coalesced) and
+// with every renewal. Incarnation and Seq are filled in here.
+func (m *Member) Publish(s State) {
+	m.mu.Lock()
+	s.Version, s.Incarnation, s.Seq = StateVersion, m.incarnation, 0
+	same := reflect.DeepEqual(s, m.desired)
+	m.desired = s
+	m.mu.Unlock()
+	if !same {
+		select {
+		case m.publish <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Confirmed is the last state the apiserver accepted from this replica.
+func (m *Member) Confirmed() State {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.confirmed
+}
+
+// Authority reports whether this replica may act now, and until when.
+func (m *Member) Authority() (bool, time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.cfg.Clock.Now().Before(m.deadline), m.deadline
+}
+
+// Valid reports whether this replica may act now. Pieces check it before
+// every write (it is their fence).
+func (m *Member) Valid() bool {
+	ok, _ := m.Authority()
+	return ok
+}
+
+// Joining reports whether this incarnation is still in its first lease
+// duration (or has not joined yet): it must not own anything, because it
+// may not yet have seen every member (see package shard).
+func (m *Member) Joining() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return !m.synced || m.joinedAt.IsZero() || m.cfg.Clock.Since(m.joinedAt) < m.cfg.LeaseDuration
+}
+
+// Peers lists the other members as observed now, in name order.
+func (m *Member) Peers() []Peer {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.cfg.Clock.Now()
+	names := make([]string, 0, len(m.obs))
+	for name := range m.obs {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var out []Peer
+	for _, name := range names {
+		o := m.obs[name]
+		if !o.good || o.expired {
+			continue
+		}
+		p := Peer{Name: name, State: o.state, ObservedAt: o.lastChange}
+		if o.deleted {
+			if len(o.state.Running) == 0 || now.Sub(o.lastChange) > o.duration {
+				continue
+			}
+		} else {
+			p.Participant = !o.state.Leaving
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// Run joins the fleet and keeps the Lease until ctx ends; then it returns
+// without deleting the Lease (see Leave). It returns early only if the
+// lease watch cannot start.
+func (m *Member) Run(ctx context.Context) error {
+	factory := informers.NewSharedInformerFactoryWithOptions(m.cfg.Client, 0,
+		informers.WithNamespace(m.cfg.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = labels.SelectorFromSet(labels.Set{FleetLabel: m.cfg.Fleet}).String()
+		}))
+	informer := factory.Coordination().V1().Leases().Informer()
+	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { m.observe(obj, false) },
+		UpdateFunc: func(_, obj any) { m.observe(obj, false) },
+		DeleteFunc: func(obj any) { m.observe(obj, true) },
+	}); err != nil {
+		return fmt.Errorf("watching fleet leases: %w", err)
+	}
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+		return fmt.Errorf("lease watch did not sync: %w", ctx.Err())
+	}
+	m.mu.Lock()
+	m.synced = true
+	m.mu.Unlock()
+	klog.InfoS("Watching fleet", "fleet", m.cfg.Fleet, "namespace", m.cfg.Namespace, "identity", m.cfg.Identity, "incarnation", m.incarnation)
+
+	if err := m.acquire(ctx); err != nil {
+		return err
+	}
+	go m.expiryLoop(ctx)
+	m.renewLoop(ctx)
+	return nil
+}
+
+// acquire waits until this replica may write its Lease: it does not exist,
+// it was left by a graceful leave, or it has not changed for a lease
+// duration (its former holder is dead). A Lease that keeps changing belongs
+// to a live process with the same identity, which must not be displaced.
+func (m *Member) acquire(ctx context.Context) error {
+	var lastRV string
+	var since time.Time
+	for {
+		lease, err := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace).Get(ctx, m.cfg.Identity, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil
+		case err != nil:
+			klog.ErrorS(err, "Reading own lease before joining", "lease", m.cfg.Identity)
+		default:
+			st, perr := ParseState(lease.Annotations[StateAnnotation])
+			if perr == nil && (st.Leaving || st.Incarnation == m.incarnation) {
+				m.setLease(lease)
+				return nil
+			}
+			if lease.ResourceVersion != lastRV {
+				if lastRV != "" {
+					klog.ErrorS(nil, "Lease of this identity is being renewed by another process; waiting for it to stop", "lease", m.cfg.Identity, "holder", ptr.Deref(lease.Spec.HolderIdentity, ""))
+				}
+				lastRV, since = lease.ResourceVersion, m.cfg.Clock.Now()
+			} else if m.cfg.Clock.Since(since) > m.cfg.LeaseDuration {
+				klog.InfoS("Taking over the lease of a former incarnation", "lease", m.cfg.Identity)
+				m.setLease(lease)
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-m.cfg.Clock.After(m.cfg.RetryPeriod):
+		}
+	}
+}
+
+func (m *Member) setLease(l *coordinationv1.Lease) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.lease = l
+}
+
+func (m *Member) renewLoop(ctx context.Context) {
+	ticker := m.cfg.Clock.NewTicker(m.cfg.RetryPeriod)
+	defer ticker.Stop()
+	for {
+		m.renew(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C():
+		case <-m.publish:
+		}
+	}
+}
+
+// renew writes the desired state once.
+func (m *Member) renew(ctx context.Context) {
+	m.mu.Lock()
+	st := m.desired
+	heldAtSend := m.cfg.Clock.Now().Before(m.deadline)
+	// A replica without authority rejoins only once nothing runs.
+	if !heldAtSend && len(st.Running) > 0 {
+		m.mu.Unlock()
+		return
+	}
+	m.seq++
+	st.Seq = m.seq
+	m.mu.Unlock()
+	value, err := st.Encode()
+	if err != nil {
+		klog.ErrorS(err, "Not publishing state")
+		return
+	}
+	sent := m.cfg.Clock.Now()
+	reqCtx, cancel := context.WithTimeout(ctx, m.cfg.renewTimeout())
+	lease, err := m.write(reqCtx, value, sent)
+	cancel()
+	answered := m.cfg.Clock.Now()
+	m.mu.Lock()
+	defer m.notify()
+	defer m.mu.Unlock()
+	if err == nil && answered.Sub(sent) > m.cfg.renewTimeout() {
+		err = fmt.Errorf("renewal answered after %v, longer than %v", answered.Sub(sent), m.cfg.renewTimeout())
+	}
+	if err != nil {
+		m.renewFails++
+		klog.ErrorS(err, "Renewing lease failed", "lease", m.cfg.Identity, "failures", m.renewFails, "authorityUntil", m.deadline)
+		return
+	}
+	if m.renewFails > 0 {
+		klog.InfoS("Renewing lease works again", "lease", m.cfg.Identity, "after", m.renewFails)
+	}
+	m.renewFails = 0
+	m.lease = lease
+	m.confirmed = st
+	if heldAtSend || len(st.Running) == 0 {
+		m.deadline = sent.Add(m.cfg.RenewDeadline)
+	}
+	if !heldAtSend {
+		// Joining, or rejoining after authority ran out (an apiserver
+		// outage, a long pause): while it could not renew it may have
+		// judged live members expired, and they it. It owns nothing for a
+		// lease duration, until every live member is certainly seen again.
+		m.joinedAt = answered
+		klog.InfoS("Joined the fleet; owning nothing for one lease duration", "lease", m.cfg.Identity, "duration", m.cfg.LeaseDuration)
+		go func() {
+			<-m.cfg.Clock.After(m.cfg.LeaseDuration)
+			m.notify()
+		}()
+	}
+	m.wakeAt(m.deadline)
+}
+
+// wakeAt notifies Changed at t (when authority runs out, so pieces stop on
+// time even if nothing else happens).
+func (m *Member) wakeAt(t time.Time) {
+	if m.deadlineTimer == nil {
+		m.deadlineTimer = m.cfg.Clock.NewTimer(t.Sub(m.cfg.Clock.Now()))
+		go func() {
+			for range m.deadlineTimer.C() {
+				m.notify()
+			}
+		}()
+		return
+	}
+	m.deadlineTimer.Reset(t.Sub(m.cfg.Clock.Now()))
+}
+
+// write updates (or creates) the Lease with value.
+func (m *Member) write(ctx context.Context, value string, now time.Time) (*coordinationv1.Lease, error) {
+	leases := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace)
+	m.mu.Lock()
+	current := m.lease
+	m.mu.Unlock()
+	for attempt := 0; attempt < 2; attempt++ {
+		if current == nil {
+			lease := m.leaseObject(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: m.cfg.Identity, Namespace: m.cfg.Namespace}}, value, now)
+			created, err := leases.Create(ctx, lease, metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) {
+				// Someone created it between our read and write: read it
+				// and let the next renewal decide (acquire is only at
+				// start; a live other holder shows as a conflict loop).
+				current, err = leases.Get(ctx, m.cfg.Identity, metav1.GetOptions{})
+				if err != nil {
+					return nil, fmt.Errorf("reading lease after create conflict: %w", err)
+				}
+				continue
+			}
+			if err != nil {
+				return nil, fmt.Errorf("creating lease: %w", err)
+			}
+			return created, nil
+		}
+		updated, err := leases.Update(ctx, m.leaseObject(current.DeepCopy(), value, now), metav1.UpdateOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			klog.InfoS("Own lease was deleted by someone else; creating it again", "lease", m.cfg.Identity)
+			current = nil
+			continue
+		case apierrors.IsConflict(err):
+			// Our own writes are serial, so a conflict is another writer
+			// (an operator, a controller). Overwrite with our state: the
+			// Lease is ours.
+			current, err = leases.Get(ctx, m.cfg.Identity, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				current = nil
+				continue
+			}
+			if err != nil {
+				return nil, fmt.Errorf("reading lease after conflict: %w", err)
+			}
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("updating lease: %w", err)
+		}
+		return updated, nil
+	}
+	return nil, errors.New("lease kept changing under concurrent writers")
+}
+
+func (m *Member) leaseObject(l *coordinationv1.Lease, value string, now time.Time) *coordinationv1.Lease {
+	if l.Labels == nil {
+		l.Labels = map[string]string{}
+	}
+	l.Labels[FleetLabel] = m.cfg.Fleet
+	if l.Annotations == nil {
+		l.Annotations = map[string]string{}
+	}
+	l.Annotations[StateAnnotation] = value
+	l.Spec.HolderIdentity = ptr.To(m.cfg.Identity)
+	l.Spec.LeaseDurationSeconds = ptr.To(int32(m.cfg.LeaseDuration / time.Second))
+	l.Spec.RenewTime = &metav1.MicroTime{Time: now}
+	if l.Spec.AcquireTime == nil || m.lease == nil || m.confirmed.Incarnation != m.incarnation {
+		l.Spec.AcquireTime = &metav1.MicroTime{Time: now}
+	}
+	return l
+}
+
+// Leave publishes a final state with nothing running and deletes the Lease,
+// so the others take over at once instead of after a lease duration. The
+// caller must have stopped every piece.
+func (m *Member) Leave(ctx context.Context) error {
+	m.mu.Lock()
+	st := m.desired
+	st.Running, st.Leaving, st.Joining = nil, true, false
+	m.seq++
+	st.Seq = m.seq
+	m.leaving = true
+	m.deadline = time.Time{}
+	m.mu.Unlock()
+	value, err := st.Encode()
+	if err != nil {
+		return err
+	}
+	lease, err := m.write(ctx, value, m.cfg.Clock.Now())
+	if err != nil {
+		return fmt.Errorf("publishing leave: %w", err)
+	}
+	err = m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace).Delete(ctx, m.cfg.Identity, metav1.DeleteOptions{
+		Preconditions: &metav1.Preconditions{UID: &lease.UID, ResourceVersion: &lease.ResourceVersion},
+	})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting lease: %w", err)
+	}
+	klog.InfoS("Left the fleet", "lease", m.cfg.Identity)
+	return nil
+}
+
+// observe records a Lease event.
+func (m *Member) observe(obj any, deleted bool) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	lease, ok := obj.(*coordinationv1.Lease)
+	if !ok || lease.Name == m.cfg.Identity {
+		return
+	}
+	now := m.cfg.Clock.Now()
+	m.mu.Lock()
+	defer m.notify()
+	defer m.mu.Unlock()
+	o := m.obs[lease.Name]
+	if o == nil {
+		o = &observation{retired: map[string]bool{}}
+		m.obs[lease.Name] = o
+	}
+	if deleted {
+		o.deleted = true
+		o.lastChange = now
+		return
+	}
+	if lease.ResourceVersion == o.rv && !o.deleted {
+		return
+	}
+	st, err := ParseState(lease.Annotations[StateAnnotation])
+	switch {
+	case err != nil:
+		if now.Sub(o.lastBadLog) > time.Minute {
+			o.lastBadLog = now
+			klog.ErrorS(err, "Ignoring unreadable state in fleet lease; keeping the last good one", "lease", lease.Name, "hadGoodState", o.good)
+		}
+	case o.retired[st.Incarnation]:
+		return
+	case o.good && st.Incarnation == o.state.Incarnation && st.Seq < o.state.Seq:
+		// Older than what was seen: a relist must not take us back.
+		return
+	default:
+		if o.good && st.Incarnation != o.state.Incarnation {
+			o.retired[o.state.Incarnation] = true
+		}
+		o.state, o.good = st, true
+	}
+	o.rv, o.lastChange, o.deleted, o.expired = lease.ResourceVersion, now, false, false
+	o.duration = m.cfg.LeaseDuration
+	if d := ptr.Deref(lease.Spec.LeaseDurationSeconds, 0); d > 0 && time.Duration(d)*time.Second > o.duration && time.Duration(d)*time.Second <= time.Hour {
+		// Honour a longer duration a member asks for, never a shorter one.
+		o.duration = time.Duration(d) * time.Second
+	}
+}
+
+// expiryLoop confirms, with a fresh read, that Leases unchanged for their
+// duration are really stale before dropping their holders.
+func (m *Member) expiryLoop(ctx context.Context) {
+	ticker := m.cfg.Clock.NewTicker(m.cfg.RetryPeriod / 2)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C():
+		}
+		now := m.cfg.Clock.Now()
+		var suspects []string
+		m.mu.Lock()
+		for name, o := range m.obs {
+			if !o.deleted && !o.expired && !o.checking && now.Sub(o.lastChange) > o.duration {
+				o.checking = true
+				suspects = append(suspects, name)
+			}
+			if o.deleted && now.Sub(o.lastChange) > o.duration+time.Minute {
+				delete(m.obs, name)
+			}
+		}
+		m.mu.Unlock()
+		for _, name := range suspects {
+			m.confirmExpiry(ctx, name)
+		}
+	}
+}
+
+func (m *Member) confirmExpiry(ctx context.Context, name string) {
+	reqCtx, cancel := context.WithTimeout(ctx, m.cfg.RetryPeriod)
+	lease, err := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace).Get(reqCtx, name, metav1.GetOptions{})
+	cancel()
+	m.mu.Lock()
+	defer m.notify()
+	defer m.mu.Unlock()
+	o := m.obs[name]
+	if o == nil {
+		return
+	}
+	o.checking = false
+	switch {
+	case err != nil && !apierrors.IsNotFound(err):
+		klog.V(2).InfoS("Cannot confirm lease expiry; keeping the member", "lease", name, "err", err)
+	case err == nil && lease.ResourceVersion != o.rv:
+		// It did change; the watch is behind. Count from now.
+		o.lastChange = m.cfg.Clock.Now()
+	default:
+		o.expired = true
+		klog.InfoS("Member lease expired", "lease", name, "lastChange", o.lastChange)
+	}
+}

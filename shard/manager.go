@@ -1,0 +1,240 @@
+package shard
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/fleet-controller-manager/fleet-controller-manager/membership"
+)
+
+// Fence tells a running piece whether its replica may still act. A piece
+// checks it before every write; it turns false when the replica's authority
+// runs out, even before the piece's context is cancelled (a process resumed
+// after a long pause must not act on what it held before).
+type Fence interface {
+	Valid() bool
+}
+
+// Runner runs pieces. Run must return only when all of the piece's work has
+// stopped, and should return soon after ctx is cancelled.
+type Runner interface {
+	Run(ctx context.Context, piece Piece, fence Fence) error
+}
+
+// Membership is what the Manager needs of package membership.
+type Membership interface {
+	Identity() string
+	Incarnation() string
+	Changed() <-chan struct{}
+	Peers() []membership.Peer
+	Publish(membership.State)
+	Confirmed() membership.State
+	Authority() (bool, time.Time)
+	Valid() bool
+	Joining() bool
+	Leave(ctx context.Context) error
+}
+
+// Status is a snapshot of what a Manager does, for metrics and status pages.
+type Status struct {
+	Identity string
+	View     string
+	Epoch    uint64
+	Members  []string
+	Owned    []Piece
+	Running  []Piece
+	Waiting  string
+	Joining  bool
+	Authority bool
+}
+
+// Manager runs, on one replica, exactly the pieces the handover protocol
+// gives it.
+type Manager struct {
+	member  Membership
+	runner  Runner
+	ring    RingConfig
+	pieces  []Piece
+	rings   RingCache
+	local   Local
+	running map[Piece]*runningPiece
+	done    chan Piece
+	// OnStatus, if set, is called after every step (from the Manager's goroutine).
+	OnStatus func(Status)
+	// OnStep reports each plan (for metrics of handover).
+	OnStep func(Plan)
+
+	mu     sync.Mutex
+	status Status
+}
+
+type runningPiece struct {
+	cancel  context.CancelFunc
+	started time.Time
+}
+
+// NewManager prepares a Manager for pieces under ring.
+func NewManager(member Membership, runner Runner, ring RingConfig, pieces []Piece) (*Manager, error) {
+	if err := ring.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid ring configuration: %w", err)
+	}
+	return &Manager{
+		member:  member,
+		runner:  runner,
+		ring:    ring,
+		pieces:  pieces,
+		running: map[Piece]*runningPiece{},
+		done:    make(chan Piece, len(pieces)),
+		local: Local{
+			Self:        member.Identity(),
+			Incarnation: member.Incarnation(),
+			Ring:        ring,
+			Pieces:      pieces,
+			Status:      map[Piece]PieceStatus{},
+		},
+	}, nil
+}
+
+// Status is the latest snapshot.
+func (m *Manager) Status() Status {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.status
+}
+
+// Run drives the protocol until ctx ends, then stops every piece, publishes
+// that nothing runs and leaves the fleet. It returns when all pieces have
+// stopped.
+func (m *Manager) Run(ctx context.Context) error {
+	// A slow poll as a safety net: the protocol is driven by events, but
+	// time alone (expiry, the end of the quiet period) also changes plans.
+	ticker := time.NewTicker(time.Second)
+	defer ticker.Stop()
+	leaving := false
+	for {
+		m.step(leaving)
+		if leaving && len(m.local.Status) == 0 {
+			leaveCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			return m.member.Leave(leaveCtx)
+		}
+		select {
+		case <-ctx.Done():
+			if !leaving {
+				klog.InfoS("Stopping every piece before leaving the fleet", "running", len(m.running))
+			}
+			leaving = true
+			ctx = context.Background()
+		case <-m.member.Changed():
+		case p := <-m.done:
+			m.finished(p)
+		case <-ticker.C:
+		}
+	}
+}
+
+func (m *Manager) finished(p Piece) {
+	if r, ok := m.running[p]; ok {
+		klog.InfoS("Piece stopped", "piece", p, "ran", time.Since(r.started).Round(time.Millisecond))
+	}
+	delete(m.running, p)
+	delete(m.local.Status, p)
+}
+
+func (m *Manager) step(leaving bool) {
+	// Drain completions first so the plan sees them.
+	for {
+		select {
+		case p := <-m.done:
+			m.finished(p)
+			continue
+		default:
+		}
+		break
+	}
+	m.local.Authority = m.member.Valid()
+	m.local.Joining = m.member.Joining()
+	m.local.Leaving = leaving
+	m.local.Confirmed = m.member.Confirmed()
+	memberPeers := m.member.Peers()
+	peers := make([]Peer, len(memberPeers))
+	for i, p := range memberPeers {
+		peers[i] = Peer{Name: p.Name, State: p.State, Participant: p.Participant}
+	}
+	plan := Decide(m.local, peers, &m.rings)
+	for _, p := range plan.Stop {
+		klog.InfoS("Stopping piece", "piece", p, "authority", m.local.Authority, "leaving", leaving)
+		m.local.Status[p] = Stopping
+		m.running[p].cancel()
+	}
+	for _, p := range plan.Drop {
+		delete(m.local.Status, p)
+	}
+	if plan.ApplyView {
+		m.local.View = plan.View
+		m.local.Epoch++
+		klog.InfoS("Applied view", "view", plan.View, "epoch", m.local.Epoch, "members", plan.Members, "participants", plan.Participants, "owned", len(plan.Owned))
+	}
+	for _, p := range plan.Intend {
+		m.local.Status[p] = Intended
+	}
+	for _, p := range plan.Start {
+		m.start(p)
+	}
+	state := membership.State{
+		Epoch:   m.local.Epoch,
+		View:    m.local.View,
+		Acks:    map[string]membership.Ack{},
+		Joining: m.local.Joining,
+	}
+	for _, p := range peers {
+		if p.Participant {
+			state.Acks[p.Name] = membership.Ack{Incarnation: p.State.Incarnation, Epoch: p.State.Epoch}
+		}
+	}
+	for p := range m.local.Status {
+		state.Running = append(state.Running, string(p))
+	}
+	sort.Strings(state.Running)
+	if !leaving {
+		m.member.Publish(state)
+	}
+	if m.OnStep != nil {
+		m.OnStep(plan)
+	}
+	st := Status{
+		Identity: m.local.Self, View: m.local.View, Epoch: m.local.Epoch, Members: plan.Members,
+		Owned: plan.Owned, Waiting: plan.Waiting, Joining: m.local.Joining, Authority: m.local.Authority,
+	}
+	for p, s := range m.local.Status {
+		if s == Running {
+			st.Running = append(st.Running, p)
+		}
+	}
+	sort.Slice(st.Running, func(i, j int) bool { return st.Running[i] < st.Running[j] })
+	m.mu.Lock()
+	m.status = st
+	m.mu.Unlock()
+	if m.OnStatus != nil {
+		m.OnStatus(st)
+	}
+}
+
+func (m *Manager) start(p Piece) {
+	ctx, cancel := context.WithCancel(context.Background())
+	m.local.Status[p] = Running
+	m.running[p] = &runningPiece{cancel: cancel, started: time.Now()}
+	klog.InfoS("Starting piece", "piece", p, "view", m.local.View, "epoch", m.local.Epoch)
+	go func() {
+		defer func() { m.done <- p }()
+		defer cancel()
+		if err := m.runner.Run(ctx, p, m.member); err != nil && ctx.Err() == nil {
+			klog.ErrorS(err, "Piece failed", "piece", p)
+		}
+	}()
+}

@@ -1,0 +1,410 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
+	"github.com/fleet-controller-manager/fleet-controller-manager/test/localcluster"
+)
+
+// pieceRecord mirrors app.PieceRecord (the e2e package drives the binary,
+// it does not import it).
+type pieceRecord struct {
+	Event       string `json:"ev"`
+	Piece       string `json:"piece"`
+	Member      string `json:"member"`
+	Incarnation string `json:"inc"`
+	Time        int64  `json:"t"`
+	ActedUntil  int64  `json:"actedUntil"`
+}
+
+var dummySingletons = []string{"garbagecollector", "namespace", "nodelifecycle", "podgc"}
+
+// fleet is a set of fleet-controller-manager processes in --dummy-pieces
+// mode on one local control plane.
+type fleet struct {
+	t          *testing.T
+	cluster    *localcluster.Cluster
+	kubeconfig string
+	dir        string
+	args       []string
+
+	mu      sync.Mutex
+	members map[string]*localcluster.Process
+	// killed maps an incarnation-less member name to the times it was
+	// killed or paused: its pieces cannot act after them.
+	killed map[string][]int64
+}
+
+func newFleet(t *testing.T, extraArgs ...string) *fleet {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cluster, err := localcluster.Start(ctx, localcluster.Options{})
+	if err != nil {
+		t.Fatalf("starting cluster: %v", err)
+	}
+	t.Cleanup(cluster.Stop)
+	kubeconfig, err := cluster.Kubeconfig("fleet", "fleet-controller-manager", "system:masters")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fleet{t: t, cluster: cluster, kubeconfig: kubeconfig, dir: t.TempDir(), args: extraArgs,
+		members: map[string]*localcluster.Process{}, killed: map[string][]int64{}}
+}
+
+func (f *fleet) start(name string) {
+	f.t.Helper()
+	args := append([]string{
+		"--kubeconfig=" + f.kubeconfig,
+		"--identity=" + name,
+		"--fleet-namespace=kube-system",
+		"--dummy-pieces",
+		"--dummy-record-file=" + filepath.Join(f.dir, name+".jsonl"),
+		"--dummy-singletons=" + strings.Join(dummySingletons, ","),
+		"-v=2",
+	}, f.args...)
+	p, err := f.cluster.StartProcess(name, filepath.Join(binDir(f.t), "fleet-controller-manager"), args, nil)
+	if err != nil {
+		f.t.Fatalf("starting %s: %v", name, err)
+	}
+	f.mu.Lock()
+	f.members[name] = p
+	f.mu.Unlock()
+}
+
+// stop ends a member gracefully (SIGTERM) and waits for it to exit.
+func (f *fleet) stop(name string) {
+	f.t.Helper()
+	p := f.members[name]
+	if err := p.Signal(syscall.SIGTERM); err != nil {
+		f.t.Fatal(err)
+	}
+	select {
+	case <-p.Done():
+	case <-time.After(time.Minute):
+		f.t.Fatalf("%s did not exit within a minute of SIGTERM:\n%s", name, p.LogTail(30))
+	}
+	if exited, err := p.Exited(); !exited || err != nil {
+		f.t.Fatalf("%s exited with %v:\n%s", name, err, p.LogTail(30))
+	}
+	delete(f.members, name)
+}
+
+// signal sends sig to a member, noting when its pieces stopped being able
+// to act (kill and stop).
+func (f *fleet) signal(name string, sig syscall.Signal) int64 {
+	f.t.Helper()
+	now := time.Now().UnixNano()
+	if sig == syscall.SIGKILL || sig == syscall.SIGSTOP {
+		f.mu.Lock()
+		f.killed[name] = append(f.killed[name], now)
+		f.mu.Unlock()
+	}
+	if err := f.members[name].Signal(sig); err != nil {
+		f.t.Fatal(err)
+	}
+	if sig == syscall.SIGKILL {
+		<-f.members[name].Done()
+		delete(f.members, name)
+	}
+	return now
+}
+
+// records reads every member's record file.
+func (f *fleet) records() []pieceRecord {
+	f.t.Helper()
+	files, _ := filepath.Glob(filepath.Join(f.dir, "*.jsonl"))
+	var out []pieceRecord
+	for _, file := range files {
+		fh, err := os.Open(file)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		sc := bufio.NewScanner(fh)
+		for sc.Scan() {
+			var r pieceRecord
+			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+				// The last line of a killed process may be cut short.
+				continue
+			}
+			out = append(out, r)
+		}
+		fh.Close()
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Time < out[j].Time })
+	return out
+}
+
+type interval struct {
+	piece, owner string // owner: member/incarnation
+	member       string
+	start, end   int64 // end MaxInt64 while running
+	stopped      bool
+}
+
+// intervals turns records into run intervals: a piece acts from its start
+// until the last time it found its fence valid, and never after its
+// process was killed or paused.
+func (f *fleet) intervals() []interval {
+	open := map[string]*interval{}
+	var out []interval
+	for _, r := range f.records() {
+		key := r.Piece + "@" + r.Member + "/" + r.Incarnation
+		switch r.Event {
+		case "start":
+			open[key] = &interval{piece: r.Piece, owner: r.Member + "/" + r.Incarnation, member: r.Member, start: r.Time, end: math.MaxInt64}
+		case "stop":
+			if iv := open[key]; iv != nil {
+				iv.end, iv.stopped = r.ActedUntil, true
+				out = append(out, *iv)
+				delete(open, key)
+			}
+		}
+	}
+	for _, iv := range open {
+		out = append(out, *iv)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i := range out {
+		for _, k := range f.killed[out[i].member] {
+			if k > out[i].start && k < out[i].end {
+				out[i].end = k
+			}
+		}
+	}
+	return out
+}
+
+// checkNoOverlap asserts that no piece ever ran on two processes at once.
+func (f *fleet) checkNoOverlap() {
+	f.t.Helper()
+	byPiece := map[string][]interval{}
+	for _, iv := range f.intervals() {
+		byPiece[iv.piece] = append(byPiece[iv.piece], iv)
+	}
+	checked := 0
+	for piece, ivs := range byPiece {
+		sort.Slice(ivs, func(i, j int) bool { return ivs[i].start < ivs[j].start })
+		for i := 1; i < len(ivs); i++ {
+			for j := 0; j < i; j++ {
+				if ivs[j].owner != ivs[i].owner && ivs[i].start < ivs[j].end {
+					f.t.Errorf("piece %s ran on %s from %s while %s ran it until %s", piece, ivs[i].owner, ts(ivs[i].start), ivs[j].owner, ts(ivs[j].end))
+				}
+			}
+			checked++
+		}
+	}
+	f.t.Logf("no-overlap check: %d pieces, %d handovers checked", len(byPiece), checked)
+}
+
+func ts(ns int64) string {
+	if ns == math.MaxInt64 {
+		return "now"
+	}
+	return time.Unix(0, ns).Format("15:04:05.000")
+}
+
+// owners is the member running each piece now (from the records).
+func (f *fleet) owners() map[string][]string {
+	out := map[string][]string{}
+	for _, iv := range f.intervals() {
+		if iv.end == math.MaxInt64 {
+			out[iv.piece] = append(out[iv.piece], iv.member)
+		}
+	}
+	return out
+}
+
+// waitSettled waits until every piece runs on exactly the member the ring
+// of members gives it.
+func (f *fleet) waitSettled(members []string, timeout time.Duration) time.Duration {
+	f.t.Helper()
+	ring := shard.NewRing(shard.DefaultRingConfig, members)
+	pieces := shard.AllPieces(shard.DefaultRingConfig.Partitions, dummySingletons)
+	start := time.Now()
+	var last string
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		owners := f.owners()
+		for _, p := range pieces {
+			want := ring.Owner(p)
+			if got := owners[string(p)]; len(got) != 1 || got[0] != want {
+				last = fmt.Sprintf("%s runs on %v, want %s", p, got, want)
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		var logs strings.Builder
+		for name, p := range f.members {
+			fmt.Fprintf(&logs, "\n--- %s ---\n%s", name, p.LogTail(15))
+		}
+		f.t.Fatalf("fleet %v did not settle within %v: %s%s", members, timeout, last, logs.String())
+	}
+	return time.Since(start)
+}
+
+// gaps measures, for every piece that changed hands after since, the time
+// between the end of its previous run and the start of the next one.
+func (f *fleet) gaps(since int64) []time.Duration {
+	byPiece := map[string][]interval{}
+	for _, iv := range f.intervals() {
+		byPiece[iv.piece] = append(byPiece[iv.piece], iv)
+	}
+	var out []time.Duration
+	for _, ivs := range byPiece {
+		sort.Slice(ivs, func(i, j int) bool { return ivs[i].start < ivs[j].start })
+		for i := 1; i < len(ivs); i++ {
+			if ivs[i].start > since && ivs[i-1].end != math.MaxInt64 {
+				out = append(out, time.Duration(ivs[i].start-ivs[i-1].end))
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	return d[int(math.Ceil(p*float64(len(d))))-1]
+}
+
+func (f *fleet) alive() {
+	f.t.Helper()
+	for name, p := range f.members {
+		if exited, err := p.Exited(); exited {
+			f.t.Errorf("%s exited unexpectedly (%v):\n%s", name, err, p.LogTail(30))
+		}
+	}
+}
+
+func names(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("member-%d", i+1)
+	}
+	return out
+}
+
+// TestHandoverScaleUpAndDown scales a fleet 1 -> 5 -> 2 gracefully.
+func TestHandoverScaleUpAndDown(t *testing.T) {
+	f := newFleet(t)
+	all := names(5)
+	f.start(all[0])
+	d := f.waitSettled(all[:1], 2*time.Minute)
+	t.Logf("one member owns every piece %v after start", d.Round(time.Millisecond))
+
+	mark := time.Now().UnixNano()
+	for _, n := range all[1:] {
+		f.start(n)
+	}
+	d = f.waitSettled(all, 2*time.Minute)
+	up := f.gaps(mark)
+	t.Logf("scale 1->5 settled in %v; %d pieces moved; gap p50 %v p99 %v", d.Round(time.Millisecond), len(up), percentile(up, 0.5).Round(time.Millisecond), percentile(up, 0.99).Round(time.Millisecond))
+
+	// Steady state: Lease writes per member per minute, from the audit log.
+	steadyFrom := time.Now()
+	time.Sleep(30 * time.Second)
+	writes := leaseWrites(t, f.cluster.AuditLog, steadyFrom, time.Now())
+	for _, n := range all {
+		t.Logf("steady state: %s wrote its Lease %.1f times per minute", n, float64(writes[n])*2)
+		if writes[n] == 0 {
+			t.Errorf("%s did not renew its Lease in 30 s", n)
+		}
+	}
+
+	mark = time.Now().UnixNano()
+	for _, n := range all[2:] {
+		f.stop(n)
+	}
+	d = f.waitSettled(all[:2], 2*time.Minute)
+	down := f.gaps(mark)
+	t.Logf("scale 5->2 (graceful) settled in %v; %d pieces moved; gap p50 %v p99 %v", d.Round(time.Millisecond), len(down), percentile(down, 0.5).Round(time.Millisecond), percentile(down, 0.99).Round(time.Millisecond))
+	f.alive()
+	f.checkNoOverlap()
+}
+
+// TestHandoverKill kills one of three members with SIGKILL.
+func TestHandoverKill(t *testing.T) {
+	f := newFleet(t)
+	all := names(3)
+	for _, n := range all {
+		f.start(n)
+	}
+	f.waitSettled(all, 2*time.Minute)
+	killedAt := f.signal(all[2], syscall.SIGKILL)
+	d := f.waitSettled(all[:2], 2*time.Minute)
+	gaps := f.gaps(killedAt)
+	t.Logf("kill -9: every piece owned again %v after the kill; %d pieces moved; gap p50 %v max %v", d.Round(time.Millisecond), len(gaps), percentile(gaps, 0.5).Round(time.Millisecond), percentile(gaps, 1).Round(time.Millisecond))
+	// Bound: the lease duration, one renewal period for the expiry check, and
+	// the handover itself.
+	if max := percentile(gaps, 1); max > 25*time.Second {
+		t.Errorf("a piece of the killed member was unowned for %v", max)
+	}
+	f.alive()
+	f.checkNoOverlap()
+}
+
+// TestHandoverPause stops one member with SIGSTOP for longer than the lease
+// duration, then resumes it: the others take its pieces, and it must stop
+// them before it acts again.
+func TestHandoverPause(t *testing.T) {
+	f := newFleet(t)
+	all := names(3)
+	for _, n := range all {
+		f.start(n)
+	}
+	f.waitSettled(all, 2*time.Minute)
+	pausedAt := f.signal(all[2], syscall.SIGSTOP)
+	// While it is stopped the others see its Lease expire and take over.
+	d := f.waitSettled(all[:2], 2*time.Minute)
+	t.Logf("SIGSTOP: the others own everything %v after the pause", d.Round(time.Millisecond))
+	time.Sleep(5 * time.Second)
+	f.signal(all[2], syscall.SIGCONT)
+	// It resumes, finds its authority gone, stops its pieces, and rejoins.
+	d = f.waitSettled(all, 2*time.Minute)
+	t.Logf("SIGCONT: fleet of 3 settled again %v after resume (pause lasted %v)", d.Round(time.Millisecond), time.Duration(time.Now().UnixNano()-pausedAt).Round(time.Second))
+	f.alive()
+	f.checkNoOverlap()
+}
+
+// TestHandoverAPIServerRestart restarts kube-apiserver under a settled fleet.
+func TestHandoverAPIServerRestart(t *testing.T) {
+	f := newFleet(t)
+	all := names(3)
+	for _, n := range all {
+		f.start(n)
+	}
+	f.waitSettled(all, 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	restartAt := time.Now()
+	if err := f.cluster.RestartAPIServer(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("apiserver restarted in %v", time.Since(restartAt).Round(time.Millisecond))
+	d := f.waitSettled(all, 2*time.Minute)
+	t.Logf("fleet settled %v after the apiserver was back", d.Round(time.Millisecond))
+	f.alive()
+	f.checkNoOverlap()
+}
