@@ -160,21 +160,29 @@ func NamespacePartition(ns string, partitions int) int {
 	return int(hi)
 }
 
-// PartitionRange is the half-open hash range [lo, hi) of partition p, as
-// 16-digit hex strings (the format of sharding.HashField); hi is "" for the
-// last partition, whose range ends at 2^64.
+// PartitionRange is the half-open hash range [lo, hi) of partition p, in
+// the form server-side sharding takes (sharding.ShardRangeRequirement):
+// 0x-prefixed 16-digit lowercase hex, the last range ending at
+// 0x10000000000000000 (2^64).
 func PartitionRange(p, partitions int) (lo, hi string) {
-	bound := func(i int) uint64 {
+	bound := func(i int) string {
+		if i == partitions {
+			return "0x10000000000000000"
+		}
 		// ceil(i * 2^64 / partitions): the smallest hash in partition i.
 		q, r := bits.Div64(uint64(i), 0, uint64(partitions))
 		if r != 0 {
 			q++
 		}
-		return q
+		return fmt.Sprintf("0x%016x", q)
 	}
-	lo = fmt.Sprintf("%016x", bound(p))
-	if p+1 < partitions {
-		hi = fmt.Sprintf("%016x", bound(p+1))
-	}
-	return lo, hi
+	return bound(p), bound(p + 1)
+}
+
+// ShardSelector is the server-side list/watch selector (ListOptions
+// ShardSelector, feature gate ShardedListAndWatch) of partition p: every
+// namespaced object whose namespace falls in the partition.
+func ShardSelector(p, partitions int) string {
+	lo, hi := PartitionRange(p, partitions)
+	return fmt.Sprintf("shardRange(object.metadata.namespace, '%s', '%s')", lo, hi)
 }

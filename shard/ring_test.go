@@ -109,8 +109,8 @@ func TestNamespacePartitionMatchesServerSideSharding(t *testing.T) {
 		p := NamespacePartition(ns, partitions)
 		counts[p]++
 		lo, hi := PartitionRange(p, partitions)
-		h := sharding.HashField(ns)
-		if h < lo || (hi != "" && h >= hi) {
+		h := "0x" + sharding.HashField(ns)
+		if sharding.HexLess(h, lo) || !sharding.HexLess(h, hi) {
 			t.Fatalf("namespace %s hash %s is outside partition %d range [%s, %s)", ns, h, p, lo, hi)
 		}
 	}
@@ -122,11 +122,20 @@ func TestNamespacePartitionMatchesServerSideSharding(t *testing.T) {
 		minC, maxC = min(minC, c), max(maxC, c)
 	}
 	t.Logf("5000 sequential namespace names over %d partitions: min %d, max %d, ideal %.0f", partitions, minC, maxC, 5000.0/partitions)
-	if lo, _ := PartitionRange(0, partitions); lo != "0000000000000000" {
+	if lo, _ := PartitionRange(0, partitions); lo != "0x0000000000000000" {
 		t.Errorf("partition 0 starts at %s", lo)
 	}
-	if _, hi := PartitionRange(partitions-1, partitions); hi != "" {
-		t.Errorf("last partition ends at %s, want open end", hi)
+	if _, hi := PartitionRange(partitions-1, partitions); hi != "0x10000000000000000" {
+		t.Errorf("last partition ends at %s, want 2^64", hi)
+	}
+	for p := 1; p < partitions; p++ {
+		_, prevHi := PartitionRange(p-1, partitions)
+		if lo, _ := PartitionRange(p, partitions); lo != prevHi {
+			t.Errorf("partition %d starts at %s, previous ends at %s", p, lo, prevHi)
+		}
+	}
+	if got, want := ShardSelector(0, 2), "shardRange(object.metadata.namespace, '0x0000000000000000', '0x8000000000000000')"; got != want {
+		t.Errorf("ShardSelector(0, 2) = %s, want %s", got, want)
 	}
 }
 

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
@@ -405,6 +407,77 @@ func TestHandoverAPIServerRestart(t *testing.T) {
 	t.Logf("apiserver restarted in %v", time.Since(restartAt).Round(time.Millisecond))
 	d := f.waitSettled(all, 2*time.Minute)
 	t.Logf("fleet settled %v after the apiserver was back", d.Round(time.Millisecond))
+	f.alive()
+	f.checkNoOverlap()
+}
+
+// TestHandoverBadLeases writes Leases a fleet member must survive: garbage
+// and huge state annotations under the fleet label, a member's own Lease
+// overwritten with garbage, and a live member's Lease deleted by hand.
+func TestHandoverBadLeases(t *testing.T) {
+	f := newFleet(t)
+	all := names(3)
+	for _, n := range all {
+		f.start(n)
+	}
+	f.waitSettled(all, 2*time.Minute)
+	client, err := f.cluster.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	leases := client.CoordinationV1().Leases("kube-system")
+	bad := map[string]string{
+		"garbage":       "{not json",
+		"huge":          `{"v":1,"inc":"a","seq":1,"epoch":1,"view":"","running":["partition/` + strings.Repeat("9", 200<<10) + `"]}`,
+		"other-version": `{"v":9,"inc":"a","seq":1,"epoch":1,"view":""}`,
+		"claims-all":    `{"v":1,"inc":"x","seq":1,"epoch":0,"view":"","running":["partition/1"],"joining":true}`,
+	}
+	for name, value := range bad {
+		lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{
+			Name: "bad-" + name, Labels: map[string]string{"fleet-controller-manager.io/fleet": "fleet-controller-manager"},
+			Annotations: map[string]string{"fleet-controller-manager.io/state": value},
+		}}
+		if _, err := leases.Create(ctx, lease, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("creating bad lease %s: %v", name, err)
+		}
+	}
+	// Someone else overwrites member-2's state.
+	l, err := leases.Get(ctx, all[1], metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Annotations["fleet-controller-manager.io/state"] = "overwritten"
+	if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("overwriting %s: %v", all[1], err)
+	}
+	// An operator deletes member-3's Lease while it runs.
+	mark := time.Now().UnixNano()
+	if err := leases.Delete(ctx, all[2], metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Second)
+	f.waitSettled(all, 2*time.Minute)
+	if moved := f.gaps(mark); len(moved) > 0 {
+		t.Logf("%d pieces changed hands after the bad writes", len(moved))
+	}
+	// member-3 wrote its Lease back, and member-2 its state.
+	for _, n := range all[1:] {
+		l, err := leases.Get(ctx, n, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("%s's lease: %v", n, err)
+		}
+		if strings.HasPrefix(l.Annotations["fleet-controller-manager.io/state"], "overwritten") {
+			t.Errorf("%s did not restore its state", n)
+		}
+	}
+	logs, err := os.ReadFile(f.members[all[0]].LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(logs), "Ignoring unreadable state in fleet lease") {
+		t.Errorf("member-1 did not log the unreadable leases")
+	}
 	f.alive()
 	f.checkNoOverlap()
 }

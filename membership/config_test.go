@@ -1,0 +1,43 @@
+package membership
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+func TestConfigValidate(t *testing.T) {
+	valid := Config{Client: fake.NewSimpleClientset(), Namespace: "kube-system", Fleet: "fleet", Identity: "replica-0"}.WithDefaults()
+	for _, tc := range []struct {
+		name    string
+		mutate  func(*Config)
+		wantErr string
+	}{
+		{"valid", func(*Config) {}, ""},
+		{"renew deadline not shorter than lease", func(c *Config) { c.RenewDeadline = c.LeaseDuration }, "must be longer than the renew deadline"},
+		{"retry not shorter than renew deadline", func(c *Config) { c.RetryPeriod = c.RenewDeadline }, "longer than the retry period"},
+		{"negative retry", func(c *Config) { c.RetryPeriod = -time.Second }, "must be positive"},
+		{"identity not a name", func(c *Config) { c.Identity = "Host_Name" }, "identity"},
+		{"empty fleet", func(c *Config) { c.Fleet = "" }, "fleet name must not be empty"},
+		{"fleet not a label value", func(c *Config) { c.Fleet = "a/b" }, "fleet name"},
+		{"no client", func(c *Config) { c.Client = nil }, "no Kubernetes client"},
+		{"lease over an hour", func(c *Config) { c.LeaseDuration = 2 * time.Hour }, "over an hour"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := valid
+			tc.mutate(&c)
+			err := c.Validate()
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("want error containing %q, got %v", tc.wantErr, err)
+			}
+		})
+	}
+}

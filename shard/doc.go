@@ -1,0 +1,67 @@
+// Package shard decides which replica runs which piece: the consistent-hash
+// ring over the live members, and the handover protocol that moves pieces
+// between replicas without ever letting two of them run the same piece.
+//
+// # Pieces and the ring
+//
+// A piece is a namespace partition ("partition/i": the i-th equal range of
+// the 64-bit FNV-1a hash of namespace names, the ranges of server-side
+// sharded list/watch) or a singleton controller ("singleton/name"). The
+// Ring (buraksezer/consistent over xxhash, bounded loads) gives each
+// partition an owner; a singleton goes to the owner of the partition its
+// name hashes to, as consistent.LocateKey does. The ring is a pure function
+// of the member set and RingConfig.
+//
+// # The protocol
+//
+// Each member publishes a State in its own Lease (package membership):
+// its incarnation, the view it has applied (ViewID: ring configuration,
+// ring members and participants) with an epoch that counts applied views,
+// an acknowledgement of the epoch of every other participant it has seen,
+// and every piece it may be running. Decide, a pure function shared by the
+// runtime and the simulation, applies four rules:
+//
+//  1. Apply a view only after every piece it takes away has stopped (its
+//     Run has returned); then bump the epoch and publish.
+//  2. List a piece as running before starting it (intent, confirmed by a
+//     successful write), and unlist it only after it stopped.
+//  3. Start a piece only when the ring of the applied view gives it to this
+//     member, and every other participant publishes the same view, has
+//     acknowledged this member's current epoch, and does not list the
+//     piece; nor may any ghost (a Lease deleted while listing pieces, until
+//     it would have expired) list it.
+//  4. Own nothing while joining: for one lease duration after the first
+//     write of a process, and after regaining authority that had run out.
+//     Joining members take part in views (they must acknowledge them) but
+//     the ring gives them nothing, so a joiner delays no running piece.
+//
+// Why never two owners. Suppose B starts p at time b while A runs it. At b,
+// B's copy of A's state (version k) shows B's view and acknowledges B's
+// epoch, so A wrote version k after it saw B publish that epoch, and before
+// b. If A was running p when it wrote k, k lists p (rule 2) and B would not
+// start. So A started p after k, under a view that gives p to A, hence a
+// different view than B's, with a newer epoch of A. Rule 3 made A wait for
+// B to acknowledge that epoch with that view, so B published that view
+// after k; but B's own view at b differs, so B changed views after that
+// publication and bumped its epoch, which A acknowledged in version k —
+// written before A's epoch that B then acknowledged. The writes cannot be
+// ordered both ways, because observations of a member never go back in
+// time (membership drops older states), so no such A exists. Members that
+// drop out of a view do so only after their authority has certainly run
+// out (expiry is judged on the observer's clock after a fresh read; a
+// replica stops acting RenewDeadline after a renewal was sent, and only
+// renewals answered within LeaseDuration-RenewDeadline count), after they
+// published that nothing runs (graceful leave), or while they stay ghosts.
+// Joiners (rule 4) have seen every live member before they own anything,
+// which the argument above needs: a member B never saw cannot be in its
+// view. The simulation (protocol_sim_test.go) checks the property under
+// delayed and reordered events, crashes, pauses, outages and hand-deleted
+// Leases; the e2e tests check it on a real apiserver.
+//
+// What it costs: a participant that renews but never acknowledges (a hung
+// process) blocks new starts across the fleet until it dies; pieces already
+// running keep running. A fleet that lost the apiserver for longer than the
+// renew deadline stops everything and owns nothing for one lease duration
+// after it is back, as kube-controller-manager restarts after losing its
+// leader lease.
+package shard
