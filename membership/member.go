@@ -69,6 +69,8 @@ type Member struct {
 	leaving    bool
 
 	deadlineTimer clock.Timer
+	// writeMu serialises Lease writes of the renew loop and Leave.
+	writeMu sync.Mutex
 }
 
 // New checks cfg and prepares a member; Run joins the fleet.
@@ -283,13 +285,25 @@ func (m *Member) renewLoop(ctx context.Context) {
 
 // renew writes the desired state once.
 func (m *Member) renew(ctx context.Context) {
+	// Serialised with Leave: no renewal may recreate the Lease after it.
+	m.writeMu.Lock()
+	defer m.writeMu.Unlock()
 	m.mu.Lock()
+	if m.leaving {
+		m.mu.Unlock()
+		return
+	}
 	st := m.desired
 	heldAtSend := m.cfg.Clock.Now().Before(m.deadline)
 	// A replica without authority rejoins only once nothing runs.
 	if !heldAtSend && len(st.Running) > 0 {
 		m.mu.Unlock()
 		return
+	}
+	if !heldAtSend {
+		// This write (re)joins: others must not count this replica in the
+		// ring until its quiet period is over.
+		st.Joining = true
 	}
 	m.seq++
 	st.Seq = m.seq
@@ -428,6 +442,8 @@ func (m *Member) leaseObject(l *coordinationv1.Lease, value string, now time.Tim
 // so the others take over at once instead of after a lease duration. The
 // caller must have stopped every piece.
 func (m *Member) Leave(ctx context.Context) error {
+	m.writeMu.Lock()
+	defer m.writeMu.Unlock()
 	m.mu.Lock()
 	st := m.desired
 	st.Running, st.Leaving, st.Joining = nil, true, false
@@ -519,11 +535,15 @@ func (m *Member) expiryLoop(ctx context.Context) {
 		}
 		now := m.cfg.Clock.Now()
 		var suspects []string
+		stale := map[string]string{}
 		m.mu.Lock()
 		for name, o := range m.obs {
 			if !o.deleted && !o.expired && !o.checking && now.Sub(o.lastChange) > o.duration {
 				o.checking = true
 				suspects = append(suspects, name)
+			}
+			if o.expired && !o.deleted && now.Sub(o.lastChange) > staleLeaseFactor*o.duration {
+				stale[name] = o.rv
 			}
 			if o.deleted && now.Sub(o.lastChange) > o.duration+time.Minute {
 				delete(m.obs, name)
@@ -533,6 +553,30 @@ func (m *Member) expiryLoop(ctx context.Context) {
 		for _, name := range suspects {
 			m.confirmExpiry(ctx, name)
 		}
+		for name, rv := range stale {
+			m.deleteStale(ctx, name, rv)
+		}
+	}
+}
+
+// staleLeaseFactor: a Lease expired for this many lease durations belongs to
+// a replica that is gone for good (a Deployment's pods get new names, so a
+// crashed pod's Lease would otherwise stay forever). Any member deletes it,
+// on the condition that it has not changed since.
+const staleLeaseFactor = 10
+
+func (m *Member) deleteStale(ctx context.Context, name, rv string) {
+	reqCtx, cancel := context.WithTimeout(ctx, m.cfg.RetryPeriod)
+	defer cancel()
+	err := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace).Delete(reqCtx, name, metav1.DeleteOptions{
+		Preconditions: &metav1.Preconditions{ResourceVersion: &rv},
+	})
+	switch {
+	case err == nil:
+		klog.InfoS("Deleted the lease of a member gone for good", "lease", name)
+	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+	default:
+		klog.V(2).InfoS("Cannot delete a stale lease", "lease", name, "err", err)
 	}
 }
 

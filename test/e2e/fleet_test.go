@@ -342,6 +342,11 @@ func TestHandoverScaleUpAndDown(t *testing.T) {
 	d = f.waitSettled(all[:2], 2*time.Minute)
 	down := f.gaps(mark)
 	t.Logf("scale 5->2 (graceful) settled in %v; %d pieces moved; gap p50 %v p99 %v", d.Round(time.Millisecond), len(down), percentile(down, 0.5).Round(time.Millisecond), percentile(down, 0.99).Round(time.Millisecond))
+	// A graceful leave hands over without waiting for the Lease to expire;
+	// a gap as long as the lease duration means a leave went unseen.
+	if worst := percentile(down, 1); worst >= 15*time.Second {
+		t.Errorf("a piece waited %v after a graceful leave: the leave was treated as a crash", worst)
+	}
 	f.alive()
 	f.checkNoOverlap()
 }

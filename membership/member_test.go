@@ -1,0 +1,89 @@
+package membership
+
+import (
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+func lease(name, rv, state string) *coordinationv1.Lease {
+	return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{
+		Name: name, ResourceVersion: rv,
+		Annotations: map[string]string{StateAnnotation: state},
+	}}
+}
+
+func encoded(t *testing.T, s State) string {
+	t.Helper()
+	s.Version = StateVersion
+	v, err := s.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// TestObserve checks the rules that keep observations honest: older states
+// of an incarnation are dropped, garbage keeps the last good state, a
+// deleted Lease that listed pieces stays a ghost until it would have
+// expired, and one that left gracefully goes at once.
+func TestObserve(t *testing.T) {
+	clock := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	m, err := New(Config{Client: fake.NewSimpleClientset(), Namespace: "ns", Fleet: "f", Identity: "self", Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	running := State{Incarnation: "b1", Seq: 5, Epoch: 2, View: "aa", Running: []string{"partition/1"}}
+	m.observe(lease("b", "10", encoded(t, running)), false)
+	m.observe(lease("self", "11", encoded(t, running)), false)
+
+	peers := m.Peers()
+	if len(peers) != 1 || peers[0].Name != "b" || !peers[0].Participant || peers[0].State.Seq != 5 {
+		t.Fatalf("want b as a participant at seq 5 (and not self), got %+v", peers)
+	}
+
+	older := running
+	older.Seq, older.Running = 4, nil
+	m.observe(lease("b", "12", encoded(t, older)), false)
+	if got := m.Peers()[0].State; got.Seq != 5 || !got.Runs("partition/1") {
+		t.Fatalf("an older state replaced a newer one: %+v", got)
+	}
+
+	m.observe(lease("b", "13", "garbage"), false)
+	if got := m.Peers()[0].State; got.Seq != 5 {
+		t.Fatalf("garbage replaced the last good state: %+v", got)
+	}
+	m.observe(lease("stranger", "14", "garbage"), false)
+	if len(m.Peers()) != 1 {
+		t.Fatalf("a Lease never seen good counts as a member: %+v", m.Peers())
+	}
+
+	m.observe(cache.DeletedFinalStateUnknown{Key: "ns/b", Obj: lease("b", "15", "garbage")}, true)
+	peers = m.Peers()
+	if len(peers) != 1 || peers[0].Participant || !peers[0].State.Runs("partition/1") {
+		t.Fatalf("a deleted Lease listing pieces must stay a ghost: %+v", peers)
+	}
+	clock.Step(DefaultLeaseDuration + time.Second)
+	if peers := m.Peers(); len(peers) != 0 {
+		t.Fatalf("the ghost outlived its lease duration: %+v", peers)
+	}
+
+	left := State{Incarnation: "c1", Seq: 9, Epoch: 1, Leaving: true}
+	m.observe(lease("c", "16", encoded(t, left)), false)
+	m.observe(lease("c", "17", encoded(t, left)), true)
+	if peers := m.Peers(); len(peers) != 0 {
+		t.Fatalf("a member that left gracefully still counts: %+v", peers)
+	}
+
+	restarted := State{Incarnation: "b2", Seq: 1, Epoch: 1, View: "bb"}
+	m.observe(lease("b", "18", encoded(t, restarted)), false)
+	m.observe(lease("b", "19", encoded(t, State{Incarnation: "b1", Seq: 99, Epoch: 9, View: "aa"})), false)
+	if got := m.Peers()[0].State; got.Incarnation != "b2" {
+		t.Fatalf("a retired incarnation came back: %+v", got)
+	}
+}
