@@ -300,6 +300,18 @@ func (f *fleet) alive() {
 	}
 }
 
+// settledFleet starts n members and waits until they own every piece.
+func settledFleet(t *testing.T, n int) (*fleet, []string) {
+	t.Helper()
+	f := newFleet(t)
+	all := names(n)
+	for _, name := range all {
+		f.start(name)
+	}
+	f.waitSettled(all, 2*time.Minute)
+	return f, all
+}
+
 func names(n int) []string {
 	out := make([]string, n)
 	for i := range out {
@@ -353,12 +365,7 @@ func TestHandoverScaleUpAndDown(t *testing.T) {
 
 // TestHandoverKill kills one of three members with SIGKILL.
 func TestHandoverKill(t *testing.T) {
-	f := newFleet(t)
-	all := names(3)
-	for _, n := range all {
-		f.start(n)
-	}
-	f.waitSettled(all, 2*time.Minute)
+	f, all := settledFleet(t, 3)
 	killedAt := f.signal(all[2], syscall.SIGKILL)
 	d := f.waitSettled(all[:2], 2*time.Minute)
 	gaps := f.gaps(killedAt)
@@ -376,12 +383,7 @@ func TestHandoverKill(t *testing.T) {
 // duration, then resumes it: the others take its pieces, and it must stop
 // them before it acts again.
 func TestHandoverPause(t *testing.T) {
-	f := newFleet(t)
-	all := names(3)
-	for _, n := range all {
-		f.start(n)
-	}
-	f.waitSettled(all, 2*time.Minute)
+	f, all := settledFleet(t, 3)
 	pausedAt := f.signal(all[2], syscall.SIGSTOP)
 	// While it is stopped the others see its Lease expire and take over.
 	d := f.waitSettled(all[:2], 2*time.Minute)
@@ -397,12 +399,7 @@ func TestHandoverPause(t *testing.T) {
 
 // TestHandoverAPIServerRestart restarts kube-apiserver under a settled fleet.
 func TestHandoverAPIServerRestart(t *testing.T) {
-	f := newFleet(t)
-	all := names(3)
-	for _, n := range all {
-		f.start(n)
-	}
-	f.waitSettled(all, 2*time.Minute)
+	f, all := settledFleet(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	restartAt := time.Now()
@@ -420,12 +417,7 @@ func TestHandoverAPIServerRestart(t *testing.T) {
 // and huge state annotations under the fleet label, a member's own Lease
 // overwritten with garbage, and a live member's Lease deleted by hand.
 func TestHandoverBadLeases(t *testing.T) {
-	f := newFleet(t)
-	all := names(3)
-	for _, n := range all {
-		f.start(n)
-	}
-	f.waitSettled(all, 2*time.Minute)
+	f, all := settledFleet(t, 3)
 	client, err := f.cluster.Client()
 	if err != nil {
 		t.Fatal(err)
