@@ -73,6 +73,10 @@ type Manager struct {
 	status Status
 }
 
+// pieceRestartDelay is how long a piece that ended on its own (its Run
+// returned before it was cancelled) waits before it is started again.
+const pieceRestartDelay = 5 * time.Second
+
 type runningPiece struct {
 	cancel  context.CancelFunc
 	started time.Time
@@ -233,8 +237,17 @@ func (m *Manager) start(p Piece) {
 	go func() {
 		defer func() { m.done <- p }()
 		defer cancel()
-		if err := m.runner.Run(ctx, p, m.member); err != nil && ctx.Err() == nil {
-			klog.ErrorS(err, "Piece failed", "piece", p)
+		started := time.Now()
+		err := m.runner.Run(ctx, p, m.member)
+		if ctx.Err() != nil {
+			return
+		}
+		klog.ErrorS(err, "Piece ended on its own; restarting it after a pause", "piece", p, "ran", time.Since(started).Round(time.Millisecond))
+		// The piece stays listed as running while it waits, so no other
+		// replica takes it, and a piece that keeps failing does not spin.
+		select {
+		case <-ctx.Done():
+		case <-time.After(pieceRestartDelay):
 		}
 	}()
 }

@@ -77,6 +77,7 @@ func (f *fleet) start(name string) {
 		"--kubeconfig=" + f.kubeconfig,
 		"--identity=" + name,
 		"--fleet-namespace=kube-system",
+		"--secure-port=0",
 		"--dummy-pieces",
 		"--dummy-record-file=" + filepath.Join(f.dir, name+".jsonl"),
 		"--dummy-singletons=" + strings.Join(dummySingletons, ","),

@@ -70,6 +70,9 @@ func (c *Cluster) startAPIServer(ctx context.Context, extraArgs []string) error 
 		"--audit-log-path=" + c.AuditLog,
 		"--audit-log-maxsize=0",
 		"--profiling=false",
+		// Server-side sharded list/watch: partition pieces list and watch
+		// only their namespaces with it.
+		"--feature-gates=ShardedListAndWatch=true",
 	}
 	args = append(args, extraArgs...)
 	if c.apiServer, err = startProcess(c.Dir, "kube-apiserver", filepath.Join(c.BinDir, "kube-apiserver"), args, nil); err != nil {
@@ -152,6 +155,24 @@ leaderElection:
 	return waitHTTP(ctx, c.scheduler, fmt.Sprintf("https://127.0.0.1:%d/healthz", port), insecureClient(), componentReadyTimeout)
 }
 
+// ControllerManagerArgs are the flags a production control plane gives
+// kube-controller-manager (and so fleet-controller-manager, which takes the
+// same flags): credentials, service account signing, cluster signing.
+func (c *Cluster) ControllerManagerArgs(kubeconfig string) []string {
+	return []string{
+		"--kubeconfig=" + kubeconfig,
+		"--authentication-kubeconfig=" + kubeconfig,
+		"--authorization-kubeconfig=" + kubeconfig,
+		"--bind-address=127.0.0.1",
+		"--use-service-account-credentials=true",
+		"--service-account-private-key-file=" + c.pki.ServiceAccountKey,
+		"--root-ca-file=" + c.pki.CAFile,
+		"--cluster-signing-cert-file=" + c.pki.CAFile,
+		"--cluster-signing-key-file=" + c.pki.CAKey,
+		"--controllers=*",
+	}
+}
+
 // StartKubeControllerManager starts upstream kube-controller-manager as name
 // (several may run for leader election), configured as a production
 // control plane would: service account credentials, signing keys, leader
@@ -165,20 +186,8 @@ func (c *Cluster) StartKubeControllerManager(ctx context.Context, name string, a
 	if err != nil {
 		return nil, err
 	}
-	all := append([]string{
-		"--kubeconfig=" + kubeconfig,
-		"--authentication-kubeconfig=" + kubeconfig,
-		"--authorization-kubeconfig=" + kubeconfig,
-		"--bind-address=127.0.0.1",
-		"--secure-port=" + strconv.Itoa(port),
-		"--use-service-account-credentials=true",
-		"--service-account-private-key-file=" + c.pki.ServiceAccountKey,
-		"--root-ca-file=" + c.pki.CAFile,
-		"--cluster-signing-cert-file=" + c.pki.CAFile,
-		"--cluster-signing-key-file=" + c.pki.CAKey,
-		"--leader-elect=true",
-		"--controllers=*",
-	}, args...)
+	all := append(c.ControllerManagerArgs(kubeconfig), "--secure-port="+strconv.Itoa(port), "--leader-elect=true")
+	all = append(all, args...)
 	p, err := startProcess(c.Dir, name, filepath.Join(c.BinDir, "kube-controller-manager"), all, nil)
 	if err != nil {
 		return nil, err
@@ -188,6 +197,32 @@ func (c *Cluster) StartKubeControllerManager(ctx context.Context, name string, a
 		return nil, err
 	}
 	return p, nil
+}
+
+// StartFleetReplica starts one fleet-controller-manager replica named
+// identity with the same flags as kube-controller-manager, and returns once
+// its /healthz answers. Its client is a system:masters user until the
+// project ships least-privilege RBAC.
+func (c *Cluster) StartFleetReplica(ctx context.Context, bin, identity string, args ...string) (*Process, int, error) {
+	kubeconfig, err := c.Kubeconfig("fleet-controller-manager", "system:kube-controller-manager", "system:masters")
+	if err != nil {
+		return nil, 0, err
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, 0, err
+	}
+	all := append(c.ControllerManagerArgs(kubeconfig), "--secure-port="+strconv.Itoa(port), "--identity="+identity)
+	all = append(all, args...)
+	p, err := startProcess(c.Dir, identity, bin, all, nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	c.track(p)
+	if err := waitHTTP(ctx, p, fmt.Sprintf("https://127.0.0.1:%d/healthz", port), insecureClient(), componentReadyTimeout); err != nil {
+		return nil, 0, err
+	}
+	return p, port, nil
 }
 
 // StartProcess starts any other program (a fleet replica, say) as part of the

@@ -1,110 +1,95 @@
-// Package app is the fleet-controller-manager command: flags, validation and
-// wiring of membership, shard and controllers. It holds no logic of its own.
+// Package app is the fleet-controller-manager command: kube-controller-
+// manager's own options (every KCM flag means the same here) with leader
+// election replaced by fleet membership, and the wiring of membership, shard,
+// informers and controllers. It holds no logic of its own.
 package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/klog/v2"
-
-	"github.com/fleet-controller-manager/fleet-controller-manager/membership"
-	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	restclient "k8s.io/client-go/rest"
+	cliflag "k8s.io/component-base/cli/flag"
+	"k8s.io/component-base/cli/globalflag"
+	"k8s.io/component-base/logs"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	"k8s.io/component-base/term"
+	kcmapp "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	"k8s.io/kubernetes/cmd/kube-controller-manager/app/options"
 )
+
+// leaderElectionFlags are KCM's; the fleet replaces leader election, so they
+// are accepted (deployments that set them keep working) and ignored.
+var leaderElectionFlags = []string{
+	"leader-elect", "leader-elect-lease-duration", "leader-elect-renew-deadline", "leader-elect-retry-period",
+	"leader-elect-resource-lock", "leader-elect-resource-name", "leader-elect-resource-namespace",
+	"enable-leader-migration", "leader-migration-config",
+}
 
 // NewCommand builds the fleet-controller-manager command.
 func NewCommand() *cobra.Command {
-	opts := NewFleetOptions()
+	kcm, err := options.NewKubeControllerManagerOptions()
+	if err != nil {
+		// Only fails on a broken build (default config conversion).
+		panic(fmt.Sprintf("kube-controller-manager options: %v", err))
+	}
+	fleet := NewFleetOptions()
 	var showVersion bool
 	cmd := &cobra.Command{
-		Use:          "fleet-controller-manager",
-		Short:        "Runs Kubernetes' built-in controllers sharded across an active-active fleet",
+		Use:   "fleet-controller-manager",
+		Short: "Runs Kubernetes' built-in controllers sharded across an active-active fleet",
+		Long: `fleet-controller-manager runs kube-controller-manager's controllers on every
+replica at once: replicas register with Leases, a consistent-hash ring splits the
+controllers and the namespaces of the per-namespace controllers between them,
+and no piece ever runs on two replicas. It takes kube-controller-manager's flags;
+leader election flags are replaced by the fleet flags.`,
 		SilenceUsage: true,
-		Args:         cobra.NoArgs,
+		PersistentPreRunE: func(*cobra.Command, []string) error {
+			// As KCM: it watches deprecated APIs on purpose.
+			restclient.SetDefaultWarningHandler(restclient.NoWarnings{})
+			return kcm.ComponentGlobalsRegistry.Set()
+		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if showVersion {
 				fmt.Fprintln(cmd.OutOrStdout(), versionString())
 				return nil
 			}
-			if err := opts.Complete(); err != nil {
+			if err := logsapi.ValidateAndApply(kcm.Logs, utilfeature.DefaultFeatureGate); err != nil {
 				return err
 			}
-			if err := opts.Validate(); err != nil {
-				return fmt.Errorf("invalid flags: %w", err)
+			if err := fleet.Complete(); err != nil {
+				return err
+			}
+			if err := fleet.Validate(); err != nil {
+				return fmt.Errorf("invalid fleet flags: %w", err)
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 			defer stop()
-			return run(ctx, opts)
+			return run(ctx, kcm, fleet)
 		},
+		Args: cobra.NoArgs,
 	}
-	cmd.Flags().BoolVar(&showVersion, "version", false, "Print the version and the Kubernetes version embedded, then exit.")
-	cmd.Flags().StringVar(&opts.Kubeconfig, "kubeconfig", "", "Path to a kubeconfig (default: in-cluster configuration).")
-	opts.AddFlags(cmd.Flags())
+	fs := cmd.Flags()
+	named := kcm.Flags(kcmapp.KnownControllers(), kcmapp.ControllersDisabledByDefault(), kcmapp.ControllerAliases())
+	kcm.ParsedFlags = &named
+	global := named.FlagSet("global")
+	global.BoolVar(&showVersion, "version", false, "Print the version and the Kubernetes version embedded, then exit.")
+	globalflag.AddGlobalFlags(global, cmd.Name(), logs.SkipLoggingConfigurationFlags())
+	fleet.AddFlags(named.FlagSet("fleet"))
+	for _, f := range named.FlagSets {
+		fs.AddFlagSet(f)
+	}
+	for _, name := range leaderElectionFlags {
+		if fs.Lookup(name) != nil {
+			_ = fs.MarkDeprecated(name, "ignored: fleet membership replaces leader election (see --fleet-name)")
+		}
+	}
+	cols, _, _ := term.TerminalSize(cmd.OutOrStdout())
+	cliflag.SetUsageAndHelpFunc(cmd, named, cols)
 	return cmd
-}
-
-// membershipQPS keeps Lease renewals off the controllers' rate limiters: a
-// replica whose controllers are busy must still renew on time.
-const (
-	membershipQPS   = 20
-	membershipBurst = 40
-)
-
-func run(ctx context.Context, opts *FleetOptions) error {
-	restConfig, err := clientcmd.BuildConfigFromFlags("", opts.Kubeconfig)
-	if err != nil {
-		return fmt.Errorf("loading client configuration: %w", err)
-	}
-	restConfig.QPS, restConfig.Burst = membershipQPS, membershipBurst
-	restConfig.UserAgent = "fleet-controller-manager/" + opts.Identity + "/membership"
-	client, err := kubernetes.NewForConfig(restConfig)
-	if err != nil {
-		return fmt.Errorf("building membership client: %w", err)
-	}
-	member, err := membership.New(membership.Config{
-		Client: client, Namespace: opts.Namespace, Fleet: opts.Name, Identity: opts.Identity,
-		LeaseDuration: opts.LeaseDuration.D(), RenewDeadline: opts.RenewDeadline.D(), RetryPeriod: opts.RetryPeriod.D(),
-	})
-	if err != nil {
-		return err
-	}
-	if !opts.DummyPieces {
-		return errors.New("running controllers is not wired yet; only --dummy-pieces works")
-	}
-	runner, err := newDummyRunner(opts.DummyRecordFile, opts.Identity, member.Incarnation())
-	if err != nil {
-		return err
-	}
-	manager, err := shard.NewManager(member, runner, opts.Ring, shard.AllPieces(opts.Ring.Partitions, opts.DummySingletons))
-	if err != nil {
-		return err
-	}
-	klog.InfoS("Starting", "version", versionString(), "identity", opts.Identity, "fleet", opts.Name, "namespace", opts.Namespace)
-
-	// Membership outlives the manager: leaving needs the Lease client.
-	memberCtx, cancelMember := context.WithCancel(context.Background())
-	defer cancelMember()
-	memberErr := make(chan error, 1)
-	go func() { memberErr <- member.Run(memberCtx) }()
-	managerCtx, cancelManager := context.WithCancel(ctx)
-	defer cancelManager()
-	managerErr := make(chan error, 1)
-	go func() { managerErr <- manager.Run(managerCtx) }()
-	select {
-	case err := <-managerErr:
-		return err
-	case err := <-memberErr:
-		// Membership ended on its own: stop every piece before exiting.
-		klog.ErrorS(err, "Membership ended; stopping every piece")
-		cancelManager()
-		<-managerErr
-		return fmt.Errorf("membership: %w", err)
-	}
 }

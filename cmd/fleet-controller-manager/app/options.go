@@ -18,12 +18,11 @@ import (
 // fleet a replica joins, under which identity, with which Lease timings and
 // ring.
 type FleetOptions struct {
-	Kubeconfig    string
-	Name          string
-	Namespace     string
-	Identity      string
+	Name                                      string
+	Namespace                                 string
+	Identity                                  string
 	LeaseDuration, RenewDeadline, RetryPeriod pflagDuration
-	Ring          shard.RingConfig
+	Ring                                      shard.RingConfig
 
 	// Dummy pieces: a test mode that runs recording pieces instead of
 	// controllers (the handover e2e tests use it).

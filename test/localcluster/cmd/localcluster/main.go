@@ -36,6 +36,9 @@ func main() {
 		kwokNodes     = flag.Int("kwok-nodes", 0, "start kwok with this many fake nodes")
 		kcm           = flag.Bool("kube-controller-manager", false, "start upstream kube-controller-manager")
 		stateFile     = flag.String("state-file", "", "write the cluster's kubeconfig path and process ids here as JSON once ready")
+		replicas      = flag.Int("fleet-replicas", 0, "start this many fleet-controller-manager replicas")
+		fleetBin      = flag.String("fleet-bin", "bin/fleet-controller-manager", "the fleet-controller-manager binary")
+		sample        = flag.Bool("sample-workload", false, "create a sample workload in several namespaces")
 	)
 	klog.InitFlags(nil)
 	flag.Parse()
@@ -43,11 +46,11 @@ func main() {
 		fmt.Fprintf(os.Stderr, "localcluster: unexpected arguments %q\n", flag.Args())
 		os.Exit(1)
 	}
-	if *kwokNodes < 0 {
-		fmt.Fprintln(os.Stderr, "localcluster: --kwok-nodes must not be negative")
+	if *kwokNodes < 0 || *replicas < 0 {
+		fmt.Fprintln(os.Stderr, "localcluster: --kwok-nodes and --fleet-replicas must not be negative")
 		os.Exit(1)
 	}
-	if err := run(*kubeconfigOut, *dir, *stateFile, localcluster.Options{
+	if err := run(*kubeconfigOut, *dir, *stateFile, fleetOptions{replicas: *replicas, bin: *fleetBin, sample: *sample}, localcluster.Options{
 		Scheduler: *scheduler, KwokNodes: *kwokNodes, KubeControllerManager: *kcm,
 	}); err != nil {
 		fmt.Fprintf(os.Stderr, "localcluster: %v\n", err)
@@ -55,7 +58,13 @@ func main() {
 	}
 }
 
-func run(kubeconfigOut, dir, stateFile string, opts localcluster.Options) error {
+type fleetOptions struct {
+	replicas int
+	bin      string
+	sample   bool
+}
+
+func run(kubeconfigOut, dir, stateFile string, fleet fleetOptions, opts localcluster.Options) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if dir != "" {
@@ -74,6 +83,26 @@ func run(kubeconfigOut, dir, stateFile string, opts localcluster.Options) error 
 
 	if err := copyKubeconfig(cluster.AdminKubeconfig, kubeconfigOut); err != nil {
 		return err
+	}
+	if fleet.replicas > 0 {
+		bin, err := filepath.Abs(fleet.bin)
+		if err != nil {
+			return fmt.Errorf("resolving --fleet-bin: %w", err)
+		}
+		for i := range fleet.replicas {
+			name := fmt.Sprintf("fleet-controller-manager-%d", i)
+			fmt.Printf("Starting replica %s...\n", name)
+			p, port, err := cluster.StartFleetReplica(ctx, bin, name)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("  %s: https://127.0.0.1:%d/healthz, log %s\n", name, port, p.LogPath)
+		}
+	}
+	if fleet.sample {
+		if err := sampleWorkload(ctx, cluster); err != nil {
+			return err
+		}
 	}
 	if stateFile != "" {
 		st := state{Kubeconfig: cluster.AdminKubeconfig, URL: cluster.URL, Dir: cluster.Dir}
@@ -99,6 +128,9 @@ Use it with:
 
 Press Ctrl-C to stop everything.
 `, cluster.URL, cluster.Dir, abs)
+	if fleet.replicas > 0 {
+		go watchFleet(ctx, cluster)
+	}
 	<-ctx.Done()
 	fmt.Println("\nStopping the local control plane...")
 	return nil

@@ -1,0 +1,124 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"k8s.io/apiserver/pkg/server/healthz"
+	"k8s.io/client-go/kubernetes"
+	corev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	restclient "k8s.io/client-go/rest"
+	genericcontrollermanager "k8s.io/controller-manager/app"
+	controllerhealthz "k8s.io/controller-manager/pkg/healthz"
+	"k8s.io/klog/v2"
+	kcmapp "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	"k8s.io/kubernetes/cmd/kube-controller-manager/app/options"
+
+	"github.com/fleet-controller-manager/fleet-controller-manager/controllers"
+	"github.com/fleet-controller-manager/fleet-controller-manager/informers"
+	"github.com/fleet-controller-manager/fleet-controller-manager/membership"
+	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
+)
+
+// membershipQPS keeps Lease renewals off the controllers' rate limiters: a
+// replica whose controllers are busy must still renew on time.
+const (
+	membershipQPS   = 20
+	membershipBurst = 40
+)
+
+// run is KCM's Run with leader election replaced by fleet membership: the
+// events pipeline, secure serving of /healthz and /metrics, then the pieces
+// the fleet gives this replica.
+func run(ctx context.Context, kcm *options.KubeControllerManagerOptions, fleet *FleetOptions) error {
+	klog.InfoS("Starting", "version", versionString(), "identity", fleet.Identity, "fleet", fleet.Name, "namespace", fleet.Namespace)
+	config, err := kcm.Config(context.Background(), kcmapp.KnownControllers(), kcmapp.ControllersDisabledByDefault(), kcmapp.ControllerAliases())
+	if err != nil {
+		return err
+	}
+	c := config.Complete()
+
+	c.EventBroadcaster.StartStructuredLogging(0)
+	c.EventBroadcaster.StartRecordingToSink(&corev1.EventSinkImpl{Interface: c.Client.CoreV1().Events("")})
+	defer c.EventBroadcaster.Shutdown()
+
+	membershipConfig := restclient.CopyConfig(c.Kubeconfig)
+	membershipConfig.QPS, membershipConfig.Burst = membershipQPS, membershipBurst
+	membershipConfig.UserAgent = "fleet-controller-manager/" + fleet.Identity + "/membership"
+	client, err := kubernetes.NewForConfig(membershipConfig)
+	if err != nil {
+		return fmt.Errorf("building membership client: %w", err)
+	}
+	member, err := membership.New(membership.Config{
+		Client: client, Namespace: fleet.Namespace, Fleet: fleet.Name, Identity: fleet.Identity,
+		LeaseDuration: fleet.LeaseDuration.D(), RenewDeadline: fleet.RenewDeadline.D(), RetryPeriod: fleet.RetryPeriod.D(),
+	})
+	if err != nil {
+		return err
+	}
+
+	healthzHandler := controllerhealthz.NewMutableHealthzHandler(healthz.NamedCheck("fleet-authority", func(*http.Request) error {
+		if member.Joining() || member.Valid() {
+			return nil
+		}
+		return errors.New("lease not renewed within the renew deadline")
+	}))
+	if c.SecureServing != nil {
+		mux := genericcontrollermanager.NewBaseHandler(&c.ComponentConfig.Generic.Debugging, healthzHandler)
+		handler := genericcontrollermanager.BuildHandlerChain(mux, &c.Authorization, &c.Authentication)
+		if _, _, err := c.SecureServing.Serve(handler, 0, ctx.Done()); err != nil {
+			return fmt.Errorf("serving: %w", err)
+		}
+	}
+
+	// Membership outlives the manager: leaving needs the Lease client, and
+	// the runtime's informers outlive every piece.
+	memberCtx, cancelMember := context.WithCancel(context.Background())
+	defer cancelMember()
+
+	var runner shard.Runner
+	var pieces []shard.Piece
+	if fleet.DummyPieces {
+		dummy, err := newDummyRunner(fleet.DummyRecordFile, fleet.Identity, member.Incarnation())
+		if err != nil {
+			return err
+		}
+		runner, pieces = dummy, shard.AllPieces(fleet.Ring.Partitions, fleet.DummySingletons)
+	} else {
+		probeCtx, cancel := context.WithTimeout(ctx, time.Minute)
+		err := informers.ProbeShardedWatch(probeCtx, c.Kubeconfig)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("partition pieces need server-side sharded watch (kube-apiserver --feature-gates=ShardedListAndWatch=true): %w", err)
+		}
+		rt, err := controllers.NewRuntime(memberCtx, c, fleet.Identity, fleet.Ring.Partitions, member)
+		if err != nil {
+			return err
+		}
+		runner, pieces = rt, shard.AllPieces(fleet.Ring.Partitions, rt.Singletons())
+	}
+	manager, err := shard.NewManager(member, runner, fleet.Ring, pieces)
+	if err != nil {
+		return err
+	}
+
+	memberErr := make(chan error, 1)
+	go func() { memberErr <- member.Run(memberCtx) }()
+	managerCtx, cancelManager := context.WithCancel(ctx)
+	defer cancelManager()
+	managerErr := make(chan error, 1)
+	go func() { managerErr <- manager.Run(managerCtx) }()
+	select {
+	case err := <-managerErr:
+		return err
+	case err := <-memberErr:
+		// Membership ended on its own: stop every piece before exiting.
+		klog.ErrorS(err, "Membership ended; stopping every piece")
+		cancelManager()
+		<-managerErr
+		return fmt.Errorf("membership: %w", err)
+	}
+}

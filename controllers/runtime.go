@@ -1,0 +1,419 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/server/healthz"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/client-go/discovery"
+	cacheddiscovery "k8s.io/client-go/discovery/cached/memory"
+	clientinformers "k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
+	restclient "k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/util/flowcontrol"
+	"k8s.io/client-go/util/keyutil"
+	"k8s.io/component-base/metrics/prometheus/controllers"
+	"k8s.io/controller-manager/pkg/clientbuilder"
+	"k8s.io/controller-manager/pkg/informerfactory"
+	"k8s.io/klog/v2"
+	kcmapp "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	kcmconfig "k8s.io/kubernetes/cmd/kube-controller-manager/app/config"
+	"k8s.io/kubernetes/cmd/kube-controller-manager/names"
+	"k8s.io/kubernetes/pkg/controller/garbagecollector"
+	serviceaccountcontroller "k8s.io/kubernetes/pkg/controller/serviceaccount"
+	"k8s.io/kubernetes/pkg/serviceaccount"
+
+	"github.com/fleet-controller-manager/fleet-controller-manager/informers"
+	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
+)
+
+// Fence is the replica's authority (membership.Member): writes are refused
+// once it is no longer valid.
+type Fence interface{ Valid() bool }
+
+// Runtime runs pieces with Kubernetes' own controllers (it is the
+// shard.Runner of a replica). One Runtime per process.
+type Runtime struct {
+	config      *kcmconfig.CompletedConfig
+	identity    string
+	descriptors map[string]*kcmapp.ControllerDescriptor
+	partitions  int
+
+	rootBuilder, builder clientbuilder.ControllerClientBuilder
+	informerConfig       *restclient.Config
+	plainClient          kubernetes.Interface
+	metadataClient       metadata.Interface
+	restMapper           *restmapper.DeferredDiscoveryRESTMapper
+	shared               clientinformers.SharedInformerFactory
+	metrics              *controllers.ControllerManagerMetrics
+}
+
+// NewRuntime prepares the replica-wide parts: client builders whose clients
+// share one rate limiter per controller across all pieces (so a fleet of one
+// spends exactly what kube-controller-manager spends), one RESTMapper, and
+// one factory for cluster-scoped kinds.
+func NewRuntime(ctx context.Context, c *kcmconfig.CompletedConfig, identity string, partitions int, fence Fence) (*Runtime, error) {
+	descriptors := Descriptors()
+	if err := Check(descriptors); err != nil {
+		return nil, err
+	}
+	rootBuilder := &sharedLimiterBuilder{inner: clientbuilder.SimpleControllerClientBuilder{ClientConfig: c.Kubeconfig}, identity: identity, fence: fence}
+	builder := rootBuilder
+	if c.ComponentConfig.KubeCloudShared.UseServiceAccountCredentials {
+		builder = &sharedLimiterBuilder{inner: clientbuilder.NewDynamicClientBuilder(restclient.AnonymousClientConfig(c.Kubeconfig), c.Client.CoreV1(), "kube-system"), identity: identity, fence: fence}
+	}
+	informerConfig, err := rootBuilder.Config("shared-informers")
+	if err != nil {
+		return nil, fmt.Errorf("client for informers: %w", err)
+	}
+	plain, err := kubernetes.NewForConfig(informerConfig)
+	if err != nil {
+		return nil, fmt.Errorf("client for informers: %w", err)
+	}
+	metadataConfig, err := rootBuilder.Config("metadata-informers")
+	if err != nil {
+		return nil, fmt.Errorf("metadata client: %w", err)
+	}
+	metadataClient, err := metadata.NewForConfig(metadataConfig)
+	if err != nil {
+		return nil, fmt.Errorf("metadata client: %w", err)
+	}
+	discoveryClient, err := rootBuilder.DiscoveryClient("controller-discovery")
+	if err != nil {
+		return nil, fmt.Errorf("discovery client: %w", err)
+	}
+	restMapper := restmapper.NewDeferredDiscoveryRESTMapper(cacheddiscovery.NewMemCacheClient(discoveryClient))
+	go func() {
+		ticker := time.NewTicker(30 * time.Second)
+		defer ticker.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-ticker.C:
+				restMapper.Reset()
+			}
+		}
+	}()
+	controllers.Register()
+	r := &Runtime{
+		config: c, identity: identity, descriptors: descriptors, partitions: partitions,
+		rootBuilder: rootBuilder, builder: builder, informerConfig: informerConfig,
+		plainClient: plain, metadataClient: metadataClient, restMapper: restMapper,
+		shared:  clientinformers.NewSharedInformerFactoryWithOptions(plain, kcmapp.ResyncPeriod(c)(), clientinformers.WithTransform(trimManagedFields)),
+		metrics: controllers.NewControllerManagerMetrics("kube-controller-manager"),
+	}
+	go func() {
+		<-ctx.Done()
+		r.shared.Shutdown()
+	}()
+	return r, nil
+}
+
+// Singletons lists the singleton controllers this replica's flags enable,
+// the names of the fleet's singleton pieces.
+func (r *Runtime) Singletons() []string {
+	var out []string
+	for name, e := range Catalog {
+		if e.Kind == Singleton && r.enabled(name) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// enabled: selected by --controllers, its feature gates on, and not a cloud
+// controller without a cloud provider. Controllers that would not run are
+// not made pieces at all.
+func (r *Runtime) enabled(name string) bool {
+	d := r.descriptors[name]
+	if d == nil {
+		return false
+	}
+	cc := kcmapp.ControllerContext{ComponentConfig: r.config.ComponentConfig}
+	if !cc.IsControllerEnabled(d) {
+		return false
+	}
+	for _, gate := range d.GetRequiredFeatureGates() {
+		if !utilfeature.DefaultFeatureGate.Enabled(gate) {
+			return false
+		}
+	}
+	return !d.IsCloudProviderController() || r.config.ComponentConfig.KubeCloudShared.CloudProvider.Name != ""
+}
+
+func trimManagedFields(obj any) (any, error) {
+	if accessor, err := meta.Accessor(obj); err == nil && accessor.GetManagedFields() != nil {
+		accessor.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+// Run runs one piece until ctx is cancelled and returns only once every
+// controller of the piece has returned and its informers are shut down.
+func (r *Runtime) Run(ctx context.Context, piece shard.Piece, _ shard.Fence) error {
+	cc, shutdown, err := r.controllerContext(ctx, piece)
+	if err != nil {
+		return err
+	}
+	defer shutdown()
+	descriptors := map[string]*kcmapp.ControllerDescriptor{}
+	var tokens kcmapp.Controller
+	if piece.IsPartition() {
+		for name, e := range Catalog {
+			if e.Kind == Partition && name != names.ServiceAccountTokenController {
+				descriptors[name] = r.descriptors[name]
+			}
+		}
+		// KCM builds the token controller by hand, with the root client,
+		// and starts it before the others: so does a partition piece.
+		if r.enabled(names.ServiceAccountTokenController) {
+			if tokens, err = r.newTokensController(ctx, cc); err != nil {
+				return err
+			}
+		}
+	} else {
+		descriptors[piece.Name()] = r.descriptors[piece.Name()]
+	}
+	built, err := kcmapp.BuildControllers(ctx, cc, descriptors, nil, ignoreHealthChecks{})
+	if err != nil {
+		return fmt.Errorf("building controllers of %s: %w", piece, err)
+	}
+	if tokens != nil {
+		built = append([]kcmapp.Controller{tokens}, built...)
+	}
+	cc.InformerFactory.Start(ctx.Done())
+	cc.ObjectOrMetadataInformerFactory.Start(ctx.Done())
+	close(cc.InformersStarted)
+	klog.InfoS("Piece controllers running", "piece", piece, "controllers", len(built))
+	if len(built) == 0 {
+		// As KCM: nothing to run still holds the piece until it moves.
+		<-ctx.Done()
+		return nil
+	}
+	// No shutdown timeout: a piece is stopped only when all its controllers
+	// have returned, or another replica could start them while they run.
+	kcmapp.RunControllers(ctx, cc, built, kcmapp.ControllerStartJitter, 0)
+	return nil
+}
+
+// controllerContext builds the ControllerContext of a piece. A singleton
+// gets its own cluster-wide informers (and the garbage collector its own
+// graph), as one KCM would; a partition gets the sharded PieceFactory.
+func (r *Runtime) controllerContext(ctx context.Context, piece shard.Piece) (kcmapp.ControllerContext, func(), error) {
+	resync := kcmapp.ResyncPeriod(r.config)
+	cc := kcmapp.ControllerContext{
+		ClientBuilder:            r.builder,
+		ComponentConfig:          r.config.ComponentConfig,
+		RESTMapper:               r.restMapper,
+		InformersStarted:         make(chan struct{}),
+		ResyncPeriod:             resync,
+		ControllerManagerMetrics: r.metrics,
+	}
+	if piece.IsPartition() {
+		p := piece.Partition()
+		selector := shard.ShardSelector(p, r.partitions)
+		sharded, err := kubernetes.NewForConfig(informers.ShardedConfig(r.informerConfig, selector))
+		if err != nil {
+			return cc, nil, fmt.Errorf("sharded client of %s: %w", piece, err)
+		}
+		factory := informers.NewPieceFactory(sharded, r.plainClient, r.shared, r.restMapper,
+			func(ns string) bool { return shard.NamespacePartition(ns, r.partitions) == p }, resync(), trimManagedFields)
+		metadataFactory := metadatainformer.NewFilteredSharedInformerFactory(r.metadataClient, resync(), "", nil)
+		cc.InformerFactory = factory
+		cc.ObjectOrMetadataInformerFactory = informerfactory.NewInformerFactory(factory, metadataFactory)
+		return cc, func() { factory.Shutdown(); metadataFactory.Shutdown() }, nil
+	}
+	typed := clientinformers.NewSharedInformerFactoryWithOptions(r.plainClient, resync(), clientinformers.WithTransform(trimManagedFields))
+	metadataFactory := metadatainformer.NewSharedInformerFactoryWithOptions(r.metadataClient, resync(), metadatainformer.WithTransform(trimManagedFields))
+	cc.InformerFactory = typed
+	cc.ObjectOrMetadataInformerFactory = informerfactory.NewInformerFactory(typed, metadataFactory)
+	if piece.Name() == names.GarbageCollectorController && cc.ComponentConfig.GarbageCollectorController.EnableGarbageCollector {
+		ignored := map[schema.GroupResource]struct{}{}
+		for _, gr := range cc.ComponentConfig.GarbageCollectorController.GCIgnoredResources {
+			ignored[schema.GroupResource{Group: gr.Group, Resource: gr.Resource}] = struct{}{}
+		}
+		cc.GraphBuilder = garbagecollector.NewDependencyGraphBuilder(ctx, r.metadataClient, r.restMapper, ignored, cc.ObjectOrMetadataInformerFactory, cc.InformersStarted)
+	}
+	return cc, func() { typed.Shutdown(); metadataFactory.Shutdown() }, nil
+}
+
+// newTokensController is KCM's newServiceAccountTokenController (it is not
+// exported): the token controller with the root client.
+func (r *Runtime) newTokensController(ctx context.Context, cc kcmapp.ControllerContext) (kcmapp.Controller, error) {
+	keyFile := cc.ComponentConfig.SAController.ServiceAccountKeyFile
+	if keyFile == "" {
+		return nil, nil
+	}
+	privateKey, err := keyutil.PrivateKeyFromFile(keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("reading the service account signing key: %w", err)
+	}
+	var rootCA []byte
+	if file := cc.ComponentConfig.SAController.RootCAFile; file != "" {
+		if rootCA, err = os.ReadFile(file); err != nil {
+			return nil, fmt.Errorf("reading root-ca-file: %w", err)
+		}
+	} else {
+		cfg, err := r.rootBuilder.Config("tokens-controller")
+		if err != nil {
+			return nil, err
+		}
+		rootCA = cfg.CAData
+	}
+	client, err := r.rootBuilder.Client("tokens-controller")
+	if err != nil {
+		return nil, err
+	}
+	generator, err := serviceaccount.JWTTokenGenerator(serviceaccount.LegacyIssuer, privateKey)
+	if err != nil {
+		return nil, fmt.Errorf("building the token generator: %w", err)
+	}
+	tc, err := serviceaccountcontroller.NewTokensController(klog.FromContext(ctx),
+		cc.InformerFactory.Core().V1().ServiceAccounts(), cc.InformerFactory.Core().V1().Secrets(), client,
+		serviceaccountcontroller.TokensControllerOptions{TokenGenerator: generator, RootCA: rootCA})
+	if err != nil {
+		return nil, fmt.Errorf("creating the tokens controller: %w", err)
+	}
+	workers := int(cc.ComponentConfig.SAController.ConcurrentSATokenSyncs)
+	return controllerFunc{name: names.ServiceAccountTokenController, run: func(ctx context.Context) { tc.Run(ctx, workers) }}, nil
+}
+
+type controllerFunc struct {
+	name string
+	run  func(context.Context)
+}
+
+func (c controllerFunc) Name() string            { return c.name }
+func (c controllerFunc) Run(ctx context.Context) { c.run(ctx) }
+
+// ignoreHealthChecks: per-controller health checks of pieces come and go
+// with the pieces; /healthz reports the replica's own health instead.
+type ignoreHealthChecks struct{}
+
+func (ignoreHealthChecks) AddHealthChecker(...healthz.HealthChecker) {}
+
+// sharedLimiterBuilder gives every client built for one controller name the
+// same rate limiter, whichever piece builds it, tags requests with the
+// replica identity (for audit), and refuses writes once the replica's
+// authority has run out.
+type sharedLimiterBuilder struct {
+	inner    clientbuilder.ControllerClientBuilder
+	identity string
+	fence    Fence
+
+	mu       sync.Mutex
+	configs  map[string]*restclient.Config
+	limiters map[string]flowcontrol.RateLimiter
+}
+
+func (b *sharedLimiterBuilder) Config(name string) (*restclient.Config, error) {
+	// One inner config per name: with service account credentials each
+	// inner call reads (or creates) a ServiceAccount, and every piece asks.
+	b.mu.Lock()
+	cached, ok := b.configs[name]
+	b.mu.Unlock()
+	if !ok {
+		cfg, err := b.inner.Config(name)
+		if err != nil {
+			return nil, err
+		}
+		b.mu.Lock()
+		if b.configs == nil {
+			b.configs = map[string]*restclient.Config{}
+		}
+		b.configs[name] = cfg
+		cached = cfg
+		b.mu.Unlock()
+	}
+	cfg := restclient.CopyConfig(cached)
+	b.mu.Lock()
+	if b.limiters == nil {
+		b.limiters = map[string]flowcontrol.RateLimiter{}
+	}
+	limiter, ok := b.limiters[name]
+	if !ok {
+		qps, burst := cfg.QPS, cfg.Burst
+		if qps == 0 {
+			qps, burst = restclient.DefaultQPS, restclient.DefaultBurst
+		}
+		limiter = flowcontrol.NewTokenBucketRateLimiter(qps, burst)
+		b.limiters[name] = limiter
+	}
+	b.mu.Unlock()
+	cfg.RateLimiter = limiter
+	cfg.UserAgent = "fleet-controller-manager/" + b.identity + "/" + name
+	fence := b.fence
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return fencedRoundTripper{next: rt, fence: fence}
+	})
+	return cfg, nil
+}
+
+func (b *sharedLimiterBuilder) ConfigOrDie(name string) *restclient.Config {
+	cfg, err := b.Config(name)
+	if err != nil {
+		klog.Fatalf("building client config for %s: %v", name, err)
+	}
+	return cfg
+}
+
+func (b *sharedLimiterBuilder) Client(name string) (kubernetes.Interface, error) {
+	cfg, err := b.Config(name)
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(cfg)
+}
+
+func (b *sharedLimiterBuilder) ClientOrDie(name string) kubernetes.Interface {
+	c, err := b.Client(name)
+	if err != nil {
+		klog.Fatalf("building client for %s: %v", name, err)
+	}
+	return c
+}
+
+func (b *sharedLimiterBuilder) DiscoveryClient(name string) (discovery.DiscoveryInterface, error) {
+	cfg, err := b.Config(name)
+	if err != nil {
+		return nil, err
+	}
+	// As KCM: discovery makes many requests rarely, with its own limiter.
+	cfg.RateLimiter, cfg.QPS, cfg.Burst = nil, 20, 200
+	return discovery.NewDiscoveryClientForConfig(cfg)
+}
+
+func (b *sharedLimiterBuilder) DiscoveryClientOrDie(name string) discovery.DiscoveryInterface {
+	c, err := b.DiscoveryClient(name)
+	if err != nil {
+		klog.Fatalf("building discovery client for %s: %v", name, err)
+	}
+	return c
+}
+
+// fencedRoundTripper refuses every write once the replica may no longer act.
+type fencedRoundTripper struct {
+	next  http.RoundTripper
+	fence Fence
+}
+
+// ErrNoAuthority is returned for a write attempted without authority.
+var ErrNoAuthority = fmt.Errorf("this replica's fleet authority has run out; write refused")
+
+func (f fencedRoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method != http.MethodGet && req.Method != http.MethodHead && f.fence != nil && !f.fence.Valid() {
+		return nil, ErrNoAuthority
+	}
+	return f.next.RoundTrip(req)
+}
