@@ -31,7 +31,7 @@ KUBE_TOOLS    := kube-apiserver kube-controller-manager kube-scheduler kubectl
 # Tests and the demo find every tool here.
 export FCM_BIN_DIR := $(BIN)
 
-.PHONY: all tools build test cluster clean fuzz
+.PHONY: all tools build test cluster run clean fuzz
 
 all: build
 
@@ -85,6 +85,11 @@ test: tools build
 
 cluster: tools
 	$(GO) run ./test/localcluster/cmd/localcluster --kubeconfig-out .local/kubeconfig --scheduler --kwok-nodes 3
+
+# The fleet on a local control plane: 3 replicas, a sample workload, and a
+# table of who owns what whenever it changes. Ctrl-C stops everything.
+run: tools build
+	$(GO) run ./test/localcluster/cmd/localcluster --kubeconfig-out .local/kubeconfig --scheduler --kwok-nodes 3 --fleet-replicas 3 --sample-workload
 
 fuzz:
 	$(GO) test ./membership -run '^$$' -fuzz FuzzParseLeaseState -fuzztime 60s

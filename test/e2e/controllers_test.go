@@ -1,0 +1,353 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/fleet-controller-manager/fleet-controller-manager/membership"
+	"github.com/fleet-controller-manager/fleet-controller-manager/test/localcluster"
+)
+
+// workloadNamespaces is sized for a 2-core machine; the full
+// workload is 20.
+const workloadNamespaces = 20
+
+// TestFleetWorkload runs three replicas of the real controllers and brings a
+// workload in many namespaces to its end state: Deployments available, Jobs
+// complete, a StatefulSet and a DaemonSet ready, EndpointSlices populated,
+// default ServiceAccounts and kube-root-ca.crt everywhere, garbage collection
+// of a deleted Deployment, and a namespace deletion. From the audit log it
+// checks that, in steady state, each namespace was written by one replica
+// per controller.
+func TestFleetWorkload(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	cluster, err := localcluster.Start(ctx, localcluster.Options{Scheduler: true, KwokNodes: 3, KwokPodParallelism: 32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Stop()
+	client, err := cluster.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(binDir(t), "fleet-controller-manager")
+	replicas := []string{"fcm-0", "fcm-1", "fcm-2"}
+	for _, r := range replicas {
+		if _, _, err := cluster.StartFleetReplica(ctx, bin, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	settled := waitFleetRunning(ctx, t, client, replicas)
+	t.Logf("3 replicas own every piece %v after start", settled.Round(time.Millisecond))
+	steadyFrom := time.Now()
+
+	start := time.Now()
+	var namespaces []string
+	for i := range workloadNamespaces {
+		ns := fmt.Sprintf("work-%02d", i)
+		namespaces = append(namespaces, ns)
+		createWorkload(ctx, t, client, ns)
+	}
+	for _, ns := range namespaces {
+		waitWorkload(ctx, t, client, ns)
+	}
+	t.Logf("%d namespaces converged in %v", len(namespaces), time.Since(start).Round(time.Millisecond))
+
+	// Garbage collection: the Deployment's ReplicaSets and Pods follow it.
+	ns := namespaces[0]
+	if err := client.AppsV1().Deployments(ns).Delete(ctx, "web-0", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(ctx, t, "garbage collection of web-0's ReplicaSets and Pods", 3*time.Minute, func() (bool, string) {
+		rs, _ := client.AppsV1().ReplicaSets(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web-0"})
+		pods, _ := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web-0"})
+		return len(rs.Items) == 0 && len(pods.Items) == 0, fmt.Sprintf("%d replicasets, %d pods left", len(rs.Items), len(pods.Items))
+	})
+	// Namespace deletion finishes.
+	gone := namespaces[1]
+	if err := client.CoreV1().Namespaces().Delete(ctx, gone, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(ctx, t, "deletion of namespace "+gone, 3*time.Minute, func() (bool, string) {
+		_, err := client.CoreV1().Namespaces().Get(ctx, gone, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+
+	checkSingleWriter(t, cluster.AuditLog, steadyFrom)
+}
+
+// waitFleetRunning waits until every replica has joined and together they
+// run every piece they publish.
+func waitFleetRunning(ctx context.Context, t *testing.T, client kubernetes.Interface, replicas []string) time.Duration {
+	t.Helper()
+	start := time.Now()
+	poll(ctx, t, "the fleet to settle", 4*time.Minute, func() (bool, string) {
+		leases, err := client.CoordinationV1().Leases("kube-system").List(ctx, metav1.ListOptions{LabelSelector: membership.FleetLabel})
+		if err != nil {
+			return false, err.Error()
+		}
+		members, pieces := 0, map[string]int{}
+		for _, l := range leases.Items {
+			st, err := membership.ParseState(l.Annotations[membership.StateAnnotation])
+			if err != nil || st.Joining || st.Leaving {
+				continue
+			}
+			members++
+			for _, p := range st.Running {
+				pieces[p]++
+			}
+		}
+		partitions := 0
+		for p, n := range pieces {
+			if n > 1 {
+				return false, p + " listed by two members"
+			}
+			if strings.HasPrefix(p, "partition/") {
+				partitions++
+			}
+		}
+		return members == len(replicas) && partitions == 64, fmt.Sprintf("%d members, %d partitions running", members, partitions)
+	})
+	return time.Since(start)
+}
+
+func createWorkload(ctx context.Context, t *testing.T, client kubernetes.Interface, ns string) {
+	t.Helper()
+	createNamespace(ctx, t, client, ns)
+	for i := range 5 {
+		createDeployment(ctx, t, client, ns, fmt.Sprintf("web-%d", i), 10)
+	}
+	podSpec := corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/c:1"}}}
+	for i := range 2 {
+		job := &batchv1.Job{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("job-%d", i), Namespace: ns},
+			Spec: batchv1.JobSpec{
+				Completions: ptr.To[int32](2), Parallelism: ptr.To[int32](2),
+				Template: corev1.PodTemplateSpec{Spec: func() corev1.PodSpec {
+					s := *podSpec.DeepCopy()
+					s.RestartPolicy = corev1.RestartPolicyNever
+					return s
+				}()},
+			},
+		}
+		if _, err := client.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	labels := map[string]string{"app": "db"}
+	sts := &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: ns},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas: ptr.To[int32](2), ServiceName: "db",
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: podSpec},
+		},
+	}
+	if _, err := client.AppsV1().StatefulSets(ns).Create(ctx, sts, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dsLabels := map[string]string{"app": "agent"}
+	ds := &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "agent", Namespace: ns},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: dsLabels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: dsLabels}, Spec: podSpec},
+		},
+	}
+	if _, err := client.AppsV1().DaemonSets(ns).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
+		Spec:       corev1.ServiceSpec{Selector: map[string]string{"app": "web-1"}, Ports: []corev1.ServicePort{{Port: 80}}},
+	}
+	if _, err := client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitWorkload(ctx context.Context, t *testing.T, client kubernetes.Interface, ns string) {
+	t.Helper()
+	poll(ctx, t, "workload in "+ns, 10*time.Minute, func() (bool, string) {
+		deps, err := client.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, d := range deps.Items {
+			if d.Status.AvailableReplicas != 10 {
+				return false, fmt.Sprintf("deployment %s: %d available", d.Name, d.Status.AvailableReplicas)
+			}
+		}
+		jobs, _ := client.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{})
+		for _, j := range jobs.Items {
+			if j.Status.Succeeded != 2 {
+				return false, fmt.Sprintf("job %s: %d succeeded", j.Name, j.Status.Succeeded)
+			}
+		}
+		sts, err := client.AppsV1().StatefulSets(ns).Get(ctx, "db", metav1.GetOptions{})
+		if err != nil || sts.Status.ReadyReplicas != 2 {
+			return false, "statefulset not ready"
+		}
+		ds, err := client.AppsV1().DaemonSets(ns).Get(ctx, "agent", metav1.GetOptions{})
+		if err != nil || ds.Status.NumberReady != 3 {
+			return false, "daemonset not ready"
+		}
+		slices, _ := client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=web"})
+		endpoints := 0
+		for _, s := range slices.Items {
+			endpoints += len(s.Endpoints)
+		}
+		if endpoints != 10 {
+			return false, fmt.Sprintf("%d endpoints in slices of service web", endpoints)
+		}
+		if _, err := client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{}); err != nil {
+			return false, "no default service account"
+		}
+		if _, err := client.CoreV1().ConfigMaps(ns).Get(ctx, "kube-root-ca.crt", metav1.GetOptions{}); err != nil {
+			return false, "no kube-root-ca.crt"
+		}
+		return true, ""
+	})
+}
+
+// checkSingleWriter asserts from the audit log that after since, for every
+// namespace and every controller client, writes came from one replica.
+func checkSingleWriter(t *testing.T, auditLog string, since time.Time) {
+	t.Helper()
+	writers := map[string]map[string]bool{} // namespace/client -> replicas
+	total := 0
+	readAudit(t, auditLog, func(e auditEvent) {
+		if e.ObjectRef == nil || e.ObjectRef.Namespace == "" || e.StageTimestamp.Before(since) {
+			return
+		}
+		rest, ok := strings.CutPrefix(e.UserAgent, "fleet-controller-manager/")
+		if !ok {
+			return
+		}
+		replica, clientName, _ := strings.Cut(rest, "/")
+		if clientName == "membership" {
+			return
+		}
+		key := e.ObjectRef.Namespace + "/" + clientName
+		if writers[key] == nil {
+			writers[key] = map[string]bool{}
+		}
+		writers[key][replica] = true
+		total++
+	})
+	if total == 0 {
+		t.Fatal("no fleet writes in the audit log")
+	}
+	var bad []string
+	for key, replicas := range writers {
+		if len(replicas) > 1 {
+			var names []string
+			for r := range replicas {
+				names = append(names, r)
+			}
+			sort.Strings(names)
+			bad = append(bad, fmt.Sprintf("%s by %v", key, names))
+		}
+	}
+	sort.Strings(bad)
+	if len(bad) > 0 {
+		t.Errorf("writes from more than one replica in steady state: %v", bad)
+	}
+	t.Logf("audit: %d namespaced writes by the fleet in steady state, %d namespace/controller pairs, each from one replica", total, len(writers))
+}
+
+func poll(ctx context.Context, t *testing.T, what string, timeout time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		ok, why := cond()
+		last = why
+		return ok, nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for %s: %s: %v", what, last, err)
+	}
+}
+
+// TestFleetFailover kills one of three replicas with SIGKILL, then scales the
+// fleet 2 -> 1 -> 3 gracefully, creating a Deployment in every namespace at
+// each step: each converges wherever its namespace's owner went.
+func TestFleetFailover(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	cluster, err := localcluster.Start(ctx, localcluster.Options{Scheduler: true, KwokNodes: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Stop()
+	client, err := cluster.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(binDir(t), "fleet-controller-manager")
+	replicas := []string{"fcm-0", "fcm-1", "fcm-2"}
+	procs := map[string]*localcluster.Process{}
+	for _, r := range replicas {
+		if procs[r], _, err = cluster.StartFleetReplica(ctx, bin, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFleetRunning(ctx, t, client, replicas)
+	var namespaces []string
+	for i := range 8 {
+		ns := fmt.Sprintf("failover-%d", i)
+		namespaces = append(namespaces, ns)
+		createNamespace(ctx, t, client, ns)
+	}
+	step := func(name string) {
+		t.Helper()
+		start := time.Now()
+		for _, ns := range namespaces {
+			createDeployment(ctx, t, client, ns, name, 3)
+		}
+		for _, ns := range namespaces {
+			waitDeploymentReady(ctx, t, client, ns, name, 3, 3*time.Minute)
+		}
+		t.Logf("%s: a Deployment in each of %d namespaces available %v after creation", name, len(namespaces), time.Since(start).Round(time.Millisecond))
+	}
+	step("before")
+
+	if err := procs["fcm-2"].Signal(9); err != nil {
+		t.Fatal(err)
+	}
+	<-procs["fcm-2"].Done()
+	step("after-kill")
+
+	if err := procs["fcm-1"].Stop(time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if exited, err := procs["fcm-1"].Exited(); !exited || err != nil {
+		t.Fatalf("fcm-1 did not leave cleanly: %v\n%s", err, procs["fcm-1"].LogTail(20))
+	}
+	step("one-replica")
+
+	for _, r := range []string{"fcm-1", "fcm-2"} {
+		if procs[r], _, err = cluster.StartFleetReplica(ctx, bin, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFleetRunning(ctx, t, client, replicas)
+	step("three-again")
+}
