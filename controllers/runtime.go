@@ -55,6 +55,7 @@ type Runtime struct {
 	metadataClient       metadata.Interface
 	restMapper           *restmapper.DeferredDiscoveryRESTMapper
 	shared               clientinformers.SharedInformerFactory
+	sharedStop           <-chan struct{}
 	metrics              *controllers.ControllerManagerMetrics
 }
 
@@ -110,8 +111,9 @@ func NewRuntime(ctx context.Context, c *kcmconfig.CompletedConfig, identity stri
 		config: c, identity: identity, descriptors: descriptors, partitions: partitions,
 		rootBuilder: rootBuilder, builder: builder, informerConfig: informerConfig,
 		plainClient: plain, metadataClient: metadataClient, restMapper: restMapper,
-		shared:  clientinformers.NewSharedInformerFactoryWithOptions(plain, kcmapp.ResyncPeriod(c)(), clientinformers.WithTransform(trimManagedFields)),
-		metrics: controllers.NewControllerManagerMetrics("kube-controller-manager"),
+		shared:     clientinformers.NewSharedInformerFactoryWithOptions(plain, kcmapp.ResyncPeriod(c)(), clientinformers.WithTransform(trimManagedFields)),
+		sharedStop: ctx.Done(),
+		metrics:    controllers.NewControllerManagerMetrics("kube-controller-manager"),
 	}
 	go func() {
 		<-ctx.Done()
@@ -227,7 +229,7 @@ func (r *Runtime) controllerContext(ctx context.Context, piece shard.Piece) (kcm
 		if err != nil {
 			return cc, nil, fmt.Errorf("sharded client of %s: %w", piece, err)
 		}
-		factory := informers.NewPieceFactory(sharded, r.plainClient, r.shared, r.restMapper,
+		factory := informers.NewPieceFactory(sharded, r.plainClient, r.shared, r.sharedStop, r.restMapper,
 			func(ns string) bool { return shard.NamespacePartition(ns, r.partitions) == p }, resync(), trimManagedFields)
 		metadataFactory := metadatainformer.NewFilteredSharedInformerFactory(r.metadataClient, resync(), "", nil)
 		cc.InformerFactory = factory

@@ -55,6 +55,8 @@ type ScopeResolver interface {
 type PieceFactory struct {
 	inner  informers.SharedInformerFactory // sharded: namespaced kinds
 	shared informers.SharedInformerFactory // the replica's: cluster-scoped kinds
+	// sharedStop ends the replica's shared informers: they outlive pieces.
+	sharedStop <-chan struct{}
 	scopes ScopeResolver
 	// inPiece reports whether a namespace belongs to the piece.
 	inPiece    func(namespace string) bool
@@ -76,11 +78,12 @@ type registration struct {
 // NewPieceFactory builds the factory of a partition piece. shardedClient
 // must list and watch only the piece's namespaces; plainClient sees
 // everything (the piece's Namespaces view filters it with inPiece).
-func NewPieceFactory(shardedClient, plainClient kubernetes.Interface, shared informers.SharedInformerFactory, scopes ScopeResolver,
-	inPiece func(string) bool, resync time.Duration, transform cache.TransformFunc) *PieceFactory {
+func NewPieceFactory(shardedClient, plainClient kubernetes.Interface, shared informers.SharedInformerFactory, sharedStop <-chan struct{},
+	scopes ScopeResolver, inPiece func(string) bool, resync time.Duration, transform cache.TransformFunc) *PieceFactory {
 	return &PieceFactory{
 		inner:       informers.NewSharedInformerFactoryWithOptions(shardedClient, resync, informers.WithTransform(transform)),
 		shared:      shared,
+		sharedStop:  sharedStop,
 		scopes:      scopes,
 		inPiece:     inPiece,
 		plainClient: plainClient,
@@ -194,10 +197,12 @@ func (t *trackedInformer) AddEventHandlerWithOptions(h cache.ResourceEventHandle
 	return t.track(t.SharedIndexInformer.AddEventHandlerWithOptions(h, options))
 }
 
-// Start starts the piece's informers and any new shared ones.
+// Start starts the piece's informers until stopCh closes, and any new
+// shared ones for the replica's lifetime (a shared informer started with a
+// piece's stop channel would die with that piece under every other piece).
 func (f *PieceFactory) Start(stopCh <-chan struct{}) {
 	f.inner.Start(stopCh)
-	f.shared.Start(stopCh)
+	f.shared.Start(f.sharedStop)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.namespaces != nil && len(f.started) == 0 {

@@ -69,9 +69,16 @@ type Manager struct {
 	// OnStep reports each plan (for metrics of handover).
 	OnStep func(Plan)
 
-	mu     sync.Mutex
-	status Status
+	mu       sync.Mutex
+	status   Status
+	joinedAt time.Time
 }
+
+// startHold bounds how long a member that runs nothing waits for other
+// members still joining before it starts its share: a fleet whose replicas
+// start together then splits the pieces once instead of handing all of them
+// to the first replica to finish joining and moving them again.
+const startHold = 20 * time.Second
 
 // pieceRestartDelay is how long a piece that ended on its own (its Run
 // returned before it was cancelled) waits before it is started again.
@@ -162,13 +169,25 @@ func (m *Manager) step(leaving bool) {
 		break
 	}
 	m.local.Authority = m.member.Valid()
+	wasJoining := m.local.Joining
 	m.local.Joining = m.member.Joining()
+	if wasJoining && !m.local.Joining {
+		m.joinedAt = time.Now()
+	}
 	m.local.Leaving = leaving
 	m.local.Confirmed = m.member.Confirmed()
 	memberPeers := m.member.Peers()
 	peers := make([]Peer, len(memberPeers))
 	for i, p := range memberPeers {
 		peers[i] = Peer{Name: p.Name, State: p.State, Participant: p.Participant}
+	}
+	m.local.HoldStarts = false
+	if len(m.local.Status) == 0 && time.Since(m.joinedAt) < startHold {
+		for _, p := range peers {
+			if p.Participant && p.State.Joining {
+				m.local.HoldStarts = true
+			}
+		}
 	}
 	plan := Decide(m.local, peers, &m.rings)
 	for _, p := range plan.Stop {

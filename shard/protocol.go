@@ -49,6 +49,11 @@ type Local struct {
 	// View and Epoch are the last applied view and its number.
 	View  string
 	Epoch uint64
+	// HoldStarts: own pieces, apply views, stop what is lost, but intend
+	// nothing new yet (a fresh member waiting for members still joining,
+	// so that a fleet started at once does not hand everything to the
+	// first one to finish joining).
+	HoldStarts bool
 	// Status is every piece this member runs, stops or intends to run.
 	Status map[Piece]PieceStatus
 	// Confirmed is the last state the apiserver accepted from this member.
@@ -174,6 +179,12 @@ func Decide(local Local, peers []Peer, rings *RingCache) Plan {
 			continue
 		}
 		if !ok {
+			if local.HoldStarts {
+				if plan.Waiting == "" {
+					plan.Waiting = "waiting for joining members"
+				}
+				continue
+			}
 			plan.Intend = append(plan.Intend, p)
 			continue
 		}

@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -38,11 +39,7 @@ const workloadNamespaces = 20
 func TestFleetWorkload(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	cluster, err := localcluster.Start(ctx, localcluster.Options{Scheduler: true, KwokNodes: 3, KwokPodParallelism: 32})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Stop()
+	cluster := startCluster(ctx, t, localcluster.Options{Scheduler: true, KwokNodes: 3, KwokPodParallelism: 32})
 	client, err := cluster.Client()
 	if err != nil {
 		t.Fatal(err)
@@ -273,6 +270,47 @@ func checkSingleWriter(t *testing.T, auditLog string, since time.Time) {
 	t.Logf("audit: %d namespaced writes by the fleet in steady state, %d namespace/controller pairs, each from one replica", total, len(writers))
 }
 
+// startCluster starts a local control plane that is stopped when the test
+// ends; if the test failed, the fleet replicas' protocol log lines are
+// printed first.
+func startCluster(ctx context.Context, t *testing.T, opts localcluster.Options) *localcluster.Cluster {
+	t.Helper()
+	if dir := os.Getenv("FCM_E2E_KEEP_DIR"); dir != "" {
+		// Keep certificates, data and logs for a look after the test.
+		opts.Dir = filepath.Join(dir, t.Name())
+	}
+	cluster, err := localcluster.Start(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Stop)
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for _, p := range cluster.Processes() {
+			if !strings.HasPrefix(p.Name, "fcm-") {
+				continue
+			}
+			data, err := os.ReadFile(p.LogPath)
+			if err != nil {
+				t.Logf("reading %s: %v", p.LogPath, err)
+			}
+			var lines []string
+			for _, l := range strings.Split(string(data), "\n") {
+				if strings.Contains(l, "manager.go") || strings.Contains(l, "member.go") || strings.HasPrefix(l, "E") {
+					lines = append(lines, l)
+				}
+			}
+			if len(lines) > 60 {
+				lines = lines[len(lines)-60:]
+			}
+			t.Logf("--- %s (protocol lines and errors) ---\n%s", p.Name, strings.Join(lines, "\n"))
+		}
+	})
+	return cluster
+}
+
 func poll(ctx context.Context, t *testing.T, what string, timeout time.Duration, cond func() (bool, string)) {
 	t.Helper()
 	var last string
@@ -292,11 +330,7 @@ func poll(ctx context.Context, t *testing.T, what string, timeout time.Duration,
 func TestFleetFailover(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	cluster, err := localcluster.Start(ctx, localcluster.Options{Scheduler: true, KwokNodes: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Stop()
+	cluster := startCluster(ctx, t, localcluster.Options{Scheduler: true, KwokNodes: 3})
 	client, err := cluster.Client()
 	if err != nil {
 		t.Fatal(err)
