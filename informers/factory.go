@@ -57,12 +57,12 @@ type PieceFactory struct {
 	shared informers.SharedInformerFactory // the replica's: cluster-scoped kinds
 	// sharedStop ends the replica's shared informers: they outlive pieces.
 	sharedStop <-chan struct{}
-	scopes ScopeResolver
+	scopes     ScopeResolver
 	// inPiece reports whether a namespace belongs to the piece.
-	inPiece    func(namespace string) bool
+	inPiece     func(namespace string) bool
 	plainClient kubernetes.Interface
-	resync     time.Duration
-	transform  cache.TransformFunc
+	resync      time.Duration
+	transform   cache.TransformFunc
 
 	mu         sync.Mutex
 	namespaces cache.SharedIndexInformer

@@ -42,14 +42,14 @@ type Membership interface {
 
 // Status is a snapshot of what a Manager does, for metrics and status pages.
 type Status struct {
-	Identity string
-	View     string
-	Epoch    uint64
-	Members  []string
-	Owned    []Piece
-	Running  []Piece
-	Waiting  string
-	Joining  bool
+	Identity  string
+	View      string
+	Epoch     uint64
+	Members   []string
+	Owned     []Piece
+	Running   []Piece
+	Waiting   string
+	Joining   bool
 	Authority bool
 }
 

@@ -96,26 +96,26 @@ type simObs struct {
 }
 
 type simNode struct {
-	s           *sim
-	name        string
-	incarnation string
-	alive       bool // process exists
-	synced      bool // initial list of leases done
-	joinUntil   int64
-	paused      bool
-	pausedQueue []func()
-	joined      bool  // has authority (lease held and renewed in time)
-	fence       int64 // may act while now < fence
+	s            *sim
+	name         string
+	incarnation  string
+	alive        bool // process exists
+	synced       bool // initial list of leases done
+	joinUntil    int64
+	paused       bool
+	pausedQueue  []func()
+	joined       bool  // has authority (lease held and renewed in time)
+	fence        int64 // may act while now < fence
 	waitTakeover bool
-	local       Local
-	seq         uint64
-	obs         map[string]*simObs
-	inflight    bool
-	lastSent    string
-	dirty       bool
-	leaving     bool
-	stopping    map[Piece]bool
-	incCount    int
+	local        Local
+	seq          uint64
+	obs          map[string]*simObs
+	inflight     bool
+	lastSent     string
+	dirty        bool
+	leaving      bool
+	stopping     map[Piece]bool
+	incCount     int
 }
 
 func (s *sim) at(delay int64, node *simNode, fn func()) {

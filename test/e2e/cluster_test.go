@@ -175,7 +175,7 @@ func createDeployment(ctx context.Context, t *testing.T, client kubernetes.Inter
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.invalid/fake:1"}}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.invalid/fake:1"}}},
 			},
 		},
 	}
@@ -207,4 +207,71 @@ func podReady(p *corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// TestRunCommand drives the localcluster command as `make run` does: three
+// fleet replicas and the sample workload; `kubectl create deployment`
+// against the kubeconfig it writes gets Ready pods, and the sample
+// Deployments become available.
+func TestRunCommand(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "localcluster")
+	build := exec.Command("go", "build", "-o", bin, "../localcluster/cmd/localcluster")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building localcluster: %v\n%s", err, out)
+	}
+	dir := t.TempDir()
+	stateFile := filepath.Join(dir, "state.json")
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	cmd := exec.Command(bin, "--state-file", stateFile, "--kubeconfig-out", kubeconfig, "--scheduler", "--kwok-nodes", "3",
+		"--fleet-replicas", "3", "--fleet-bin", filepath.Join(binDir(t), "fleet-controller-manager"), "--sample-workload")
+	out, err := os.Create(filepath.Join(dir, "out.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGINT)
+		_ = cmd.Wait()
+		if t.Failed() {
+			data, _ := os.ReadFile(out.Name())
+			t.Logf("localcluster output:\n%s", data)
+		}
+	}()
+	err = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 5*time.Minute, true, func(context.Context) (bool, error) {
+		_, err := os.Stat(stateFile)
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for the cluster: %v", err)
+	}
+	kubectl := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(filepath.Join(binDir(t), "kubectl"), append([]string{"--kubeconfig", kubeconfig}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	kubectl("create", "deployment", "hello", "--image=registry.invalid/hello:1", "--replicas=3")
+	start := time.Now()
+	err = wait.PollUntilContextTimeout(context.Background(), time.Second, 4*time.Minute, true, func(context.Context) (bool, error) {
+		out := kubectl("get", "deployments", "-A", "--no-headers")
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		for _, l := range lines {
+			if f := strings.Fields(l); len(f) < 3 || (f[2] != "3/3") {
+				return false, nil
+			}
+		}
+		return len(lines) == 6, nil
+	})
+	if err != nil {
+		t.Fatalf("deployments not ready:\n%s", kubectl("get", "deployments", "-A"))
+	}
+	t.Logf("hello and the 5 sample Deployments Ready %v after kubectl create deployment", time.Since(start).Round(time.Second))
+	if pods := kubectl("get", "pods", "-n", "default", "--no-headers"); strings.Count(pods, " Running ") != 3 {
+		t.Errorf("want 3 Running pods of hello:\n%s", pods)
+	}
 }
