@@ -161,7 +161,10 @@ func (f *PieceFactory) namespaceInformer() cache.SharedIndexInformer {
 			}), nil
 		},
 	}
-	f.namespaces = cache.NewSharedIndexInformer(lw, &corev1.Namespace{}, f.resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	// As generated informers do: tell the reflector whether the client can
+	// stream the initial list (watch-list); fakes cannot.
+	f.namespaces = cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client), &corev1.Namespace{}, f.resync,
+		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	if f.transform != nil {
 		_ = f.namespaces.SetTransform(f.transform)
 	}

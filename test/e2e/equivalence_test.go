@@ -1,0 +1,133 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/fleet-controller-manager/fleet-controller-manager/test/localcluster"
+)
+
+// TestSameEndStateAsKubeControllerManager runs one workload under upstream
+// kube-controller-manager and under a fleet of one, each on a fresh control
+// plane, and compares the end states: objects the controllers create and
+// their statuses, ignoring generated names and timestamps.
+func TestSameEndStateAsKubeControllerManager(t *testing.T) {
+	namespaces := []string{"eq-a", "eq-b", "eq-c"}
+	run := func(fleet bool) map[string]string {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		cluster := startCluster(ctx, t, localcluster.Options{Scheduler: true, KwokNodes: 3, KubeControllerManager: !fleet})
+		client, err := cluster.Client()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fleet {
+			if _, _, err := cluster.StartFleetReplica(ctx, filepath.Join(binDir(t), "fleet-controller-manager"), "fcm-0"); err != nil {
+				t.Fatal(err)
+			}
+			waitFleetRunning(ctx, t, client, []string{"fcm-0"})
+		}
+		for _, ns := range namespaces {
+			createWorkload(ctx, t, client, ns)
+		}
+		for _, ns := range namespaces {
+			waitWorkload(ctx, t, client, ns)
+		}
+		snap := snapshot(ctx, t, client, namespaces)
+		cluster.Stop()
+		return snap
+	}
+	kcm := run(false)
+	fleet := run(true)
+	var diffs []string
+	for k, v := range kcm {
+		if fleet[k] != v {
+			diffs = append(diffs, fmt.Sprintf("%s: kube-controller-manager %q, fleet %q", k, v, fleet[k]))
+		}
+	}
+	for k, v := range fleet {
+		if _, ok := kcm[k]; !ok {
+			diffs = append(diffs, fmt.Sprintf("%s: only under the fleet (%q)", k, v))
+		}
+	}
+	sort.Strings(diffs)
+	if len(diffs) > 0 {
+		t.Errorf("end states differ:\n%s", strings.Join(diffs, "\n"))
+	}
+	t.Logf("compared %d facts of the end state: identical", len(kcm))
+}
+
+// snapshot records, per namespace, what the controllers made of the
+// workload, in a form free of generated names and timestamps.
+func snapshot(ctx context.Context, t *testing.T, client kubernetes.Interface, namespaces []string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, ns := range namespaces {
+		deps, _ := client.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
+		for _, d := range deps.Items {
+			s := d.Status
+			out[ns+"/deployment/"+d.Name] = fmt.Sprintf("replicas=%d updated=%d ready=%d available=%d", s.Replicas, s.UpdatedReplicas, s.ReadyReplicas, s.AvailableReplicas)
+		}
+		rss, _ := client.AppsV1().ReplicaSets(ns).List(ctx, metav1.ListOptions{})
+		perOwner := map[string]int{}
+		for _, rs := range rss.Items {
+			for _, o := range rs.OwnerReferences {
+				perOwner[o.Name]++
+			}
+		}
+		for owner, n := range perOwner {
+			out[ns+"/replicasets-of/"+owner] = fmt.Sprint(n)
+		}
+		jobs, _ := client.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{})
+		for _, j := range jobs.Items {
+			out[ns+"/job/"+j.Name] = fmt.Sprintf("succeeded=%d failed=%d", j.Status.Succeeded, j.Status.Failed)
+		}
+		sts, _ := client.AppsV1().StatefulSets(ns).List(ctx, metav1.ListOptions{})
+		for _, s := range sts.Items {
+			out[ns+"/statefulset/"+s.Name] = fmt.Sprintf("replicas=%d ready=%d", s.Status.Replicas, s.Status.ReadyReplicas)
+		}
+		dss, _ := client.AppsV1().DaemonSets(ns).List(ctx, metav1.ListOptions{})
+		for _, d := range dss.Items {
+			out[ns+"/daemonset/"+d.Name] = fmt.Sprintf("desired=%d ready=%d", d.Status.DesiredNumberScheduled, d.Status.NumberReady)
+		}
+		pods, _ := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		phases := map[string]int{}
+		for _, p := range pods.Items {
+			owner := "none"
+			if len(p.OwnerReferences) > 0 {
+				owner = p.OwnerReferences[0].Kind
+			}
+			phases[owner+"/"+string(p.Status.Phase)]++
+		}
+		for k, n := range phases {
+			out[ns+"/pods/"+k] = fmt.Sprint(n)
+		}
+		slices, _ := client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{})
+		endpoints := map[string]int{}
+		for _, s := range slices.Items {
+			endpoints[s.Labels["kubernetes.io/service-name"]] += len(s.Endpoints)
+		}
+		for svc, n := range endpoints {
+			out[ns+"/endpoints-of/"+svc] = fmt.Sprint(n)
+		}
+		sas, _ := client.CoreV1().ServiceAccounts(ns).List(ctx, metav1.ListOptions{})
+		for _, sa := range sas.Items {
+			out[ns+"/serviceaccount/"+sa.Name] = "present"
+		}
+		cms, _ := client.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
+		for _, cm := range cms.Items {
+			out[ns+"/configmap/"+cm.Name] = fmt.Sprint(len(cm.Data))
+		}
+	}
+	return out
+}
