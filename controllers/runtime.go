@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/client-go/util/keyutil"
 	"k8s.io/component-base/metrics/prometheus/controllers"
+	"k8s.io/controller-manager/controller"
 	"k8s.io/controller-manager/pkg/clientbuilder"
 	"k8s.io/controller-manager/pkg/informerfactory"
 	"k8s.io/klog/v2"
@@ -57,6 +59,60 @@ type Runtime struct {
 	shared               clientinformers.SharedInformerFactory
 	sharedStop           <-chan struct{}
 	metrics              *controllers.ControllerManagerMetrics
+
+	debugMu sync.RWMutex
+	debug   map[string]http.Handler // controller name -> its debugging handler
+}
+
+// DebugHandler serves /debug/controllers/NAME/... for the debuggable
+// controllers this replica runs now (the garbage collector's graph), as
+// KCM does; a controller that moved away answers 404 here.
+func (r *Runtime) DebugHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		rest, ok := strings.CutPrefix(req.URL.Path, debugPrefix)
+		if !ok {
+			http.NotFound(w, req)
+			return
+		}
+		name, _, _ := strings.Cut(rest, "/")
+		r.debugMu.RLock()
+		h := r.debug[name]
+		r.debugMu.RUnlock()
+		if h == nil {
+			http.Error(w, fmt.Sprintf("controller %q does not run on this replica", name), http.StatusNotFound)
+			return
+		}
+		http.StripPrefix(debugPrefix+name, h).ServeHTTP(w, req)
+	})
+}
+
+// debugPrefix is where KCM mounts controllers' debugging handlers.
+const debugPrefix = "/debug/controllers/"
+
+func (r *Runtime) registerDebug(built []kcmapp.Controller) func() {
+	var names []string
+	r.debugMu.Lock()
+	defer r.debugMu.Unlock()
+	for _, c := range built {
+		d, ok := c.(controller.Debuggable)
+		if !ok {
+			continue
+		}
+		if h := d.DebuggingHandler(); h != nil {
+			if r.debug == nil {
+				r.debug = map[string]http.Handler{}
+			}
+			r.debug[c.Name()] = h
+			names = append(names, c.Name())
+		}
+	}
+	return func() {
+		r.debugMu.Lock()
+		defer r.debugMu.Unlock()
+		for _, n := range names {
+			delete(r.debug, n)
+		}
+	}
 }
 
 // NewRuntime prepares the replica-wide parts: client builders whose clients
@@ -194,6 +250,7 @@ func (r *Runtime) Run(ctx context.Context, piece shard.Piece, _ shard.Fence) err
 	if tokens != nil {
 		built = append([]kcmapp.Controller{tokens}, built...)
 	}
+	defer r.registerDebug(built)()
 	cc.InformerFactory.Start(ctx.Done())
 	cc.ObjectOrMetadataInformerFactory.Start(ctx.Done())
 	close(cc.InformersStarted)

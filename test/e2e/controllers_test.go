@@ -46,8 +46,9 @@ func TestFleetWorkload(t *testing.T) {
 	}
 	bin := filepath.Join(binDir(t), "fleet-controller-manager")
 	replicas := []string{"fcm-0", "fcm-1", "fcm-2"}
+	ports := map[string]int{}
 	for _, r := range replicas {
-		if _, _, err := cluster.StartFleetReplica(ctx, bin, r); err != nil {
+		if _, ports[r], err = cluster.StartFleetReplica(ctx, bin, r); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -88,6 +89,42 @@ func TestFleetWorkload(t *testing.T) {
 	})
 
 	checkSingleWriter(t, cluster.AuditLog, steadyFrom)
+	checkServing(t, cluster, ports)
+}
+
+// checkServing: every replica is ready, and the garbage collector's debug
+// graph is served by exactly the replica that runs it.
+func checkServing(t *testing.T, cluster *localcluster.Cluster, ports map[string]int) {
+	t.Helper()
+	httpClient, err := cluster.AdminHTTPClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(port int, path string) int {
+		resp, err := httpClient.Get(fmt.Sprintf("https://127.0.0.1:%d%s", port, path))
+		if err != nil {
+			t.Fatalf("GET %s on port %d: %v", path, port, err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	graphs := 0
+	for name, port := range ports {
+		if code := get(port, "/readyz"); code != 200 {
+			t.Errorf("%s /readyz: %d", name, code)
+		}
+		switch code := get(port, "/debug/controllers/garbage-collector-controller/graph"); code {
+		case 200:
+			graphs++
+		case 404:
+		default:
+			t.Errorf("%s garbage collector graph: HTTP %d", name, code)
+		}
+	}
+	if graphs != 1 {
+		t.Errorf("the garbage collector's graph is served by %d replicas, want exactly 1", graphs)
+	}
+	t.Logf("/readyz checked on %d replicas; the garbage collector's graph served by %d", len(ports), graphs)
 }
 
 // waitFleetRunning waits until every replica has joined and together they

@@ -7,8 +7,10 @@ package localcluster
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -299,4 +301,21 @@ func (c *Cluster) startEtcd(ctx context.Context) error {
 		c.etcdURL = clientURL
 	}
 	return err
+}
+
+// AdminHTTPClient talks to components' secure ports (fleet replicas' debug
+// and metrics endpoints) as the admin user; it does not verify their
+// self-signed serving certificates, which is fine on loopback only.
+func (c *Cluster) AdminHTTPClient() (*http.Client, error) {
+	cert, err := tls.LoadX509KeyPair(filepath.Join(c.pki.dir, "admin.crt"), filepath.Join(c.pki.dir, "admin.key"))
+	if err != nil {
+		return nil, fmt.Errorf("loading admin client certificate: %w", err)
+	}
+	return &http.Client{
+		Timeout: 10 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{
+			Certificates:       []tls.Certificate{cert},
+			InsecureSkipVerify: true, //nolint:gosec // loopback component endpoints only
+		}},
+	}, nil
 }

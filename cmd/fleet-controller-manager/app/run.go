@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"k8s.io/apiserver/pkg/server/healthz"
+	"k8s.io/apiserver/pkg/server/mux"
 	"k8s.io/client-go/kubernetes"
 	corev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	restclient "k8s.io/client-go/rest"
@@ -66,12 +67,21 @@ func run(ctx context.Context, kcm *options.KubeControllerManagerOptions, fleet *
 		}
 		return errors.New("lease not renewed within the renew deadline")
 	}))
+	var serveMux *mux.PathRecorderMux
 	if c.SecureServing != nil {
-		mux := genericcontrollermanager.NewBaseHandler(&c.ComponentConfig.Generic.Debugging, healthzHandler)
-		handler := genericcontrollermanager.BuildHandlerChain(mux, &c.Authorization, &c.Authentication)
-		if _, _, err := c.SecureServing.Serve(handler, 0, ctx.Done()); err != nil {
-			return fmt.Errorf("serving: %w", err)
-		}
+		serveMux = genericcontrollermanager.NewBaseHandler(&c.ComponentConfig.Generic.Debugging, healthzHandler)
+		// Ready once joined with authority: a rolling update then waits for
+		// each new replica to take part before it replaces the next one.
+		serveMux.Handle("/readyz", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			switch {
+			case member.Joining():
+				http.Error(w, "joining the fleet", http.StatusServiceUnavailable)
+			case !member.Valid():
+				http.Error(w, "no authority: lease not renewed within the renew deadline", http.StatusServiceUnavailable)
+			default:
+				fmt.Fprintln(w, "ok")
+			}
+		}))
 	}
 
 	// Membership outlives the manager: leaving needs the Lease client, and
@@ -103,6 +113,15 @@ func run(ctx context.Context, kcm *options.KubeControllerManagerOptions, fleet *
 	manager, err := shard.NewManager(member, runner, fleet.Ring, pieces)
 	if err != nil {
 		return err
+	}
+	if serveMux != nil {
+		if rt, ok := runner.(*controllers.Runtime); ok {
+			serveMux.UnlistedHandlePrefix("/debug/controllers/", rt.DebugHandler())
+		}
+		handler := genericcontrollermanager.BuildHandlerChain(serveMux, &c.Authorization, &c.Authentication)
+		if _, _, err := c.SecureServing.Serve(handler, 0, ctx.Done()); err != nil {
+			return fmt.Errorf("serving: %w", err)
+		}
 	}
 
 	memberErr := make(chan error, 1)
