@@ -50,9 +50,11 @@ type Runtime struct {
 	identity    string
 	descriptors map[string]*kcmapp.ControllerDescriptor
 	partitions  int
+	mode        informers.Mode
 
 	rootBuilder, builder clientbuilder.ControllerClientBuilder
 	informerConfig       *restclient.Config
+	restClients          *informers.RESTClients
 	plainClient          kubernetes.Interface
 	metadataClient       metadata.Interface
 	restMapper           *restmapper.DeferredDiscoveryRESTMapper
@@ -118,8 +120,9 @@ func (r *Runtime) registerDebug(built []kcmapp.Controller) func() {
 // NewRuntime prepares the replica-wide parts: client builders whose clients
 // share one rate limiter per controller across all pieces (so a fleet of one
 // spends exactly what kube-controller-manager spends), one RESTMapper, and
-// one factory for cluster-scoped kinds.
-func NewRuntime(ctx context.Context, c *kcmconfig.CompletedConfig, identity string, partitions int, fence Fence) (*Runtime, error) {
+// one factory for cluster-scoped kinds (and, in filtered-watch mode, for
+// every kind). mode must be resolved (informers.Resolve).
+func NewRuntime(ctx context.Context, c *kcmconfig.CompletedConfig, identity string, partitions int, mode informers.Mode, fence Fence) (*Runtime, error) {
 	descriptors := Descriptors()
 	if err := Check(descriptors); err != nil {
 		return nil, err
@@ -163,9 +166,12 @@ func NewRuntime(ctx context.Context, c *kcmconfig.CompletedConfig, identity stri
 		}
 	}()
 	controllers.Register()
+	registerMetrics()
+	memberInfo.WithLabelValues(identity, string(mode)).Set(1)
 	r := &Runtime{
-		config: c, identity: identity, descriptors: descriptors, partitions: partitions,
+		config: c, identity: identity, descriptors: descriptors, partitions: partitions, mode: mode,
 		rootBuilder: rootBuilder, builder: builder, informerConfig: informerConfig,
+		restClients: informers.NewRESTClients(informerConfig),
 		plainClient: plain, metadataClient: metadataClient, restMapper: restMapper,
 		shared:     clientinformers.NewSharedInformerFactoryWithOptions(plain, kcmapp.ResyncPeriod(c)(), clientinformers.WithTransform(trimManagedFields)),
 		sharedStop: ctx.Done(),
@@ -220,6 +226,7 @@ func trimManagedFields(obj any) (any, error) {
 // Run runs one piece until ctx is cancelled and returns only once every
 // controller of the piece has returned and its informers are shut down.
 func (r *Runtime) Run(ctx context.Context, piece shard.Piece, _ shard.Fence) error {
+	ctx = klog.NewContext(ctx, withoutReregistrationErrors(klog.FromContext(ctx)))
 	cc, shutdown, err := r.controllerContext(ctx, piece)
 	if err != nil {
 		return err
@@ -254,6 +261,7 @@ func (r *Runtime) Run(ctx context.Context, piece shard.Piece, _ shard.Fence) err
 	cc.InformerFactory.Start(ctx.Done())
 	cc.ObjectOrMetadataInformerFactory.Start(ctx.Done())
 	close(cc.InformersStarted)
+	go observeInformerSync(ctx, piece, cc)
 	klog.InfoS("Piece controllers running", "piece", piece, "controllers", len(built))
 	if len(built) == 0 {
 		// As KCM: nothing to run still holds the piece until it moves.
@@ -264,6 +272,23 @@ func (r *Runtime) Run(ctx context.Context, piece shard.Piece, _ shard.Fence) err
 	// have returned, or another replica could start them while they run.
 	kcmapp.RunControllers(ctx, cc, built, kcmapp.ControllerStartJitter, 0)
 	return nil
+}
+
+// observeInformerSync records how long the piece's informers took to sync
+// (nothing, if the piece stops first).
+func observeInformerSync(ctx context.Context, piece shard.Piece, cc kcmapp.ControllerContext) {
+	start := time.Now()
+	for _, ok := range cc.InformerFactory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return
+		}
+	}
+	kind := "partition"
+	if !piece.IsPartition() {
+		kind = piece.Name()
+	}
+	informerSync.WithLabelValues(kind).Observe(time.Since(start).Seconds())
+	klog.V(2).InfoS("Piece informers synced", "piece", piece, "took", time.Since(start).Round(time.Millisecond))
 }
 
 // controllerContext builds the ControllerContext of a piece. A singleton
@@ -281,13 +306,23 @@ func (r *Runtime) controllerContext(ctx context.Context, piece shard.Piece) (kcm
 	}
 	if piece.IsPartition() {
 		p := piece.Partition()
-		selector := shard.ShardSelector(p, r.partitions)
-		sharded, err := kubernetes.NewForConfig(informers.ShardedConfig(r.informerConfig, selector))
-		if err != nil {
-			return cc, nil, fmt.Errorf("sharded client of %s: %w", piece, err)
+		pc := informers.PieceConfig{
+			Mode: r.mode, Client: r.plainClient, RESTClients: r.restClients,
+			Shared: r.shared, SharedStop: r.sharedStop, Mapper: r.restMapper,
+			InPiece: func(ns string) bool { return shard.NamespacePartition(ns, r.partitions) == p },
+			Resync:  resync(), Transform: trimManagedFields,
 		}
-		factory := informers.NewPieceFactory(sharded, r.plainClient, r.shared, r.sharedStop, r.restMapper,
-			func(ns string) bool { return shard.NamespacePartition(ns, r.partitions) == p }, resync(), trimManagedFields)
+		if r.mode == informers.ModeShardedWatch {
+			sharded, err := kubernetes.NewForConfig(informers.ShardedConfig(r.informerConfig, shard.ShardSelector(p, r.partitions)))
+			if err != nil {
+				return cc, nil, fmt.Errorf("sharded client of %s: %w", piece, err)
+			}
+			pc.ShardedClient = sharded
+		}
+		factory, err := informers.NewPieceFactory(pc)
+		if err != nil {
+			return cc, nil, fmt.Errorf("informers of %s: %w", piece, err)
+		}
 		metadataFactory := metadatainformer.NewFilteredSharedInformerFactory(r.metadataClient, resync(), "", nil)
 		cc.InformerFactory = factory
 		cc.ObjectOrMetadataInformerFactory = informerfactory.NewInformerFactory(factory, metadataFactory)

@@ -1,15 +1,18 @@
 // Package informers builds the informer views of pieces: for a namespace
-// partition, a SharedInformerFactory whose namespaced kinds list and watch
-// only the partition's namespaces (server-side sharded watch), whose
-// Namespaces view holds only the partition's namespaces, and whose
-// cluster-scoped kinds come from one factory shared by the whole replica,
-// with the piece's event handlers removed again when it stops.
+// partition, a SharedInformerFactory whose namespaced kinds hold only the
+// partition's namespaces (by server-side sharded watch, one watch per
+// namespace, or a filtered view of the replica's cluster-wide informers:
+// see Mode), whose Namespaces view holds only the partition's namespaces,
+// and whose cluster-scoped kinds come from one factory shared by the whole
+// replica, with the piece's event handlers removed again when it stops.
 package informers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
+	"sort"
 	"sync"
 	"time"
 
@@ -44,30 +47,91 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 )
 
-// ScopeResolver tells whether a kind is namespaced (a RESTMapper does).
-type ScopeResolver interface {
-	RESTMapping(gk schema.GroupKind, versions ...string) (*meta.RESTMapping, error)
+// PieceConfig is what a partition piece's informers are made from.
+type PieceConfig struct {
+	Mode Mode // resolved: not ModeAuto
+	// Client sees everything; its config (ShardedConfig for
+	// ModeShardedWatch) and RESTClients (for ModeNamespaceWatch) are made
+	// from the same rest.Config.
+	Client kubernetes.Interface
+	// ShardedClient lists and watches only the piece's namespaces
+	// (ModeShardedWatch).
+	ShardedClient kubernetes.Interface
+	// RESTClients list and watch a namespace each (ModeNamespaceWatch).
+	RESTClients *RESTClients
+	// Shared is the replica's factory (cluster-scoped kinds, and every
+	// kind in ModeFilteredWatch); it runs until SharedStop closes.
+	Shared     informers.SharedInformerFactory
+	SharedStop <-chan struct{}
+	Mapper     meta.RESTMapper
+	// InPiece reports whether a namespace belongs to the piece.
+	InPiece   func(namespace string) bool
+	Resync    time.Duration
+	Transform cache.TransformFunc
 }
 
 // PieceFactory is the informer factory of one partition piece.
 type PieceFactory struct {
-	inner  informers.SharedInformerFactory // sharded: namespaced kinds
-	shared informers.SharedInformerFactory // the replica's: cluster-scoped kinds
-	// sharedStop ends the replica's shared informers: they outlive pieces.
-	sharedStop <-chan struct{}
-	scopes     ScopeResolver
-	// inPiece reports whether a namespace belongs to the piece.
-	inPiece     func(namespace string) bool
-	plainClient kubernetes.Interface
-	resync      time.Duration
-	transform   cache.TransformFunc
+	PieceConfig
+	// inner holds the piece's own informers of namespaced kinds.
+	inner informers.SharedInformerFactory
 
 	mu         sync.Mutex
 	namespaces cache.SharedIndexInformer
 	handlers   []registration
 	started    []context.CancelFunc
+	// live: Start was called, handlers on shared informers go live at once;
+	// before it they wait in pending.
+	live    bool
+	stopped bool
+	pending []pendingHandler
+}
+
+type pendingHandler struct {
+	informer cache.SharedIndexInformer
+	add      func() (cache.ResourceEventHandlerRegistration, error)
+	handle   *deferredRegistration
+}
+
+// addSharedHandler adds a piece's handler to a shared informer now if the
+// piece's informers have started, else when they start (see
+// deferredRegistration).
+func (f *PieceFactory) addSharedHandler(informer cache.SharedIndexInformer, add func() (cache.ResourceEventHandlerRegistration, error)) (cache.ResourceEventHandlerRegistration, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stopped {
+		return nil, errors.New("the piece has stopped")
+	}
+	if f.live {
+		h, err := add()
+		if err == nil {
+			f.handlers = append(f.handlers, registration{informer: informer, handle: h})
+		}
+		return h, err
+	}
+	handle := newDeferredRegistration()
+	f.pending = append(f.pending, pendingHandler{informer: informer, add: add, handle: handle})
+	return handle, nil
+}
+
+// goLive adds the pending handlers. Called with f.mu held.
+func (f *PieceFactory) goLive() {
+	f.live = true
+	for _, p := range f.pending {
+		h, err := p.add()
+		if err != nil {
+			// Only a stopped shared informer refuses: the replica is ending.
+			klog.ErrorS(err, "Adding a piece's handler to a shared informer")
+			close(p.handle.registered)
+			continue
+		}
+		f.handlers = append(f.handlers, registration{informer: p.informer, handle: h})
+		p.handle.set(h)
+	}
+	f.pending = nil
 }
 
 type registration struct {
@@ -75,21 +139,27 @@ type registration struct {
 	handle   cache.ResourceEventHandlerRegistration
 }
 
-// NewPieceFactory builds the factory of a partition piece. shardedClient
-// must list and watch only the piece's namespaces; plainClient sees
-// everything (the piece's Namespaces view filters it with inPiece).
-func NewPieceFactory(shardedClient, plainClient kubernetes.Interface, shared informers.SharedInformerFactory, sharedStop <-chan struct{},
-	scopes ScopeResolver, inPiece func(string) bool, resync time.Duration, transform cache.TransformFunc) *PieceFactory {
-	return &PieceFactory{
-		inner:       informers.NewSharedInformerFactoryWithOptions(shardedClient, resync, informers.WithTransform(transform)),
-		shared:      shared,
-		sharedStop:  sharedStop,
-		scopes:      scopes,
-		inPiece:     inPiece,
-		plainClient: plainClient,
-		resync:      resync,
-		transform:   transform,
+// NewPieceFactory builds the factory of a partition piece.
+func NewPieceFactory(c PieceConfig) (*PieceFactory, error) {
+	client := c.Client
+	switch c.Mode {
+	case ModeShardedWatch:
+		if c.ShardedClient == nil {
+			return nil, fmt.Errorf("informer mode %s needs a sharded client", c.Mode)
+		}
+		client = c.ShardedClient
+	case ModeNamespaceWatch:
+		if c.RESTClients == nil {
+			return nil, fmt.Errorf("informer mode %s needs REST clients", c.Mode)
+		}
+	case ModeFilteredWatch:
+	default:
+		return nil, fmt.Errorf("informer mode %q cannot make a piece factory", c.Mode)
 	}
+	return &PieceFactory{
+		PieceConfig: c,
+		inner:       informers.NewSharedInformerFactoryWithOptions(client, c.Resync, informers.WithTransform(c.Transform)),
+	}, nil
 }
 
 var _ informers.SharedInformerFactory = &PieceFactory{}
@@ -102,7 +172,7 @@ func (f *PieceFactory) clusterScoped(obj runtime.Object) bool {
 	if err != nil || len(gvks) == 0 {
 		return false
 	}
-	mapping, err := f.scopes.RESTMapping(gvks[0].GroupKind(), gvks[0].Version)
+	mapping, err := f.Mapper.RESTMapping(gvks[0].GroupKind(), gvks[0].Version)
 	if err != nil {
 		return false
 	}
@@ -111,15 +181,89 @@ func (f *PieceFactory) clusterScoped(obj runtime.Object) bool {
 
 // InformerFor routes each kind: Namespaces to the piece's filtered view,
 // other cluster-scoped kinds to the shared factory (with handler
-// tracking), namespaced kinds to the sharded factory.
+// tracking), namespaced kinds by the piece's mode.
 func (f *PieceFactory) InformerFor(obj runtime.Object, newFunc internalinterfaces.NewInformerFunc) cache.SharedIndexInformer {
 	if _, ok := obj.(*corev1.Namespace); ok {
 		return f.namespaceInformer()
 	}
 	if f.clusterScoped(obj) {
-		return &trackedInformer{SharedIndexInformer: f.shared.InformerFor(obj, newFunc), factory: f}
+		return &sharedView{SharedIndexInformer: f.Shared.InformerFor(obj, newFunc), factory: f}
+	}
+	switch f.Mode {
+	case ModeFilteredWatch:
+		return &sharedView{SharedIndexInformer: f.Shared.InformerFor(obj, newFunc), factory: f, inPiece: f.InPiece}
+	case ModeNamespaceWatch:
+		namespaces := f.namespaceInformer()
+		return f.inner.InformerFor(obj, func(kubernetes.Interface, time.Duration) cache.SharedIndexInformer {
+			lw := &namespacesListWatch{clients: f.RESTClients, mapper: f.Mapper, obj: obj, namespaces: informerNamespaceSet{namespaces}}
+			return cache.NewSharedIndexInformer(lw, obj, f.Resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+		})
 	}
 	return f.inner.InformerFor(obj, newFunc)
+}
+
+// filteredWatch passes on the events keep accepts. Unlike watch.Filter, its
+// goroutine ends on Stop even while an event waits for a reader that is
+// gone (the reflector stops reading before it calls Stop).
+type filteredWatch struct {
+	in   watch.Interface
+	out  chan watch.Event
+	stop chan struct{}
+	once sync.Once
+}
+
+func newFilteredWatch(in watch.Interface, keep func(watch.Event) bool) *filteredWatch {
+	w := &filteredWatch{in: in, out: make(chan watch.Event), stop: make(chan struct{})}
+	go func() {
+		defer close(w.out)
+		defer in.Stop()
+		for {
+			select {
+			case <-w.stop:
+				return
+			case e, ok := <-in.ResultChan():
+				if !ok {
+					return
+				}
+				if !keep(e) {
+					continue
+				}
+				select {
+				case w.out <- e:
+				case <-w.stop:
+					return
+				}
+			}
+		}
+	}()
+	return w
+}
+
+func (w *filteredWatch) ResultChan() <-chan watch.Event { return w.out }
+func (w *filteredWatch) Stop()                          { w.once.Do(func() { close(w.stop) }) }
+
+// informerNamespaceSet is the piece's Namespaces view as a namespaceSet.
+type informerNamespaceSet struct{ cache.SharedIndexInformer }
+
+func (s informerNamespaceSet) Names() []string {
+	names := s.GetStore().ListKeys()
+	sort.Strings(names)
+	return names
+}
+
+func (s informerNamespaceSet) Notify(changed func()) (func(), error) {
+	if s.IsStopped() {
+		// The piece is stopping: its namespaces change no more.
+		return func() {}, nil
+	}
+	handle, err := s.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { changed() },
+		DeleteFunc: func(any) { changed() },
+	})
+	if err != nil {
+		return nil, err
+	}
+	return func() { _ = s.RemoveEventHandler(handle) }, nil
 }
 
 func (f *PieceFactory) namespaceInformer() cache.SharedIndexInformer {
@@ -128,10 +272,10 @@ func (f *PieceFactory) namespaceInformer() cache.SharedIndexInformer {
 	if f.namespaces != nil {
 		return f.namespaces
 	}
-	client := f.plainClient
+	client := f.Client
 	keep := func(obj runtime.Object) bool {
 		ns, ok := obj.(*corev1.Namespace)
-		return ok && f.inPiece(ns.Name)
+		return ok && f.InPiece(ns.Name)
 	}
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, options metav1.ListOptions) (runtime.Object, error) {
@@ -153,51 +297,19 @@ func (f *PieceFactory) namespaceInformer() cache.SharedIndexInformer {
 			if err != nil {
 				return nil, err
 			}
-			return watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
-				if e.Type == watch.Bookmark || e.Type == watch.Error {
-					return e, true
-				}
-				return e, keep(e.Object)
+			return newFilteredWatch(w, func(e watch.Event) bool {
+				return e.Type == watch.Bookmark || e.Type == watch.Error || keep(e.Object)
 			}), nil
 		},
 	}
 	// As generated informers do: tell the reflector whether the client can
 	// stream the initial list (watch-list); fakes cannot.
-	f.namespaces = cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client), &corev1.Namespace{}, f.resync,
+	f.namespaces = cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client), &corev1.Namespace{}, f.Resync,
 		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-	if f.transform != nil {
-		_ = f.namespaces.SetTransform(f.transform)
+	if f.Transform != nil {
+		_ = f.namespaces.SetTransform(f.Transform)
 	}
 	return f.namespaces
-}
-
-// trackedInformer records the handlers a piece adds to a shared informer,
-// so they can be removed when the piece stops: controllers never remove
-// their own.
-type trackedInformer struct {
-	cache.SharedIndexInformer
-	factory *PieceFactory
-}
-
-func (t *trackedInformer) track(h cache.ResourceEventHandlerRegistration, err error) (cache.ResourceEventHandlerRegistration, error) {
-	if err == nil {
-		t.factory.mu.Lock()
-		t.factory.handlers = append(t.factory.handlers, registration{informer: t.SharedIndexInformer, handle: h})
-		t.factory.mu.Unlock()
-	}
-	return h, err
-}
-
-func (t *trackedInformer) AddEventHandler(h cache.ResourceEventHandler) (cache.ResourceEventHandlerRegistration, error) {
-	return t.track(t.SharedIndexInformer.AddEventHandler(h))
-}
-
-func (t *trackedInformer) AddEventHandlerWithResyncPeriod(h cache.ResourceEventHandler, resync time.Duration) (cache.ResourceEventHandlerRegistration, error) {
-	return t.track(t.SharedIndexInformer.AddEventHandlerWithResyncPeriod(h, resync))
-}
-
-func (t *trackedInformer) AddEventHandlerWithOptions(h cache.ResourceEventHandler, options cache.HandlerOptions) (cache.ResourceEventHandlerRegistration, error) {
-	return t.track(t.SharedIndexInformer.AddEventHandlerWithOptions(h, options))
 }
 
 // Start starts the piece's informers until stopCh closes, and any new
@@ -205,9 +317,12 @@ func (t *trackedInformer) AddEventHandlerWithOptions(h cache.ResourceEventHandle
 // piece's stop channel would die with that piece under every other piece).
 func (f *PieceFactory) Start(stopCh <-chan struct{}) {
 	f.inner.Start(stopCh)
-	f.shared.Start(f.sharedStop)
+	f.Shared.Start(f.SharedStop)
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if !f.live && !f.stopped {
+		f.goLive()
+	}
 	if f.namespaces != nil && len(f.started) == 0 {
 		ctx, cancel := context.WithCancel(context.Background())
 		f.started = append(f.started, cancel)
@@ -231,6 +346,11 @@ func (f *PieceFactory) StartWithContext(ctx context.Context) { f.Start(ctx.Done(
 func (f *PieceFactory) Shutdown() {
 	f.inner.Shutdown()
 	f.mu.Lock()
+	f.stopped = true
+	for _, p := range f.pending {
+		close(p.handle.registered)
+	}
+	f.pending = nil
 	cancels := f.started
 	f.started = nil
 	handlers := f.handlers
@@ -257,7 +377,7 @@ func (f *PieceFactory) Handlers() int {
 // WaitForCacheSync waits for the piece's informers.
 func (f *PieceFactory) WaitForCacheSync(stopCh <-chan struct{}) map[reflect.Type]bool {
 	out := f.inner.WaitForCacheSync(stopCh)
-	for t, ok := range f.shared.WaitForCacheSync(stopCh) {
+	for t, ok := range f.Shared.WaitForCacheSync(stopCh) {
 		out[t] = ok
 	}
 	f.mu.Lock()
@@ -278,19 +398,38 @@ func (f *PieceFactory) WaitForCacheSyncWithContext(ctx context.Context) cache.Sy
 // ForResource gives a generic informer of the resource, routed like
 // InformerFor.
 func (f *PieceFactory) ForResource(gvr schema.GroupVersionResource) (informers.GenericInformer, error) {
-	if gvr.Group == "" && gvr.Resource == "namespaces" {
-		return genericInformer{informer: f.namespaceInformer(), resource: gvr.GroupResource()}, nil
+	generic := func(informer cache.SharedIndexInformer) (informers.GenericInformer, error) {
+		return genericInformer{informer: informer, resource: gvr.GroupResource()}, nil
 	}
-	if mapper, ok := f.scopes.(meta.RESTMapper); ok {
-		if gvk, err := mapper.KindFor(gvr); err == nil {
-			if mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version); err == nil && mapping.Scope.Name() == meta.RESTScopeNameRoot {
-				gi, err := f.shared.ForResource(gvr)
-				if err != nil {
-					return nil, err
-				}
-				return genericInformer{informer: &trackedInformer{SharedIndexInformer: gi.Informer(), factory: f}, resource: gvr.GroupResource()}, nil
-			}
+	if gvr.Group == "" && gvr.Resource == "namespaces" {
+		return generic(f.namespaceInformer())
+	}
+	gvk, err := f.Mapper.KindFor(gvr)
+	if err != nil {
+		return nil, fmt.Errorf("kind of %s: %w", gvr, err)
+	}
+	mapping, err := f.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return nil, fmt.Errorf("scope of %s: %w", gvr, err)
+	}
+	clusterScoped := mapping.Scope.Name() == meta.RESTScopeNameRoot
+	switch {
+	case clusterScoped || f.Mode == ModeFilteredWatch:
+		gi, err := f.Shared.ForResource(gvr)
+		if err != nil {
+			return nil, err
 		}
+		view := &sharedView{SharedIndexInformer: gi.Informer(), factory: f}
+		if !clusterScoped {
+			view.inPiece = f.InPiece
+		}
+		return generic(view)
+	case f.Mode == ModeNamespaceWatch:
+		obj, err := scheme.Scheme.New(gvk)
+		if err != nil {
+			return nil, fmt.Errorf("informer for %s: %w", gvr, err)
+		}
+		return generic(f.InformerFor(obj, nil))
 	}
 	return f.inner.ForResource(gvr)
 }

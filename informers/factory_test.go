@@ -28,25 +28,42 @@ func testMapper() meta.RESTMapper {
 }
 
 // TestPieceFactoryLifecycle starts and stops a piece's informers 100 times
-// against one shared factory: the piece sees only its namespaces, shared
+// against one shared factory, in each mode a fake clientset can serve: the
+// piece sees only its namespaces, its handlers only their events, shared
 // informers keep running, and no goroutine nor handler is left behind.
+// (namespace-watch needs a real apiserver: TestNamespaceWatch.)
 func TestPieceFactoryLifecycle(t *testing.T) {
+	for _, mode := range []Mode{ModeShardedWatch, ModeFilteredWatch} {
+		t.Run(string(mode), func(t *testing.T) { testPieceFactoryLifecycle(t, mode) })
+	}
+}
+
+func testPieceFactoryLifecycle(t *testing.T, mode Mode) {
+	mine := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "d", Namespace: "mine"}}
 	client := fake.NewSimpleClientset(
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "mine"}},
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "theirs"}},
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}},
-		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "d", Namespace: "mine"}},
+		mine,
+		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "d", Namespace: "theirs"}},
 	)
+	// What a server honouring the piece's shard selector returns.
+	sharded := fake.NewSimpleClientset(mine.DeepCopy())
 	replica, stopReplica := context.WithCancel(context.Background())
 	defer stopReplica()
 	shared := clientinformers.NewSharedInformerFactory(client, 0)
 	inPiece := func(ns string) bool { return ns == "mine" }
-	var stoppedPieceEvents atomic.Int64
-	var stopped atomic.Bool
+	var stoppedPieceEvents, foreignEvents, earlyEvents atomic.Int64
+	var stopped, started atomic.Bool
+	wantHandlers := map[Mode]int{ModeShardedWatch: 1, ModeFilteredWatch: 2}[mode]
 
 	cycle := func() *PieceFactory {
 		ctx, cancel := context.WithCancel(context.Background())
-		f := NewPieceFactory(client, client, shared, replica.Done(), testMapper(), inPiece, 0, nil)
+		f, err := NewPieceFactory(PieceConfig{Mode: mode, Client: client, ShardedClient: sharded, Shared: shared,
+			SharedStop: replica.Done(), Mapper: testMapper(), InPiece: inPiece})
+		if err != nil {
+			t.Fatal(err)
+		}
 		nodes := f.Core().V1().Nodes().Informer()
 		if _, err := nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(any) {
 			if stopped.Load() {
@@ -56,22 +73,42 @@ func TestPieceFactoryLifecycle(t *testing.T) {
 			t.Fatal(err)
 		}
 		deployments := f.Apps().V1().Deployments().Informer()
+		started.Store(false)
+		handle, err := deployments.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(obj any) {
+			if namespaceOf(obj) != "mine" {
+				foreignEvents.Add(1)
+			}
+			if !started.Load() {
+				earlyEvents.Add(1)
+			}
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := deployments.AddIndexers(cache.Indexers{"by-name": func(obj any) ([]string, error) { return []string{namespaceOf(obj)}, nil }}); err != nil {
+			t.Fatalf("a second piece adding the same indexer: %v", err)
+		}
 		namespaces := f.Core().V1().Namespaces().Lister()
+		time.Sleep(time.Millisecond) // a running shared informer would deliver now
+		started.Store(true)
 		f.Start(ctx.Done())
+		if !cache.WaitForCacheSync(ctx.Done(), handle.HasSynced) {
+			t.Fatal("the piece's Deployments handler did not sync")
+		}
 		for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
 			if !ok {
 				t.Fatalf("%v did not sync", typ)
 			}
 		}
-		if f.Handlers() != 1 {
-			t.Fatalf("want the piece's one handler on the shared Nodes informer tracked, got %d", f.Handlers())
+		if f.Handlers() != wantHandlers {
+			t.Fatalf("want the piece's %d handlers on shared informers tracked, got %d", wantHandlers, f.Handlers())
 		}
 		all, err := namespaces.List(labels.Everything())
 		if err != nil || len(all) != 1 || all[0].Name != "mine" {
 			t.Fatalf("the piece's Namespaces view must hold only its namespace, got %v (%v)", all, err)
 		}
-		if len(deployments.GetStore().List()) != 1 {
-			t.Fatal("deployment informer empty")
+		if got := deployments.GetStore().ListKeys(); len(got) != 1 || got[0] != "mine/d" {
+			t.Fatalf("the piece's Deployments must be only mine/d, got %v", got)
 		}
 		cancel()
 		f.Shutdown()
@@ -98,6 +135,12 @@ func TestPieceFactoryLifecycle(t *testing.T) {
 	}
 	if after > before+2 {
 		t.Fatalf("goroutines grew from %d to %d over 100 piece start/stop cycles", before, after)
+	}
+	if n := earlyEvents.Load(); n > 0 {
+		t.Fatalf("piece handlers received %d events before the piece started its informers", n)
+	}
+	if n := foreignEvents.Load(); n > 0 {
+		t.Fatalf("piece handlers received %d events of other namespaces", n)
 	}
 	// No stopped piece's handler may still receive events.
 	stopped.Store(true)

@@ -43,8 +43,8 @@ func (s *shardSelectorRoundTripper) RoundTrip(req *http.Request) (*http.Response
 var ErrShardedWatchUnsupported = errors.New("the apiserver does not filter lists by shardSelector (feature gate ShardedListAndWatch is off)")
 
 // ProbeShardedWatch checks that the apiserver honours shard selectors: a
-// list of ConfigMaps in all namespaces with a selector matching (almost) no
-// namespace must come back empty. A server that ignores the selector would
+// list of Services in all namespaces (default/kubernetes always exists) with
+// a selector matching (almost) no namespace must come back empty. A server that ignores the selector would
 // give every partition piece every namespace, so this is checked before any
 // piece runs.
 func ProbeShardedWatch(ctx context.Context, config *rest.Config) error {
@@ -52,18 +52,18 @@ func ProbeShardedWatch(ctx context.Context, config *rest.Config) error {
 	if err != nil {
 		return fmt.Errorf("probing sharded watch: %w", err)
 	}
-	all, err := plain.CoreV1().ConfigMaps(metav1.NamespaceAll).List(ctx, metav1.ListOptions{Limit: 1})
+	all, err := plain.CoreV1().Services(metav1.NamespaceAll).List(ctx, metav1.ListOptions{Limit: 1})
 	if err != nil {
 		return fmt.Errorf("probing sharded watch: %w", err)
 	}
 	if len(all.Items) == 0 {
-		return fmt.Errorf("probing sharded watch: no ConfigMap in the cluster to probe with: %w", ErrShardedWatchUnsupported)
+		return fmt.Errorf("probing sharded watch: no Service in the cluster to probe with: %w", ErrShardedWatchUnsupported)
 	}
 	sharded, err := kubernetes.NewForConfig(ShardedConfig(config, "shardRange(object.metadata.namespace, '0x0000000000000000', '0x0000000000000001')"))
 	if err != nil {
 		return fmt.Errorf("probing sharded watch: %w", err)
 	}
-	none, err := sharded.CoreV1().ConfigMaps(metav1.NamespaceAll).List(ctx, metav1.ListOptions{Limit: 1})
+	none, err := sharded.CoreV1().Services(metav1.NamespaceAll).List(ctx, metav1.ListOptions{Limit: 1})
 	if err != nil {
 		return fmt.Errorf("probing sharded watch: %w: %w", ErrShardedWatchUnsupported, err)
 	}

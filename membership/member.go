@@ -83,6 +83,7 @@ func New(cfg Config) (*Member, error) {
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, fmt.Errorf("choosing an incarnation: %w", err)
 	}
+	RegisterMetrics()
 	m := &Member{
 		cfg:         cfg,
 		incarnation: hex.EncodeToString(b[:]),
@@ -220,8 +221,26 @@ func (m *Member) Run(ctx context.Context) error {
 		return err
 	}
 	go m.expiryLoop(ctx)
+	go m.gaugeLoop(ctx)
 	m.renewLoop(ctx)
 	return nil
+}
+
+// gaugeLoop keeps the membership gauges current: authority and the joining
+// period end with time alone, so they are sampled rather than pushed.
+func (m *Member) gaugeLoop(ctx context.Context) {
+	ticker := m.cfg.Clock.NewTicker(time.Second)
+	defer ticker.Stop()
+	for {
+		authorityGauge.Set(boolGauge(m.Valid()))
+		joiningGauge.Set(boolGauge(m.Joining()))
+		peersGauge.Set(float64(len(m.Peers())))
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C():
+		}
+	}
 }
 
 // acquire waits until this replica may write its Lease: it does not exist,
@@ -318,6 +337,7 @@ func (m *Member) renew(ctx context.Context) {
 	lease, err := m.write(reqCtx, value, sent)
 	cancel()
 	answered := m.cfg.Clock.Now()
+	renewDuration.Observe(answered.Sub(sent).Seconds())
 	m.mu.Lock()
 	defer m.notify()
 	defer m.mu.Unlock()
@@ -325,6 +345,7 @@ func (m *Member) renew(ctx context.Context) {
 		err = fmt.Errorf("renewal answered after %v, longer than %v", answered.Sub(sent), m.cfg.renewTimeout())
 	}
 	if err != nil {
+		renewals.WithLabelValues("failure").Inc()
 		m.renewFails++
 		klog.ErrorS(err, "Renewing lease failed", "lease", m.cfg.Identity, "failures", m.renewFails, "authorityUntil", m.deadline)
 		return
@@ -332,6 +353,7 @@ func (m *Member) renew(ctx context.Context) {
 	if m.renewFails > 0 {
 		klog.InfoS("Renewing lease works again", "lease", m.cfg.Identity, "after", m.renewFails)
 	}
+	renewals.WithLabelValues("success").Inc()
 	m.renewFails = 0
 	m.lease = lease
 	m.confirmed = st

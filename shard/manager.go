@@ -51,6 +51,8 @@ type Status struct {
 	Waiting   string
 	Joining   bool
 	Authority bool
+	// LastViewChange is when this replica last applied a new view.
+	LastViewChange time.Time
 }
 
 // Manager runs, on one replica, exactly the pieces the handover protocol
@@ -72,6 +74,11 @@ type Manager struct {
 	mu       sync.Mutex
 	status   Status
 	joinedAt time.Time
+	// viewChangedAt is when the current view was applied.
+	viewChangedAt time.Time
+
+	clock  pieceClock
+	gauges *stepGauges
 }
 
 // startHold bounds how long a member that runs nothing waits for other
@@ -94,7 +101,9 @@ func NewManager(member Membership, runner Runner, ring RingConfig, pieces []Piec
 	if err := ring.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid ring configuration: %w", err)
 	}
+	RegisterMetrics()
 	return &Manager{
+		gauges:  newStepGauges(),
 		member:  member,
 		runner:  runner,
 		ring:    ring,
@@ -189,22 +198,33 @@ func (m *Manager) step(leaving bool) {
 			}
 		}
 	}
+	now := time.Now()
+	m.clock.observe(now, peers)
 	plan := Decide(m.local, peers, &m.rings)
 	for _, p := range plan.Stop {
 		klog.InfoS("Stopping piece", "piece", p, "authority", m.local.Authority, "leaving", leaving)
 		m.local.Status[p] = Stopping
 		m.running[p].cancel()
+		reason := "moved"
+		if !m.local.Authority {
+			reason = "authority"
+		}
+		pieceStops.WithLabelValues(pieceKind(p), reason).Inc()
 	}
 	for _, p := range plan.Drop {
 		delete(m.local.Status, p)
+		m.clock.dropped(p)
 	}
 	if plan.ApplyView {
+		viewChanges.Inc()
+		m.viewChangedAt = now
 		m.local.View = plan.View
 		m.local.Epoch++
 		klog.InfoS("Applied view", "view", plan.View, "epoch", m.local.Epoch, "members", plan.Members, "participants", plan.Participants, "owned", len(plan.Owned))
 	}
 	for _, p := range plan.Intend {
 		m.local.Status[p] = Intended
+		m.clock.intend(now, p)
 	}
 	for _, p := range plan.Start {
 		m.start(p)
@@ -230,9 +250,11 @@ func (m *Manager) step(leaving bool) {
 	if m.OnStep != nil {
 		m.OnStep(plan)
 	}
+	m.gauges.record(plan, m.local.Status, &m.rings, m.ring, m.pieces)
 	st := Status{
 		Identity: m.local.Self, View: m.local.View, Epoch: m.local.Epoch, Members: plan.Members,
 		Owned: plan.Owned, Waiting: plan.Waiting, Joining: m.local.Joining, Authority: m.local.Authority,
+		LastViewChange: m.viewChangedAt,
 	}
 	for p, s := range m.local.Status {
 		if s == Running {
@@ -252,6 +274,8 @@ func (m *Manager) start(p Piece) {
 	ctx, cancel := context.WithCancel(context.Background())
 	m.local.Status[p] = Running
 	m.running[p] = &runningPiece{cancel: cancel, started: time.Now()}
+	m.clock.started(time.Now(), p)
+	pieceStarts.WithLabelValues(pieceKind(p)).Inc()
 	klog.InfoS("Starting piece", "piece", p, "view", m.local.View, "epoch", m.local.Epoch)
 	go func() {
 		defer func() { m.done <- p }()
@@ -262,6 +286,7 @@ func (m *Manager) start(p Piece) {
 			return
 		}
 		klog.ErrorS(err, "Piece ended on its own; restarting it after a pause", "piece", p, "ran", time.Since(started).Round(time.Millisecond))
+		pieceStops.WithLabelValues(pieceKind(p), "failed").Inc()
 		// The piece stays listed as running while it waits, so no other
 		// replica takes it, and a piece that keeps failing does not spin.
 		select {

@@ -35,8 +35,14 @@ const workloadNamespaces = 20
 // default ServiceAccounts and kube-root-ca.crt everywhere, garbage collection
 // of a deleted Deployment, and a namespace deletion. From the audit log it
 // checks that, in steady state, each namespace was written by one replica
-// per controller.
+// per controller. It runs once per informer mode.
 func TestFleetWorkload(t *testing.T) {
+	for _, mode := range []string{"sharded-watch", "namespace-watch", "filtered-watch"} {
+		t.Run(mode, func(t *testing.T) { testFleetWorkload(t, "--informer-mode="+mode) })
+	}
+}
+
+func testFleetWorkload(t *testing.T, replicaArgs ...string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	cluster := startCluster(ctx, t, localcluster.Options{Scheduler: true, KwokNodes: 3, KwokPodParallelism: 32})
@@ -48,7 +54,7 @@ func TestFleetWorkload(t *testing.T) {
 	replicas := []string{"fcm-0", "fcm-1", "fcm-2"}
 	ports := map[string]int{}
 	for _, r := range replicas {
-		if _, ports[r], err = cluster.StartFleetReplica(ctx, bin, r); err != nil {
+		if _, ports[r], err = cluster.StartFleetReplica(ctx, bin, r, replicaArgs...); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -421,4 +427,53 @@ func TestFleetFailover(t *testing.T) {
 	}
 	waitFleetRunning(ctx, t, client, replicas)
 	step("three-again")
+}
+
+// TestInformerModeWithoutShardedWatch runs the fleet on an apiserver whose
+// ShardedListAndWatch gate is off, as on most clusters today: the default
+// (auto) falls back to filtered-watch and controllers work; asking for
+// sharded-watch explicitly is refused with a clear error.
+func TestInformerModeWithoutShardedWatch(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cluster := startCluster(ctx, t, localcluster.Options{Scheduler: true, KwokNodes: 2,
+		APIServerArgs: []string{"--feature-gates=ShardedListAndWatch=false"}})
+	client, err := cluster.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(binDir(t), "fleet-controller-manager")
+
+	if _, _, err := cluster.StartFleetReplica(ctx, bin, "fcm-explicit", "--informer-mode=sharded-watch"); err == nil {
+		t.Fatal("a replica asking for sharded-watch started on an apiserver without it")
+	}
+	log, _ := os.ReadFile(filepath.Join(cluster.Dir, "fcm-explicit.log"))
+	if !strings.Contains(string(log), "ShardedListAndWatch") {
+		t.Fatalf("the refusal does not name the feature gate:\n%s", log)
+	}
+
+	replicas := []string{"fcm-0", "fcm-1"}
+	procs := map[string]*localcluster.Process{}
+	for _, r := range replicas {
+		if procs[r], _, err = cluster.StartFleetReplica(ctx, bin, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFleetRunning(ctx, t, client, replicas)
+	for _, r := range replicas {
+		log, _ := os.ReadFile(procs[r].LogPath)
+		if !strings.Contains(string(log), `informerMode="filtered-watch"`) {
+			t.Fatalf("%s did not choose filtered-watch:\n%s", r, procs[r].LogTail(30))
+		}
+	}
+	start := time.Now()
+	for i := range 6 {
+		ns := fmt.Sprintf("plain-%d", i)
+		createNamespace(ctx, t, client, ns)
+		createDeployment(ctx, t, client, ns, "web", 2)
+	}
+	for i := range 6 {
+		waitDeploymentReady(ctx, t, client, fmt.Sprintf("plain-%d", i), "web", 2, 3*time.Minute)
+	}
+	t.Logf("auto mode on a plain apiserver: a Deployment in each of 6 namespaces available %v after creation", time.Since(start).Round(time.Millisecond))
 }

@@ -91,5 +91,6 @@ leader election flags are replaced by the fleet flags.`,
 	}
 	cols, _, _ := term.TerminalSize(cmd.OutOrStdout())
 	cliflag.SetUsageAndHelpFunc(cmd, named, cols)
+	cmd.AddCommand(newStatusCommand())
 	return cmd
 }

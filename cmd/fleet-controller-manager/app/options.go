@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/fleet-controller-manager/fleet-controller-manager/informers"
 	"github.com/fleet-controller-manager/fleet-controller-manager/membership"
 	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
 )
@@ -23,6 +24,8 @@ type FleetOptions struct {
 	Identity                                  string
 	LeaseDuration, RenewDeadline, RetryPeriod pflagDuration
 	Ring                                      shard.RingConfig
+	// InformerMode is how partition pieces watch their namespaces.
+	InformerMode informers.Mode
 
 	// Dummy pieces: a test mode that runs recording pieces instead of
 	// controllers (the handover e2e tests use it).
@@ -40,6 +43,7 @@ func NewFleetOptions() *FleetOptions {
 		RenewDeadline: pflagDuration(membership.DefaultRenewDeadline),
 		RetryPeriod:   pflagDuration(membership.DefaultRetryPeriod),
 		Ring:          shard.DefaultRingConfig,
+		InformerMode:  informers.ModeAuto,
 	}
 }
 
@@ -54,6 +58,7 @@ func (o *FleetOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.Ring.Partitions, "partitions", o.Ring.Partitions, "Number of namespace partitions. Every replica of a fleet must use the same value.")
 	fs.IntVar(&o.Ring.ReplicationFactor, "ring-replication-factor", o.Ring.ReplicationFactor, "Virtual nodes per replica on the consistent-hash ring. Same on every replica.")
 	fs.Float64Var(&o.Ring.Load, "ring-load", o.Ring.Load, "Bounded-load factor of the ring: no replica owns more than this times the average. Same on every replica.")
+	fs.Var(&informerModeValue{&o.InformerMode}, "informer-mode", fmt.Sprintf("How partition pieces watch their namespaces: %s. auto = sharded-watch when the apiserver filters by shard selector (feature gate ShardedListAndWatch), else filtered-watch. namespace-watch opens one watch per namespace and kind, so each replica caches only its own namespaces on any apiserver.", informers.Modes))
 	fs.BoolVar(&o.DummyPieces, "dummy-pieces", false, "Test mode: run pieces that only record when they start and stop, instead of controllers.")
 	fs.StringSliceVar(&o.DummySingletons, "dummy-singletons", []string{"garbagecollector", "namespace", "nodelifecycle", "podgc"}, "Test mode: names of the singleton pieces.")
 	fs.StringVar(&o.DummyRecordFile, "dummy-record-file", "", "Test mode: file the pieces append their records to.")
@@ -105,6 +110,21 @@ func (o *FleetOptions) Validate() error {
 		errs = append(errs, errors.New("--dummy-pieces needs --dummy-record-file"))
 	}
 	return errors.Join(errs...)
+}
+
+// informerModeValue makes --informer-mode refuse unknown modes at parse
+// time.
+type informerModeValue struct{ mode *informers.Mode }
+
+func (v *informerModeValue) String() string { return string(*v.mode) }
+func (v *informerModeValue) Type() string   { return "string" }
+func (v *informerModeValue) Set(s string) error {
+	m, err := informers.ParseMode(s)
+	if err != nil {
+		return err
+	}
+	*v.mode = m
+	return nil
 }
 
 func unwrapJoined(err error) []error {

@@ -99,12 +99,13 @@ func run(ctx context.Context, kcm *options.KubeControllerManagerOptions, fleet *
 		runner, pieces = dummy, shard.AllPieces(fleet.Ring.Partitions, fleet.DummySingletons)
 	} else {
 		probeCtx, cancel := context.WithTimeout(ctx, time.Minute)
-		err := informers.ProbeShardedWatch(probeCtx, c.Kubeconfig)
+		mode, err := informers.Resolve(probeCtx, fleet.InformerMode, c.Kubeconfig)
 		cancel()
 		if err != nil {
-			return fmt.Errorf("partition pieces need server-side sharded watch (kube-apiserver --feature-gates=ShardedListAndWatch=true): %w", err)
+			return fmt.Errorf("--informer-mode: %w", err)
 		}
-		rt, err := controllers.NewRuntime(memberCtx, c, fleet.Identity, fleet.Ring.Partitions, member)
+		klog.InfoS("Informers of partition pieces", "informerMode", mode)
+		rt, err := controllers.NewRuntime(memberCtx, c, fleet.Identity, fleet.Ring.Partitions, mode, member)
 		if err != nil {
 			return err
 		}
@@ -118,6 +119,10 @@ func run(ctx context.Context, kcm *options.KubeControllerManagerOptions, fleet *
 		if rt, ok := runner.(*controllers.Runtime); ok {
 			serveMux.UnlistedHandlePrefix("/debug/controllers/", rt.DebugHandler())
 		}
+		// Not the membership client: page views must not delay renewals.
+		serveMux.Handle("/debug/fleet", shard.FleetPage(func(ctx context.Context) (shard.FleetStatus, error) {
+			return shard.ReadFleet(ctx, c.Client, fleet.Namespace, fleet.Name, fleet.Ring.Partitions)
+		}, manager.Status))
 		handler := genericcontrollermanager.BuildHandlerChain(serveMux, &c.Authorization, &c.Authentication)
 		if _, _, err := c.SecureServing.Serve(handler, 0, ctx.Done()); err != nil {
 			return fmt.Errorf("serving: %w", err)

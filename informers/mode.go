@@ -1,0 +1,68 @@
+package informers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+)
+
+// Mode is how a partition piece's informers of namespaced kinds see only
+// the piece's namespaces.
+type Mode string
+
+const (
+	// ModeAuto picks ModeShardedWatch when the apiserver honours shard
+	// selectors and ModeFilteredWatch otherwise.
+	ModeAuto Mode = "auto"
+	// ModeShardedWatch: one list/watch per kind and piece, filtered by the
+	// apiserver (ListOptions.ShardSelector, feature gate ShardedListAndWatch).
+	// Each replica receives and caches only its own namespaces' objects.
+	ModeShardedWatch Mode = "sharded-watch"
+	// ModeNamespaceWatch: one namespace-scoped list/watch per kind and
+	// namespace of the piece. Works on every apiserver and each replica
+	// caches only its own namespaces, at the price of one watch per
+	// namespace and kind across the fleet.
+	ModeNamespaceWatch Mode = "namespace-watch"
+	// ModeFilteredWatch: one cluster-wide list/watch per kind and replica,
+	// shared by all the replica's pieces, each piece seeing it through a
+	// filter on its namespaces. Works on every apiserver with as few
+	// watches as KCM per replica; every replica caches every object, as KCM.
+	ModeFilteredWatch Mode = "filtered-watch"
+)
+
+// Modes lists the values --informer-mode takes.
+var Modes = []Mode{ModeAuto, ModeShardedWatch, ModeNamespaceWatch, ModeFilteredWatch}
+
+// ParseMode checks a --informer-mode value.
+func ParseMode(s string) (Mode, error) {
+	for _, m := range Modes {
+		if string(m) == s {
+			return m, nil
+		}
+	}
+	return "", fmt.Errorf("unknown informer mode %q (want one of %v)", s, Modes)
+}
+
+// Resolve turns ModeAuto into the mode the apiserver supports, and checks
+// that ModeShardedWatch is supported when it is asked for explicitly.
+func Resolve(ctx context.Context, mode Mode, config *rest.Config) (Mode, error) {
+	switch mode {
+	case ModeNamespaceWatch, ModeFilteredWatch:
+		return mode, nil
+	case ModeShardedWatch, ModeAuto:
+		err := ProbeShardedWatch(ctx, config)
+		switch {
+		case err == nil:
+			return ModeShardedWatch, nil
+		case mode == ModeAuto && errors.Is(err, ErrShardedWatchUnsupported):
+			klog.InfoS("The apiserver does not shard lists; each replica watches every namespace and filters", "informerMode", ModeFilteredWatch, "reason", err.Error())
+			return ModeFilteredWatch, nil
+		default:
+			return "", fmt.Errorf("informer mode %s: %w", mode, err)
+		}
+	}
+	return "", fmt.Errorf("unknown informer mode %q", mode)
+}

@@ -1,0 +1,56 @@
+package membership
+
+import (
+	"sync"
+
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
+)
+
+// Metrics of a member's Lease, served on KCM's /metrics registry.
+var (
+	renewDuration = metrics.NewHistogram(&metrics.HistogramOpts{
+		Namespace: "fleet", Name: "lease_renew_duration_seconds",
+		Help:           "Time from sending a Lease renewal to its answer, successful or not.",
+		Buckets:        []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
+		StabilityLevel: metrics.ALPHA,
+	})
+	renewals = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "fleet", Name: "lease_renewals_total",
+		Help:           "Lease renewals by result: success, or failure (an error, or an answer later than the renew timeout).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"result"})
+	authorityGauge = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace: "fleet", Name: "authority",
+		Help:           "1 while this replica's last renewal is recent enough for it to act (pieces may run), else 0.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	joiningGauge = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace: "fleet", Name: "joining",
+		Help:           "1 while this replica is in its joining quiet period (it owns nothing yet).",
+		StabilityLevel: metrics.ALPHA,
+	})
+	peersGauge = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace: "fleet", Name: "peers",
+		Help:           "Other live members this replica sees in the fleet's Leases, joining ones included.",
+		StabilityLevel: metrics.ALPHA,
+	})
+)
+
+var registerOnce sync.Once
+
+// RegisterMetrics registers the membership metrics (once per process).
+func RegisterMetrics() {
+	registerOnce.Do(func() {
+		for _, c := range []metrics.Registerable{renewDuration, renewals, authorityGauge, joiningGauge, peersGauge} {
+			legacyregistry.MustRegister(c)
+		}
+	})
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,85 @@
+package shard
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/fleet-controller-manager/fleet-controller-manager/membership"
+)
+
+func TestCompactRanges(t *testing.T) {
+	for _, tc := range []struct {
+		in   []int
+		want string
+	}{
+		{nil, "-"},
+		{[]int{4}, "4"},
+		{[]int{0, 1, 2, 3, 7, 9, 10}, "0-3,7,9-10"},
+		{[]int{1, 3, 5}, "1,3,5"},
+	} {
+		if got := CompactRanges(tc.in); got != tc.want {
+			t.Errorf("CompactRanges(%v) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestFleetStatusFromLeases(t *testing.T) {
+	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	lease := func(name string, renewedAgo time.Duration, st *membership.State, raw string) coordinationv1.Lease {
+		value := raw
+		if st != nil {
+			st.Version, st.Incarnation = membership.StateVersion, "abc"
+			v, err := st.Encode()
+			if err != nil {
+				t.Fatal(err)
+			}
+			value = v
+		}
+		return coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{membership.StateAnnotation: value}},
+			Spec: coordinationv1.LeaseSpec{
+				RenewTime:            &metav1.MicroTime{Time: now.Add(-renewedAgo)},
+				LeaseDurationSeconds: ptr.To[int32](15),
+			},
+		}
+	}
+	leases := []coordinationv1.Lease{
+		lease("c", 2*time.Second, &membership.State{Running: []string{"partition/2", "partition/3", "singleton/namespace"}}, ""),
+		lease("a", time.Second, &membership.State{Running: []string{"partition/0"}}, ""),
+		lease("b", time.Minute, &membership.State{Running: []string{"partition/1"}}, ""),
+		lease("d", time.Second, &membership.State{Joining: true}, ""),
+		lease("e", time.Second, &membership.State{Leaving: true}, ""),
+		lease("f", time.Second, nil, "{not json"),
+	}
+	s := FleetStatusFromLeases(leases, "kube-system", "fleet", 5, now)
+	health := map[string]string{}
+	for _, m := range s.Members {
+		health[m.Name] = m.Health
+	}
+	want := map[string]string{"a": MemberReady, "b": MemberExpired, "c": MemberReady, "d": MemberJoining, "e": MemberLeaving, "f": MemberUnreadable}
+	if !reflect.DeepEqual(health, want) {
+		t.Errorf("health = %v, want %v", health, want)
+	}
+	if s.Members[0].Name != "a" || !reflect.DeepEqual(s.Members[2].Partitions, []int{2, 3}) || !reflect.DeepEqual(s.Members[2].Singletons, []string{"namespace"}) {
+		t.Errorf("members = %+v", s.Members)
+	}
+	// b expired: its partition counts as unowned, as does 4 that nobody lists.
+	if !reflect.DeepEqual(s.UnownedPartitions, []int{1, 4}) {
+		t.Errorf("unowned = %v, want [1 4]", s.UnownedPartitions)
+	}
+	var b strings.Builder
+	if err := s.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{"c       ready", "2: 2-3", "namespace", "partitions no live member runs: 1,4"} {
+		if !strings.Contains(b.String(), line) {
+			t.Errorf("table lacks %q:\n%s", line, b.String())
+		}
+	}
+}
