@@ -10,11 +10,16 @@ KUBE_MAJOR    := 1
 KUBE_MINOR    := 36
 ETCD_VERSION  := v3.6.8
 KWOK_VERSION  := v0.8.0
+# The ServiceMonitor and PrometheusRule CRDs deploy/monitoring is checked
+# against, from the prometheus-operator module on the Go module proxy.
+PROM_OPERATOR_VERSION := v0.80.1
 
 BIN           := $(CURDIR)/bin
 KUBE_BIN      := $(BIN)/kubernetes-$(KUBE_VERSION)
 ETCD_BIN      := $(BIN)/etcd-$(ETCD_VERSION)
 KWOK_BIN      := $(BIN)/kwok-$(KWOK_VERSION)
+CRD_BIN       := $(BIN)/prometheus-operator-crds-$(PROM_OPERATOR_VERSION)
+CRDS          := monitoring.coreos.com_servicemonitors.yaml monitoring.coreos.com_prometheusrules.yaml
 GO            ?= go
 GOFLAGS_BUILD ?=
 
@@ -31,11 +36,19 @@ KUBE_TOOLS    := kube-apiserver kube-controller-manager kube-scheduler kubectl
 # Tests and the demo find every tool here.
 export FCM_BIN_DIR := $(BIN)
 
-.PHONY: all tools build test cluster run clean fuzz
+.PHONY: all tools build test test-deps cluster run clean fuzz
 
 all: build
 
-tools: $(addprefix $(BIN)/,$(KUBE_TOOLS) etcd kwok)
+tools: $(addprefix $(BIN)/,$(KUBE_TOOLS) etcd kwok) $(BIN)/crds
+
+$(CRD_BIN)/.done:
+	@mkdir -p $(CRD_BIN)
+	dir=$$(GOFLAGS= $(GO) mod download -json github.com/prometheus-operator/prometheus-operator@$(PROM_OPERATOR_VERSION) | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p'); \
+	  for c in $(CRDS); do install -m 0644 $$dir/example/prometheus-operator-crd/$$c $(CRD_BIN)/; done
+	touch $@
+$(BIN)/crds: $(CRD_BIN)/.done
+	ln -sfn $(patsubst $(BIN)/%,%,$(CRD_BIN)) $@
 
 $(KUBE_BIN)/%:
 	@mkdir -p $(KUBE_BIN)
@@ -78,7 +91,20 @@ $(BIN)/fleet-controller-manager:
 
 # Unit tests first (seconds), then the e2e tests against a real control
 # plane (they are behind the e2e build tag so `go test ./...` stays fast).
-test: tools build
+# Debian packages the e2e tests drive: headless Chromium (the /debug/fleet
+# page) and Prometheus (scraping a fleet, evaluating the dashboards and
+# alerts). Installed only when missing.
+TEST_PACKAGES := chromium prometheus
+test-deps:
+	@missing=""; for p in $(TEST_PACKAGES); do command -v $$p >/dev/null || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing$$missing"; \
+	  sudo= ; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  $$sudo apt-get install -y -q $$missing >/dev/null || { $$sudo apt-get update -q && $$sudo apt-get install -y -q $$missing >/dev/null; }; \
+	fi
+
+test: tools build test-deps
 	$(GO) vet -tags e2e ./...
 	$(GO) test -count=1 ./...
 	$(GO) test -count=1 -p 1 -tags e2e -v -timeout 40m ./informers/ ./test/e2e/...

@@ -45,6 +45,8 @@ func RegisterMetrics() {
 		for _, c := range []metrics.Registerable{renewDuration, renewals, authorityGauge, joiningGauge, peersGauge} {
 			legacyregistry.MustRegister(c)
 		}
+		renewals.WithLabelValues("success")
+		renewals.WithLabelValues("failure")
 	})
 }
 

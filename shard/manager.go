@@ -250,7 +250,7 @@ func (m *Manager) step(leaving bool) {
 	if m.OnStep != nil {
 		m.OnStep(plan)
 	}
-	m.gauges.record(plan, m.local.Status, &m.rings, m.ring, m.pieces)
+	m.gauges.record(plan, m.local.Status, peers, &m.rings, m.ring, m.pieces)
 	st := Status{
 		Identity: m.local.Self, View: m.local.View, Epoch: m.local.Epoch, Members: plan.Members,
 		Owned: plan.Owned, Waiting: plan.Waiting, Joining: m.local.Joining, Authority: m.local.Authority,

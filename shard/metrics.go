@@ -60,6 +60,11 @@ var (
 		Buckets:        []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60},
 		StabilityLevel: metrics.ALPHA,
 	})
+	unownedPieces = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace: "fleet", Name: "pieces_unowned",
+		Help:           "Pieces no live member lists as running, as this replica sees the Leases (a dead member's pieces count once its lease has expired).",
+		StabilityLevel: metrics.ALPHA,
+	})
 	piecesWaiting = metrics.NewGauge(&metrics.GaugeOpts{
 		Namespace: "fleet", Name: "pieces_waiting",
 		Help:           "Pieces the ring gives this replica that do not run here yet.",
@@ -73,9 +78,21 @@ var registerOnce sync.Once
 func RegisterMetrics() {
 	registerOnce.Do(func() {
 		for _, c := range []metrics.Registerable{membersGauge, piecesGauge, memberPiecesGauge, pieceRunningGauge,
-			viewChanges, pieceStarts, pieceStops, handoverWait, unownedSeconds, piecesWaiting} {
+			viewChanges, pieceStarts, pieceStops, handoverWait, unownedSeconds, piecesWaiting, unownedPieces} {
 			legacyregistry.MustRegister(c)
 		}
+		// Every series a dashboard or alert reads exists from the start,
+		// at zero, rather than appearing with its first event.
+		for _, kind := range []string{"partition", "singleton"} {
+			pieceStarts.WithLabelValues(kind)
+			for _, reason := range []string{"moved", "authority", "failed"} {
+				pieceStops.WithLabelValues(kind, reason)
+			}
+			for _, state := range []string{"owned", "running"} {
+				piecesGauge.WithLabelValues(kind, state)
+			}
+		}
+		unownedPieces.Set(0)
 	})
 }
 
@@ -121,7 +138,23 @@ func (c *pieceClock) started(now time.Time, p Piece) {
 func (c *pieceClock) dropped(p Piece) { delete(c.intended, p) }
 
 // record publishes the gauges of one step.
-func (g *stepGauges) record(plan Plan, running map[Piece]PieceStatus, rings *RingCache, ring RingConfig, pieces []Piece) {
+func (g *stepGauges) record(plan Plan, running map[Piece]PieceStatus, peers []Peer, rings *RingCache, ring RingConfig, pieces []Piece) {
+	listed := map[Piece]bool{}
+	for p := range running {
+		listed[p] = true
+	}
+	for _, peer := range peers {
+		for _, name := range peer.State.Running {
+			listed[Piece(name)] = true
+		}
+	}
+	unowned := 0
+	for _, p := range pieces {
+		if !listed[p] {
+			unowned++
+		}
+	}
+	unownedPieces.Set(float64(unowned))
 	membersGauge.Set(float64(len(plan.Members)))
 	counts := map[[2]string]int{}
 	for _, kind := range []string{"partition", "singleton"} {

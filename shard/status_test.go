@@ -83,3 +83,18 @@ func TestFleetStatusFromLeases(t *testing.T) {
 		}
 	}
 }
+
+func TestFleetPageColours(t *testing.T) {
+	fleet := FleetStatus{Fleet: "f", Partitions: 2, Members: []MemberStatus{{Name: "a", Health: MemberReady, Partitions: []int{0}}}, UnownedPartitions: []int{1}}
+	var b strings.Builder
+	if err := fleetPageTemplate.Execute(&b, newFleetPageData(fleet, Status{Identity: "a"})); err != nil {
+		t.Fatal(err)
+	}
+	page := b.String()
+	if strings.Contains(page, "ZgotmplZ") {
+		t.Fatal("html/template replaced a colour: cells would show no owner colour")
+	}
+	if !strings.Contains(page, string(memberColor("a"))) || !strings.Contains(page, "#f28b82") {
+		t.Fatal("member and no-owner colours missing")
+	}
+}

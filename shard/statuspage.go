@@ -45,23 +45,28 @@ type fleetPageData struct {
 type partitionCell struct {
 	Index  int
 	Member string
-	Color  string
+	Color  template.CSS
 }
 
 type memberRow struct {
 	MemberStatus
-	Color      string
+	Color      template.CSS
 	RenewedAgo string
 	Ranges     string
 	Self       bool
 }
 
-type singletonRow struct{ Name, Member, Color string }
+type singletonRow struct {
+	Name, Member string
+	Color        template.CSS
+}
 
-func memberColor(name string) string {
+// memberColor is a stable colour per member name (template.CSS: a value
+// html/template would otherwise replace in a style attribute).
+func memberColor(name string) template.CSS {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(name))
-	return fmt.Sprintf("hsl(%d, 65%%, 72%%)", h.Sum32()%360)
+	return template.CSS(fmt.Sprintf("hsl(%d, 65%%, 72%%)", h.Sum32()%360))
 }
 
 func newFleetPageData(fleet FleetStatus, local Status) fleetPageData {
@@ -85,7 +90,7 @@ func newFleetPageData(fleet FleetStatus, local Status) fleetPageData {
 		}
 	}
 	for i := range fleet.Partitions {
-		c := partitionCell{Index: i, Member: owner[i], Color: "#f28b82"}
+		c := partitionCell{Index: i, Member: owner[i], Color: template.CSS("#f28b82")}
 		if c.Member != "" {
 			c.Color = memberColor(c.Member)
 		}

@@ -208,6 +208,12 @@ func (c *Cluster) StartFleetReplica(ctx context.Context, bin, identity string, a
 	if err != nil {
 		return nil, 0, err
 	}
+	return c.StartFleetReplicaAs(ctx, bin, identity, kubeconfig, args...)
+}
+
+// StartFleetReplicaAs is StartFleetReplica with the credentials of
+// kubeconfig (a ServiceAccount's token, say).
+func (c *Cluster) StartFleetReplicaAs(ctx context.Context, bin, identity, kubeconfig string, args ...string) (*Process, int, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, 0, err

@@ -258,6 +258,21 @@ func (c *Cluster) Kubeconfig(name, user string, groups ...string) (string, error
 	return path, nil
 }
 
+// TokenKubeconfig writes a kubeconfig named name.kubeconfig that
+// authenticates with a bearer token (a ServiceAccount's).
+func (c *Cluster) TokenKubeconfig(name, token string) (string, error) {
+	path := filepath.Join(c.Dir, name+".kubeconfig")
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["local"] = &clientcmdapi.Cluster{Server: c.URL, CertificateAuthority: c.pki.CAFile}
+	cfg.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: token}
+	cfg.Contexts["local"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: name}
+	cfg.CurrentContext = "local"
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		return "", fmt.Errorf("writing kubeconfig %s: %w", path, err)
+	}
+	return path, nil
+}
+
 // CAFile is the cluster CA certificate (also the cluster signing CA).
 func (c *Cluster) CAFile() string { return c.pki.CAFile }
 
