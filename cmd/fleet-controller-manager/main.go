@@ -4,8 +4,12 @@ package main
 
 import (
 	"os"
+	_ "time/tzdata" // CronJob time zones, as kube-controller-manager
 
 	"k8s.io/component-base/cli"
+	_ "k8s.io/component-base/logs/json/register"          // --logging-format=json, as kube-controller-manager
+	_ "k8s.io/component-base/metrics/prometheus/clientgo" // client-go's metrics (rest_client_*, reflector, workqueue), as kube-controller-manager
+	_ "k8s.io/component-base/metrics/prometheus/version"  // kubernetes_build_info, as kube-controller-manager
 
 	"github.com/fleet-controller-manager/fleet-controller-manager/cmd/fleet-controller-manager/app"
 )

@@ -318,11 +318,17 @@ func (c *Cluster) startEtcd(ctx context.Context) error {
 	return err
 }
 
+// AdminCertFiles are the admin user's client certificate and key (for
+// other programs that scrape the components, Prometheus say).
+func (c *Cluster) AdminCertFiles() (certFile, keyFile string) {
+	return filepath.Join(c.pki.dir, "admin.crt"), filepath.Join(c.pki.dir, "admin.key")
+}
+
 // AdminHTTPClient talks to components' secure ports (fleet replicas' debug
 // and metrics endpoints) as the admin user; it does not verify their
 // self-signed serving certificates, which is fine on loopback only.
 func (c *Cluster) AdminHTTPClient() (*http.Client, error) {
-	cert, err := tls.LoadX509KeyPair(filepath.Join(c.pki.dir, "admin.crt"), filepath.Join(c.pki.dir, "admin.key"))
+	cert, err := tls.LoadX509KeyPair(c.AdminCertFiles())
 	if err != nil {
 		return nil, fmt.Errorf("loading admin client certificate: %w", err)
 	}

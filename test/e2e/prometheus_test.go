@@ -1,0 +1,322 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/fleet-controller-manager/fleet-controller-manager/test/localcluster"
+)
+
+// alertRuleFor is the `for` of every alert in the test: the shipped rules
+// wait minutes, the test seconds.
+const alertRuleFor = "4s"
+
+// TestPrometheusDashboardsAndAlerts starts a real Prometheus (Debian's
+// package, installed by make test) scraping three replicas, loads the
+// shipped alert rules, and checks that every PromQL expression of the
+// Grafana dashboard and of the rules returns data for each replica; then
+// kills a replica and waits for the alerts that must fire.
+func TestPrometheusDashboardsAndAlerts(t *testing.T) {
+	prometheus, err := exec.LookPath("prometheus")
+	if err != nil {
+		t.Fatal("prometheus is not installed (make test installs it: test-deps)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cluster := startCluster(ctx, t, localcluster.Options{})
+	client, err := cluster.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(binDir(t), "fleet-controller-manager")
+	replicas := []string{"prom-0", "prom-1", "prom-2"}
+	procs, ports := map[string]*localcluster.Process{}, map[string]int{}
+	for _, r := range replicas {
+		if procs[r], ports[r], err = cluster.StartFleetReplica(ctx, bin, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFleetRunning(ctx, t, client, replicas)
+	// Some controller work, so workqueue series exist on every replica.
+	for i := range 6 {
+		ns := fmt.Sprintf("prom-ns-%d", i)
+		createNamespace(ctx, t, client, ns)
+		createDeployment(ctx, t, client, ns, "web", 1)
+	}
+
+	dir := filepath.Join(cluster.Dir, "prometheus")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rules := writeRules(t, dir)
+	cert, key := cluster.AdminCertFiles()
+	var targets strings.Builder
+	for _, r := range replicas {
+		fmt.Fprintf(&targets, "  - targets: ['127.0.0.1:%d']\n    labels: {pod: %s}\n", ports[r], r)
+	}
+	config := fmt.Sprintf(`global:
+  scrape_interval: 2s
+  evaluation_interval: 2s
+rule_files: [%q]
+scrape_configs:
+- job_name: fleet-controller-manager
+  scheme: https
+  tls_config: {cert_file: %q, key_file: %q, insecure_skip_verify: true}
+  static_configs:
+%s`, rules, cert, key, targets.String())
+	configFile := filepath.Join(dir, "prometheus.yml")
+	if err := os.WriteFile(configFile, []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	port, err := freeLoopbackPort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	if _, err := cluster.StartProcess("prometheus", prometheus, []string{
+		"--config.file=" + configFile, "--storage.tsdb.path=" + filepath.Join(dir, "data"),
+		fmt.Sprintf("--web.listen-address=127.0.0.1:%d", port), "--log.level=warn",
+	}, nil); err != nil {
+		t.Fatal(err)
+	}
+	query := func(expr string) []promSeries {
+		t.Helper()
+		resp, err := http.Get(base + "/api/v1/query?query=" + url.QueryEscape(expr))
+		if err != nil {
+			t.Fatalf("query %s: %v", expr, err)
+		}
+		defer resp.Body.Close()
+		var out struct {
+			Status string `json:"status"`
+			Error  string `json:"error"`
+			Data   struct {
+				Result []promSeries `json:"result"`
+			} `json:"data"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || out.Status != "success" {
+			t.Fatalf("query %s: %v %s", expr, err, out.Error)
+		}
+		return out.Data.Result
+	}
+	poll(ctx, t, "Prometheus to scrape every replica", 2*time.Minute, func() (bool, string) {
+		resp, err := http.Get(base + "/-/ready")
+		if err != nil {
+			return false, err.Error()
+		}
+		resp.Body.Close()
+		up := query(`up == 1`)
+		return len(up) == len(replicas), fmt.Sprintf("%d targets up", len(up))
+	})
+	// Rates need samples over their window.
+	time.Sleep(20 * time.Second)
+
+	exprs := dashboardExprs(t)
+	exprs = append(exprs, ruleExprs(t)...)
+	for _, e := range exprs {
+		var got []promSeries
+		var covered []string
+		poll(ctx, t, "data for "+e.source, time.Minute, func() (bool, string) {
+			got = query(e.expr)
+			covered = replicasIn(got, replicas)
+			if e.perReplica {
+				return len(covered) == len(replicas), fmt.Sprintf("%s: series for %v only", e.expr, covered)
+			}
+			return len(got) > 0, e.expr + ": no data"
+		})
+		t.Logf("%-60s %d series", e.source, len(got))
+	}
+
+	// Kill one replica: it is down at once; the fleet has fewer members
+	// once its lease expires.
+	if err := procs["prom-2"].Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	for _, alert := range []string{"FleetReplicaDown", "FleetMembersBelowDesired"} {
+		poll(ctx, t, alert+" to fire", 2*time.Minute, func() (bool, string) {
+			firing := firingAlerts(t, base)
+			return firing[alert], fmt.Sprintf("firing: %v", firing)
+		})
+		t.Logf("%s firing %v after the kill", alert, time.Since(killed).Round(time.Second))
+	}
+}
+
+type promSeries struct {
+	Metric map[string]string `json:"metric"`
+}
+
+// replicasIn lists the replicas named by the series' pod or member labels.
+func replicasIn(series []promSeries, replicas []string) []string {
+	seen := map[string]bool{}
+	for _, s := range series {
+		seen[s.Metric["pod"]] = true
+		seen[s.Metric["member"]] = true
+	}
+	var out []string
+	for _, r := range replicas {
+		if seen[r] {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+type checkedExpr struct {
+	source     string
+	expr       string
+	perReplica bool // keeps a pod or member label, so each replica must appear
+}
+
+// dashboardExprs reads every target of deploy/monitoring/dashboard.json,
+// with Grafana's variables set as Grafana would for "All".
+func dashboardExprs(t *testing.T) []checkedExpr {
+	t.Helper()
+	data, err := os.ReadFile(repoPath(t, "deploy/monitoring/dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(data, &dash); err != nil {
+		t.Fatal(err)
+	}
+	var out []checkedExpr
+	for _, p := range dash.Panels {
+		for _, target := range p.Targets {
+			expr := strings.NewReplacer(`$pod`, `.*`, `$__rate_interval`, `30s`).Replace(target.Expr)
+			out = append(out, checkedExpr{source: "dashboard: " + p.Title, expr: expr, perReplica: true})
+		}
+	}
+	if len(out) == 0 {
+		t.Fatal("no expressions in the dashboard")
+	}
+	return out
+}
+
+type promRuleGroups struct {
+	Groups []struct {
+		Name  string           `json:"name"`
+		Rules []map[string]any `json:"rules"`
+	} `json:"groups"`
+}
+
+func readRuleGroups(t *testing.T) promRuleGroups {
+	t.Helper()
+	data, err := os.ReadFile(repoPath(t, "deploy/monitoring/prometheusrule.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rule struct {
+		Spec promRuleGroups `json:"spec"`
+	}
+	if err := yaml.Unmarshal(data, &rule); err != nil {
+		t.Fatal(err)
+	}
+	if len(rule.Spec.Groups) == 0 {
+		t.Fatal("no rule groups in prometheusrule.yaml")
+	}
+	return rule.Spec
+}
+
+// writeRules turns the PrometheusRule's groups into a Prometheus rules
+// file, every `for` shortened to alertRuleFor.
+func writeRules(t *testing.T, dir string) string {
+	t.Helper()
+	groups := readRuleGroups(t)
+	for _, g := range groups.Groups {
+		for _, r := range g.Rules {
+			if _, ok := r["for"]; ok {
+				r["for"] = alertRuleFor
+			}
+		}
+	}
+	data, err := yaml.Marshal(groups)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "rules.yaml")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// comparison is a filtering comparison against a number; with `bool` it
+// returns 0 or 1 for every series instead of dropping those that pass.
+var comparison = regexp.MustCompile(`(==|!=|>=|<=|>|<)\s*([0-9.]+)`)
+
+// ruleExprs are the alert expressions with their comparisons turned into
+// bool comparisons: a healthy fleet then still returns a series for each
+// thing the alert watches.
+func ruleExprs(t *testing.T) []checkedExpr {
+	t.Helper()
+	var out []checkedExpr
+	for _, g := range readRuleGroups(t).Groups {
+		for _, r := range g.Rules {
+			expr, _ := r["expr"].(string)
+			name, _ := r["alert"].(string)
+			expr = comparison.ReplaceAllString(expr, "$1 bool $2")
+			perReplica := !strings.Contains(expr, "by (job)")
+			out = append(out, checkedExpr{source: "alert: " + name, expr: expr, perReplica: perReplica})
+		}
+	}
+	return out
+}
+
+func firingAlerts(t *testing.T, base string) map[string]bool {
+	t.Helper()
+	resp, err := http.Get(base + "/api/v1/alerts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Data struct {
+			Alerts []struct {
+				Labels map[string]string `json:"labels"`
+				State  string            `json:"state"`
+			} `json:"alerts"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	firing := map[string]bool{}
+	for _, a := range out.Data.Alerts {
+		if a.State == "firing" {
+			firing[a.Labels["alertname"]] = true
+		}
+	}
+	return firing
+}
+
+func freeLoopbackPort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
