@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"html/template"
 	"reflect"
 	"strings"
 	"testing"
@@ -94,7 +95,14 @@ func TestFleetPageColours(t *testing.T) {
 	if strings.Contains(page, "ZgotmplZ") {
 		t.Fatal("html/template replaced a colour: cells would show no owner colour")
 	}
-	if !strings.Contains(page, string(memberColor("a"))) || !strings.Contains(page, "#f28b82") {
+	if !strings.Contains(page, string(memberColor(0))) || !strings.Contains(page, "#f28b82") {
 		t.Fatal("member and no-owner colours missing")
+	}
+	seen := map[template.CSS]bool{}
+	for i := range 8 {
+		if seen[memberColor(i)] {
+			t.Fatalf("members %d and another share colour %s", i, memberColor(i))
+		}
+		seen[memberColor(i)] = true
 	}
 }

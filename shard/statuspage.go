@@ -3,7 +3,6 @@ package shard
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"html/template"
 	"net/http"
 	"time"
@@ -61,19 +60,21 @@ type singletonRow struct {
 	Color        template.CSS
 }
 
-// memberColor is a stable colour per member name (template.CSS: a value
-// html/template would otherwise replace in a style attribute).
-func memberColor(name string) template.CSS {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(name))
-	return template.CSS(fmt.Sprintf("hsl(%d, 65%%, 72%%)", h.Sum32()%360))
+// memberColor is the colour of the i-th member in name order: hues a
+// golden angle apart, so any two members (not just most) look different
+// (template.CSS: a value html/template would otherwise replace in a style
+// attribute).
+func memberColor(i int) template.CSS {
+	return template.CSS(fmt.Sprintf("hsl(%d, 70%%, 70%%)", (i*137+200)%360))
 }
 
 func newFleetPageData(fleet FleetStatus, local Status) fleetPageData {
 	d := fleetPageData{Fleet: fleet, Local: local, Now: fleet.ObservedAt.UTC().Format(time.RFC3339)}
 	owner := map[int]string{}
-	for _, m := range fleet.Members {
-		row := memberRow{MemberStatus: m, Color: memberColor(m.Name), Ranges: CompactRanges(m.Partitions), Self: m.Name == local.Identity}
+	colors := map[string]template.CSS{}
+	for i, m := range fleet.Members {
+		colors[m.Name] = memberColor(i)
+		row := memberRow{MemberStatus: m, Color: colors[m.Name], Ranges: CompactRanges(m.Partitions), Self: m.Name == local.Identity}
 		row.RenewedAgo = "never"
 		if !m.Renewed.IsZero() {
 			row.RenewedAgo = fleet.ObservedAt.Sub(m.Renewed).Round(100*time.Millisecond).String() + " ago"
@@ -92,7 +93,7 @@ func newFleetPageData(fleet FleetStatus, local Status) fleetPageData {
 	for i := range fleet.Partitions {
 		c := partitionCell{Index: i, Member: owner[i], Color: template.CSS("#f28b82")}
 		if c.Member != "" {
-			c.Color = memberColor(c.Member)
+			c.Color = colors[c.Member]
 		}
 		d.Cells = append(d.Cells, c)
 	}
