@@ -36,7 +36,7 @@ KUBE_TOOLS    := kube-apiserver kube-controller-manager kube-scheduler kubectl
 # Tests and the demo find every tool here.
 export FCM_BIN_DIR := $(BIN)
 
-.PHONY: all tools build test test-deps cluster run clean fuzz
+.PHONY: all tools build test test-deps bench cluster run clean fuzz
 
 all: build
 
@@ -116,6 +116,11 @@ cluster: tools
 # table of who owns what whenever it changes. Ctrl-C stops everything.
 run: tools build
 	$(GO) run ./test/localcluster/cmd/localcluster --kubeconfig-out .local/kubeconfig --scheduler --kwok-nodes 3 --fleet-replicas 3 --sample-workload
+
+# Fleet vs upstream kube-controller-manager, side by side (docs/benchmarks/).
+# QUICK=1: a smaller workload at default limits, under 10 minutes.
+bench: tools build test-deps
+	$(GO) run ./test/bench -out docs/benchmarks $(if $(QUICK),-quick)
 
 fuzz:
 	$(GO) test ./membership -run '^$$' -fuzz FuzzParseLeaseState -fuzztime 60s

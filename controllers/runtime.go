@@ -49,7 +49,7 @@ type Runtime struct {
 	config      *kcmconfig.CompletedConfig
 	identity    string
 	descriptors map[string]*kcmapp.ControllerDescriptor
-	partitions  int
+	ring        shard.RingConfig
 	mode        informers.Mode
 
 	rootBuilder, builder clientbuilder.ControllerClientBuilder
@@ -122,7 +122,7 @@ func (r *Runtime) registerDebug(built []kcmapp.Controller) func() {
 // spends exactly what kube-controller-manager spends), one RESTMapper, and
 // one factory for cluster-scoped kinds (and, in filtered-watch mode, for
 // every kind). mode must be resolved (informers.Resolve).
-func NewRuntime(ctx context.Context, c *kcmconfig.CompletedConfig, identity string, partitions int, mode informers.Mode, fence Fence) (*Runtime, error) {
+func NewRuntime(ctx context.Context, c *kcmconfig.CompletedConfig, identity string, ring shard.RingConfig, mode informers.Mode, fence Fence) (*Runtime, error) {
 	descriptors := Descriptors()
 	if err := Check(descriptors); err != nil {
 		return nil, err
@@ -169,7 +169,7 @@ func NewRuntime(ctx context.Context, c *kcmconfig.CompletedConfig, identity stri
 	registerMetrics()
 	memberInfo.WithLabelValues(identity, string(mode)).Set(1)
 	r := &Runtime{
-		config: c, identity: identity, descriptors: descriptors, partitions: partitions, mode: mode,
+		config: c, identity: identity, descriptors: descriptors, ring: ring, mode: mode,
 		rootBuilder: rootBuilder, builder: builder, informerConfig: informerConfig,
 		restClients: informers.NewRESTClients(informerConfig),
 		plainClient: plain, metadataClient: metadataClient, restMapper: restMapper,
@@ -309,11 +309,11 @@ func (r *Runtime) controllerContext(ctx context.Context, piece shard.Piece) (kcm
 		pc := informers.PieceConfig{
 			Mode: r.mode, Client: r.plainClient, RESTClients: r.restClients,
 			Shared: r.shared, SharedStop: r.sharedStop, Mapper: r.restMapper,
-			InPiece: func(ns string) bool { return shard.NamespacePartition(ns, r.partitions) == p },
+			InPiece: func(ns string) bool { return r.ring.NamespacePartition(ns) == p },
 			Resync:  resync(), Transform: trimManagedFields,
 		}
 		if r.mode == informers.ModeShardedWatch {
-			sharded, err := kubernetes.NewForConfig(informers.ShardedConfig(r.informerConfig, shard.ShardSelector(p, r.partitions)))
+			sharded, err := kubernetes.NewForConfig(informers.ShardedConfig(r.informerConfig, shard.ShardSelector(p, r.ring.Partitions)))
 			if err != nil {
 				return cc, nil, fmt.Errorf("sharded client of %s: %w", piece, err)
 			}

@@ -14,8 +14,9 @@ import (
 type Mode string
 
 const (
-	// ModeAuto picks ModeShardedWatch when the apiserver honours shard
-	// selectors and ModeFilteredWatch otherwise.
+	// ModeAuto picks ModeShardedWatch when the fleet places namespaces by
+	// the apiserver's hash and the apiserver honours shard selectors, and
+	// ModeFilteredWatch otherwise.
 	ModeAuto Mode = "auto"
 	// ModeShardedWatch: one list/watch per kind and piece, filtered by the
 	// apiserver (ListOptions.ShardSelector, feature gate ShardedListAndWatch).

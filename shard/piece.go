@@ -72,7 +72,7 @@ const ringAlgorithm = "consistent-v0.10.0/xxhash/v1"
 // and joining members). Two members that publish the same ViewID compute the
 // same owner for every piece and wait for the same acknowledgements.
 func ViewID(config RingConfig, ringMembers, participants []string) string {
-	key := fmt.Sprintf("%s|%d|%d|%g|%s|%s", ringAlgorithm, config.Partitions, config.ReplicationFactor, config.Load,
+	key := fmt.Sprintf("%s|%d|%d|%g|%s|%s|%s", ringAlgorithm, config.Partitions, config.ReplicationFactor, config.Load, config.NamespaceHash,
 		strings.Join(sortedCopy(ringMembers), ","), strings.Join(sortedCopy(participants), ","))
 	return fmt.Sprintf("%016x", xxhash.Sum64String(key))
 }

@@ -22,7 +22,19 @@ type RingConfig struct {
 	// Load is the bounded-load factor: no member owns more than
 	// ceil(Load * Partitions/members) partitions.
 	Load float64
+	// NamespaceHash places namespaces in partitions: HashXX (default) or
+	// HashFNV, the apiserver's shard hash, which server-side sharded watch
+	// needs. FNV-1a's top bits hardly depend on a name's last characters,
+	// so with HashFNV namespaces that differ only there (team-01,
+	// team-02, ...) all fall in one partition, hence on one replica.
+	NamespaceHash string
 }
+
+// Namespace hashes.
+const (
+	HashXX  = "xxhash"
+	HashFNV = "fnv"
+)
 
 // DefaultRingConfig is measured in ring_test.go (TestRingBalanceAndMovement,
 // run with -v): with 64 partitions max/avg owned partitions stays at or
@@ -31,7 +43,7 @@ type RingConfig struct {
 // members moves 4x the ideal (bounded loads reshuffle when P/N is small);
 // 16 balance worse (up to 1.5). More partitions cost more controller sets
 // per replica, so we stop at 64.
-var DefaultRingConfig = RingConfig{Partitions: 64, ReplicationFactor: 64, Load: 1.25}
+var DefaultRingConfig = RingConfig{Partitions: 64, ReplicationFactor: 64, Load: 1.25, NamespaceHash: HashXX}
 
 // Validate reports a configuration the ring cannot work with.
 func (c RingConfig) Validate() error {
@@ -42,6 +54,8 @@ func (c RingConfig) Validate() error {
 		return fmt.Errorf("replication factor must be between 1 and 1024, got %d", c.ReplicationFactor)
 	case c.Load < 1 || c.Load > 10:
 		return fmt.Errorf("load factor must be between 1 and 10, got %g", c.Load)
+	case c.NamespaceHash != HashXX && c.NamespaceHash != HashFNV:
+		return fmt.Errorf("namespace hash must be %s or %s, got %q", HashXX, HashFNV, c.NamespaceHash)
 	}
 	return nil
 }
@@ -149,11 +163,21 @@ func (r *Ring) Owned(member string, all []Piece) []Piece {
 	return out
 }
 
-// NamespacePartition is the partition of namespace ns among partitions: the
-// i-th of equal ranges of the 64-bit FNV-1a hash of its name. It is the hash
-// k8s.io/apimachinery/pkg/sharding uses (sharding.HashField), so a partition
-// is exactly one server-side shardRange(object.metadata.namespace, lo, hi).
-func NamespacePartition(ns string, partitions int) int {
+// NamespacePartition is the partition of namespace ns: the i-th of equal
+// ranges of the 64-bit hash of its name (c.NamespaceHash).
+func (c RingConfig) NamespacePartition(ns string) int {
+	if c.NamespaceHash == HashFNV {
+		return FNVPartition(ns, c.Partitions)
+	}
+	hi, _ := bits.Mul64(xxhash.Sum64String(ns), uint64(c.Partitions))
+	return int(hi)
+}
+
+// FNVPartition is the partition of namespace ns among partitions by the
+// 64-bit FNV-1a hash of its name: the hash k8s.io/apimachinery/pkg/sharding
+// uses (sharding.HashField), so a partition is exactly one server-side
+// shardRange(object.metadata.namespace, lo, hi).
+func FNVPartition(ns string, partitions int) int {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(ns))
 	hi, _ := bits.Mul64(h.Sum64(), uint64(partitions))

@@ -106,7 +106,7 @@ func TestNamespacePartitionMatchesServerSideSharding(t *testing.T) {
 	counts := make([]int, partitions)
 	for i := range 5000 {
 		ns := fmt.Sprintf("namespace-%d", i)
-		p := NamespacePartition(ns, partitions)
+		p := FNVPartition(ns, partitions)
 		counts[p]++
 		lo, hi := PartitionRange(p, partitions)
 		h := "0x" + sharding.HashField(ns)
@@ -154,6 +154,43 @@ func TestPieces(t *testing.T) {
 		}
 		if got := tc.piece.Name(); got != tc.name {
 			t.Errorf("%s: name %q, want %q", tc.piece, got, tc.name)
+		}
+	}
+}
+
+// TestNamespaceHashSpread: namespaces named alike (team-00..team-99) must
+// spread over the partitions, or one replica does all their work. FNV-1a
+// (the apiserver's shard hash) puts them all in one or two partitions;
+// xxhash spreads them like random names.
+func TestNamespaceHashSpread(t *testing.T) {
+	for _, tc := range []struct {
+		hash string
+		// spread: the hash must use at least 40 partitions with at most 8
+		// namespaces in one (100 random names in 64 bins do); else it is
+		// expected to cluster them in at most 2 (why xxhash is the default).
+		spread bool
+	}{
+		{HashXX, true},
+		{HashFNV, false},
+	} {
+		c := DefaultRingConfig
+		c.NamespaceHash = tc.hash
+		for _, prefix := range []string{"team-", "bench-", "work-", "ns"} {
+			counts := map[int]int{}
+			for i := range 100 {
+				counts[c.NamespacePartition(fmt.Sprintf("%s%02d", prefix, i))]++
+			}
+			most := 0
+			for _, n := range counts {
+				most = max(most, n)
+			}
+			t.Logf("%s, %sNN: 100 namespaces in %d of %d partitions, at most %d in one", tc.hash, prefix, len(counts), c.Partitions, most)
+			if tc.spread && (len(counts) < 40 || most > 8) {
+				t.Errorf("%s, %sNN: %d partitions used, at most %d in one; want at least 40 used and at most 8 in one", tc.hash, prefix, len(counts), most)
+			}
+			if !tc.spread && len(counts) > 2 {
+				t.Errorf("%s, %sNN: %d partitions used; FNV ranges were measured to cluster them in at most 2", tc.hash, prefix, len(counts))
+			}
 		}
 	}
 }

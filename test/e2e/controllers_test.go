@@ -37,12 +37,24 @@ const workloadNamespaces = 20
 // checks that, in steady state, each namespace was written by one replica
 // per controller. It runs once per informer mode.
 func TestFleetWorkload(t *testing.T) {
-	for _, mode := range []string{"sharded-watch", "namespace-watch", "filtered-watch"} {
-		t.Run(mode, func(t *testing.T) { testFleetWorkload(t, "--informer-mode="+mode) })
+	for _, tc := range []struct {
+		mode string
+		// sharing is how many of the 3 replicas must write in the workload's
+		// namespaces.
+		sharing int
+		args    []string
+	}{
+		// The apiserver shards by ranges of the FNV hash; work-00..work-19
+		// all fall in one FNV partition, so here one replica does the work.
+		{"sharded-watch", 1, []string{"--informer-mode=sharded-watch", "--namespace-hash=fnv"}},
+		{"namespace-watch", 3, []string{"--informer-mode=namespace-watch"}},
+		{"filtered-watch", 3, []string{"--informer-mode=filtered-watch"}},
+	} {
+		t.Run(tc.mode, func(t *testing.T) { testFleetWorkload(t, tc.sharing, tc.args...) })
 	}
 }
 
-func testFleetWorkload(t *testing.T, replicaArgs ...string) {
+func testFleetWorkload(t *testing.T, minSharing int, replicaArgs ...string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	cluster := startCluster(ctx, t, localcluster.Options{Scheduler: true, KwokNodes: 3, KwokPodParallelism: 32})
@@ -94,7 +106,7 @@ func testFleetWorkload(t *testing.T, replicaArgs ...string) {
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
 
-	checkSingleWriter(t, cluster.AuditLog, steadyFrom)
+	checkSingleWriter(t, cluster.AuditLog, steadyFrom, minSharing)
 	checkServing(t, cluster, ports)
 }
 
@@ -268,10 +280,13 @@ func waitWorkload(ctx context.Context, t *testing.T, client kubernetes.Interface
 }
 
 // checkSingleWriter asserts from the audit log that after since, for every
-// namespace and every controller client, writes came from one replica.
-func checkSingleWriter(t *testing.T, auditLog string, since time.Time) {
+// namespace and every controller client, writes came from one replica, and
+// that the workload namespaces' writes came from at least minReplicas
+// replicas (the work is shared, not all on one).
+func checkSingleWriter(t *testing.T, auditLog string, since time.Time, minReplicas int) {
 	t.Helper()
 	writers := map[string]map[string]bool{} // namespace/client -> replicas
+	sharing := map[string]bool{}            // replicas that wrote in work-* namespaces
 	total := 0
 	readAudit(t, auditLog, func(e auditEvent) {
 		if e.ObjectRef == nil || e.ObjectRef.Namespace == "" || e.StageTimestamp.Before(since) {
@@ -290,6 +305,9 @@ func checkSingleWriter(t *testing.T, auditLog string, since time.Time) {
 			writers[key] = map[string]bool{}
 		}
 		writers[key][replica] = true
+		if strings.HasPrefix(e.ObjectRef.Namespace, "work-") {
+			sharing[replica] = true
+		}
 		total++
 	})
 	if total == 0 {
@@ -310,7 +328,10 @@ func checkSingleWriter(t *testing.T, auditLog string, since time.Time) {
 	if len(bad) > 0 {
 		t.Errorf("writes from more than one replica in steady state: %v", bad)
 	}
-	t.Logf("audit: %d namespaced writes by the fleet in steady state, %d namespace/controller pairs, each from one replica", total, len(writers))
+	if len(sharing) < minReplicas {
+		t.Errorf("the workload's namespaces were written by %d replicas, want at least %d", len(sharing), minReplicas)
+	}
+	t.Logf("audit: %d namespaced writes by the fleet in steady state, %d namespace/controller pairs, each from one replica; the workload's namespaces written by %d replicas", total, len(writers), len(sharing))
 }
 
 // startCluster starts a local control plane that is stopped when the test
@@ -444,7 +465,7 @@ func TestInformerModeWithoutShardedWatch(t *testing.T) {
 	}
 	bin := filepath.Join(binDir(t), "fleet-controller-manager")
 
-	if _, _, err := cluster.StartFleetReplica(ctx, bin, "fcm-explicit", "--informer-mode=sharded-watch"); err == nil {
+	if _, _, err := cluster.StartFleetReplica(ctx, bin, "fcm-explicit", "--informer-mode=sharded-watch", "--namespace-hash=fnv"); err == nil {
 		t.Fatal("a replica asking for sharded-watch started on an apiserver without it")
 	}
 	log, _ := os.ReadFile(filepath.Join(cluster.Dir, "fcm-explicit.log"))

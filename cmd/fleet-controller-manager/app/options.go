@@ -57,6 +57,7 @@ func (o *FleetOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.Var(&o.RetryPeriod, "retry-period", "Interval between Lease renewals.")
 	fs.IntVar(&o.Ring.Partitions, "partitions", o.Ring.Partitions, "Number of namespace partitions. Every replica of a fleet must use the same value.")
 	fs.IntVar(&o.Ring.ReplicationFactor, "ring-replication-factor", o.Ring.ReplicationFactor, "Virtual nodes per replica on the consistent-hash ring. Same on every replica.")
+	fs.StringVar(&o.Ring.NamespaceHash, "namespace-hash", o.Ring.NamespaceHash, "Hash that places namespaces in partitions: xxhash (even spread) or fnv (the apiserver's shard hash, needed by --informer-mode=sharded-watch; it puts names that differ only in their last characters in one partition). Same on every replica.")
 	fs.Float64Var(&o.Ring.Load, "ring-load", o.Ring.Load, "Bounded-load factor of the ring: no replica owns more than this times the average. Same on every replica.")
 	fs.Var(&informerModeValue{&o.InformerMode}, "informer-mode", fmt.Sprintf("How partition pieces watch their namespaces: %s. auto = sharded-watch when the apiserver filters by shard selector (feature gate ShardedListAndWatch), else filtered-watch. namespace-watch opens one watch per namespace and kind, so each replica caches only its own namespaces on any apiserver.", informers.Modes))
 	fs.BoolVar(&o.DummyPieces, "dummy-pieces", false, "Test mode: run pieces that only record when they start and stop, instead of controllers.")
@@ -105,6 +106,9 @@ func (o *FleetOptions) Validate() error {
 				errs = append(errs, e)
 			}
 		}
+	}
+	if o.InformerMode == informers.ModeShardedWatch && o.Ring.NamespaceHash != shard.HashFNV {
+		errs = append(errs, fmt.Errorf("--informer-mode=%s needs --namespace-hash=%s: the apiserver shards by ranges of the FNV hash", informers.ModeShardedWatch, shard.HashFNV))
 	}
 	if o.DummyPieces && o.DummyRecordFile == "" {
 		errs = append(errs, errors.New("--dummy-pieces needs --dummy-record-file"))

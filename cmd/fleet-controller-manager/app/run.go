@@ -98,14 +98,19 @@ func run(ctx context.Context, kcm *options.KubeControllerManagerOptions, fleet *
 		}
 		runner, pieces = dummy, shard.AllPieces(fleet.Ring.Partitions, fleet.DummySingletons)
 	} else {
+		mode := fleet.InformerMode
+		if mode == informers.ModeAuto && fleet.Ring.NamespaceHash != shard.HashFNV {
+			// Server-side shard ranges are ranges of the FNV hash.
+			mode = informers.ModeFilteredWatch
+		}
 		probeCtx, cancel := context.WithTimeout(ctx, time.Minute)
-		mode, err := informers.Resolve(probeCtx, fleet.InformerMode, c.Kubeconfig)
+		mode, err = informers.Resolve(probeCtx, mode, c.Kubeconfig)
 		cancel()
 		if err != nil {
 			return fmt.Errorf("--informer-mode: %w", err)
 		}
 		klog.InfoS("Informers of partition pieces", "informerMode", mode)
-		rt, err := controllers.NewRuntime(memberCtx, c, fleet.Identity, fleet.Ring.Partitions, mode, member)
+		rt, err := controllers.NewRuntime(memberCtx, c, fleet.Identity, fleet.Ring, mode, member)
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,236 @@
+// Command bench measures fleet-controller-manager against upstream
+// kube-controller-manager on the local control plane, side by side in one
+// run: `make bench` (all systems, limits and workloads, 3 runs each) and
+// `make bench QUICK=1` (a smaller workload, default limits, under 10
+// minutes). Each run starts a fresh control plane (kube-apiserver, etcd,
+// kube-scheduler and kwok tuned not to be the bottleneck) so every system
+// meets the same empty cluster; figures are medians over runs, and each
+// fleet figure is also given as a ratio to KCM's from the same invocation.
+// Results: docs/benchmarks/<mode>.md and .json, charts as PNG (drawn as
+// SVG, rendered by headless Chromium).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// system is a controller manager under test.
+type system struct {
+	Name     string
+	Fleet    bool
+	Replicas int // fleet replicas, or KCM instances (leader election)
+}
+
+// limits are the client limits of every controller-manager process.
+type limits struct {
+	Name       string
+	QPS, Burst int
+}
+
+// size is the shape of the workloads of one mode.
+type size struct {
+	Namespaces, Deployments, Replicas int
+	Jobs                              int
+	Runs                              int
+}
+
+type config struct {
+	out      string
+	quick    bool
+	systems  []system
+	limits   []limits
+	size     size
+	failover bool // workloads (d) and (e)
+}
+
+func main() {
+	var quick bool
+	var out string
+	var runs int
+	var only string
+	flag.BoolVar(&quick, "quick", false, "Quick mode: smaller workload, default limits, KCM and fleets of 1 and 3; under 10 minutes.")
+	flag.StringVar(&out, "out", "docs/benchmarks", "Folder for the results.")
+	flag.IntVar(&runs, "runs", 3, "Runs per system and limits; figures are medians.")
+	flag.StringVar(&only, "only", "", "Comma-separated system names and limit names (default, raised) to run, for experiments; empty runs the mode's full matrix.")
+	klog.InitFlags(nil)
+	flag.Parse()
+
+	cfg := config{out: out, quick: quick}
+	defaultLimits := limits{Name: "default (qps 20, burst 30)", QPS: 20, Burst: 30}
+	if quick {
+		cfg.systems = []system{{"kube-controller-manager", false, 1}, {"fleet x1", true, 1}, {"fleet x3", true, 3}}
+		cfg.limits = []limits{defaultLimits}
+		cfg.size = size{Namespaces: 8, Deployments: 5, Replicas: 4, Jobs: 40, Runs: runs}
+	} else {
+		cfg.systems = []system{{"kube-controller-manager", false, 2}, {"fleet x1", true, 1}, {"fleet x3", true, 3}, {"fleet x5", true, 5}}
+		cfg.limits = []limits{defaultLimits, {Name: "raised (qps 1000, burst 2000)", QPS: 1000, Burst: 2000}}
+		cfg.size = size{Namespaces: 20, Deployments: 5, Replicas: 10, Jobs: 200, Runs: runs}
+		cfg.failover = true
+	}
+	if only != "" {
+		keep := map[string]bool{}
+		for _, k := range strings.Split(only, ",") {
+			keep[strings.TrimSpace(k)] = true
+		}
+		raised := limits{Name: "raised (qps 1000, burst 2000)", QPS: 1000, Burst: 2000}
+		all := map[string]limits{"default": defaultLimits, "raised": raised}
+		cfg.limits = nil
+		for _, name := range []string{"default", "raised"} {
+			if keep[name] {
+				cfg.limits = append(cfg.limits, all[name])
+			}
+		}
+		var systems []system
+		for _, s := range cfg.systems {
+			if keep[s.Name] {
+				systems = append(systems, s)
+			}
+		}
+		cfg.systems = systems
+	}
+	if err := run(cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// report is everything one invocation measured.
+type report struct {
+	Mode     string    `json:"mode"`
+	Date     time.Time `json:"date"`
+	Cores    int       `json:"cores"`
+	MemoryGB float64   `json:"memoryGiB"`
+	Size     size      `json:"size"`
+	Results  []result  `json:"results"`
+}
+
+// result is one system at one limit: every run's figures and the medians.
+type result struct {
+	System  string               `json:"system"`
+	Limits  string               `json:"limits"`
+	Runs    []map[string]float64 `json:"runs"`
+	Median  map[string]float64   `json:"median"`
+	Limiter []string             `json:"limitedBy"`
+}
+
+func run(cfg config) error {
+	ctx := context.Background()
+	binDir, err := filepath.Abs(envOr("FCM_BIN_DIR", "bin"))
+	if err != nil {
+		return err
+	}
+	mode := "full"
+	if cfg.quick {
+		mode = "quick"
+	}
+	rep := report{Mode: mode, Date: time.Now().UTC(), Cores: runtime.NumCPU(), MemoryGB: memoryGiB(), Size: cfg.size}
+	start := time.Now()
+	for _, l := range cfg.limits {
+		for _, s := range cfg.systems {
+			res := result{System: s.Name, Limits: l.Name}
+			for i := range cfg.size.Runs {
+				klog.InfoS("Run", "system", s.Name, "limits", l.Name, "run", i+1, "of", cfg.size.Runs, "elapsed", time.Since(start).Round(time.Second))
+				figures, limiter, err := benchRun(ctx, binDir, s, l, cfg)
+				if err != nil {
+					return fmt.Errorf("%s, %s, run %d: %w", s.Name, l.Name, i+1, err)
+				}
+				res.Runs = append(res.Runs, figures)
+				res.Limiter = append(res.Limiter, limiter)
+				printFigures(s.Name, figures)
+			}
+			res.Median = medians(res.Runs)
+			rep.Results = append(rep.Results, res)
+		}
+	}
+	klog.InfoS("Benchmark done", "took", time.Since(start).Round(time.Second))
+	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
+		return err
+	}
+	data, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(cfg.out, mode+".json"), append(data, '\n'), 0o644); err != nil {
+		return err
+	}
+	charts, err := writeCharts(ctx, rep, cfg.out)
+	if err != nil {
+		klog.ErrorS(err, "Charts not drawn")
+	}
+	md := markdown(rep, charts, time.Since(start))
+	if err := os.WriteFile(filepath.Join(cfg.out, mode+".md"), []byte(md), 0o644); err != nil {
+		return err
+	}
+	fmt.Print(md)
+	return nil
+}
+
+func printFigures(name string, f map[string]float64) {
+	keys := make([]string, 0, len(f))
+	for k := range f {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, " %s=%.2f", k, f[k])
+	}
+	klog.InfoS("Figures", "system", name, "figures", b.String())
+}
+
+func medians(runs []map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	keys := map[string]bool{}
+	for _, r := range runs {
+		for k := range r {
+			keys[k] = true
+		}
+	}
+	for k := range keys {
+		var vs []float64
+		for _, r := range runs {
+			if v, ok := r[k]; ok {
+				vs = append(vs, v)
+			}
+		}
+		sort.Float64s(vs)
+		if n := len(vs); n%2 == 1 {
+			out[k] = vs[n/2]
+		} else {
+			out[k] = (vs[n/2-1] + vs[n/2]) / 2
+		}
+	}
+	return out
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func memoryGiB() float64 {
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	var kb float64
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "MemTotal:") {
+			fmt.Sscanf(strings.TrimPrefix(line, "MemTotal:"), "%f", &kb)
+		}
+	}
+	return kb / (1 << 20)
+}

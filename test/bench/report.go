@@ -1,0 +1,264 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+)
+
+// figureNames says what each figure is, in report order.
+var figureNames = []struct{ key, label string }{
+	{"a_converge_s", "(a) Deployments created at once: all available (s)"},
+	{"a_pods_per_s", "(a) pods available per second"},
+	{"b_scale_down_s", "(b) scale all to 0 (s)"},
+	{"b_scale_up_s", "(b) scale all back up (s)"},
+	{"c_jobs_s", "(c) Jobs to completion (s)"},
+	{"c_jobs_per_s", "(c) Jobs completed per second"},
+	{"d_owned_s", "(d) after kill -9: Deployment in a namespace the victim owned (s)"},
+	{"d_other_s", "(d) after kill -9: Deployment in a namespace it did not own (s)"},
+	{"e_converge_s", "(e) rolling restart during (a): all available (s)"},
+	{"e_max_unowned_s", "(e) rolling restart: longest time anything had no owner (s)"},
+	{"cpu_seconds", "CPU-seconds, all controller-manager processes"},
+	{"peak_rss_mib", "peak RSS of the largest process (MiB)"},
+	{"peak_rss_sum_mib", "peak RSS summed over processes (MiB)"},
+	{"cm_writes_create", "controller-manager creates (audit)"},
+	{"cm_writes_update", "controller-manager updates (audit)"},
+	{"cm_writes_patch", "controller-manager patches (audit)"},
+	{"cm_writes_delete", "controller-manager deletes (audit)"},
+	{"lease_writes_per_min", "Lease writes per minute"},
+	{"requests_list", "apiserver LISTs (all clients)"},
+	{"requests_get", "apiserver GETs (all clients)"},
+	{"requests_watch", "apiserver WATCH requests (all clients)"},
+	{"watches_open", "watches open at the end (all clients)"},
+}
+
+// lowerIsBetter: ratios are given as "fleet / KCM" for all figures; for
+// time-like figures a ratio below 1 is better.
+func markdown(rep report, charts []string, took time.Duration) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Benchmark (%s mode)\n\n", rep.Mode)
+	fmt.Fprintf(&b, "Run %s on %d cores and %.0f GiB; the whole benchmark took %v. ", rep.Date.Format("2006-01-02 15:04 UTC"), rep.Cores, rep.MemoryGB, took.Round(time.Second))
+	fmt.Fprintf(&b, "Workload: %d namespaces × %d Deployments × %d replicas, %d Jobs; every figure is the median of %d runs, each on a fresh control plane (kube-apiserver, etcd, kube-scheduler at qps 1000, kwok with 64-way pod parallelism). ",
+		rep.Size.Namespaces, rep.Size.Deployments, rep.Size.Replicas, rep.Size.Jobs, rep.Size.Runs)
+	b.WriteString("Ratios are fleet / kube-controller-manager from the same invocation (for times, below 1 is faster).\n\n")
+	byLimits := map[string][]result{}
+	var order []string
+	for _, r := range rep.Results {
+		if _, ok := byLimits[r.Limits]; !ok {
+			order = append(order, r.Limits)
+		}
+		byLimits[r.Limits] = append(byLimits[r.Limits], r)
+	}
+	for _, l := range order {
+		results := byLimits[l]
+		fmt.Fprintf(&b, "## Client limits: %s\n\n", l)
+		var kcm *result
+		for i := range results {
+			if !strings.HasPrefix(results[i].System, "fleet") {
+				kcm = &results[i]
+			}
+		}
+		b.WriteString("| figure |")
+		for _, r := range results {
+			fmt.Fprintf(&b, " %s |", r.System)
+			if kcm != nil && r.System != kcm.System {
+				fmt.Fprintf(&b, " ratio |")
+			}
+		}
+		b.WriteString("\n|---|")
+		for _, r := range results {
+			b.WriteString("---:|")
+			if kcm != nil && r.System != kcm.System {
+				b.WriteString("---:|")
+			}
+		}
+		b.WriteString("\n")
+		for _, f := range figureNames {
+			present := false
+			for _, r := range results {
+				if _, ok := r.Median[f.key]; ok {
+					present = true
+				}
+			}
+			if !present {
+				continue
+			}
+			fmt.Fprintf(&b, "| %s |", f.label)
+			for _, r := range results {
+				v, ok := r.Median[f.key]
+				if ok {
+					fmt.Fprintf(&b, " %s |", num(v))
+				} else {
+					b.WriteString(" – |")
+				}
+				if kcm != nil && r.System != kcm.System {
+					k, kok := kcm.Median[f.key]
+					if ok && kok && k != 0 {
+						fmt.Fprintf(&b, " %.2f |", v/k)
+					} else {
+						b.WriteString(" – |")
+					}
+				}
+			}
+			b.WriteString("\n")
+		}
+		b.WriteString("\nWhat limited each run (from the CPU-seconds of every process):\n\n")
+		for _, r := range results {
+			fmt.Fprintf(&b, "- %s: %s\n", r.System, strings.Join(dedupe(r.Limiter), "; "))
+		}
+		b.WriteString("\n")
+		b.WriteString(targets(results, kcm))
+	}
+	if len(charts) > 0 {
+		b.WriteString("## Charts\n\n")
+		for _, c := range charts {
+			fmt.Fprintf(&b, "![%s](%s)\n\n", strings.TrimSuffix(c, ".png"), c)
+		}
+	}
+	return b.String()
+}
+
+func num(v float64) string {
+	switch {
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.2f", v)
+	}
+}
+
+func dedupe(in []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, s := range in {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// targets checks issue 5's targets against the medians.
+func targets(results []result, kcm *result) string {
+	if kcm == nil {
+		return ""
+	}
+	find := func(name string) *result {
+		for i := range results {
+			if results[i].System == name {
+				return &results[i]
+			}
+		}
+		return nil
+	}
+	var b strings.Builder
+	b.WriteString("Targets:\n\n")
+	verdict := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "**not met**"
+	}
+	if f3 := find("fleet x3"); f3 != nil {
+		speedup := kcm.Median["a_converge_s"] / f3.Median["a_converge_s"]
+		fmt.Fprintf(&b, "- (a) fleet ×3 at least 2.5× faster than KCM: %.2f× — %s\n", speedup, verdict(speedup >= 2.5))
+		if o, ok := f3.Median["d_owned_s"]; ok {
+			fmt.Fprintf(&b, "- (d) namespaces the dead replica owned converge within lease duration + 3 s (18 s): %.1f s — %s (KCM: %.1f s)\n", o, verdict(o <= 18), kcm.Median["d_owned_s"])
+			fmt.Fprintf(&b, "- (d) namespaces it did not own keep converging with no gap: %.1f s (KCM: %.1f s)\n", f3.Median["d_other_s"], kcm.Median["d_other_s"])
+		}
+		if e, ok := f3.Median["e_max_unowned_s"]; ok {
+			fmt.Fprintf(&b, "- (e) no namespace without an owner for more than 2 s during a rolling restart: longest %.2f s — %s (KCM leader gap: %.2f s)\n", e, verdict(e <= 2), kcm.Median["e_max_unowned_s"])
+		}
+	}
+	if f1 := find("fleet x1"); f1 != nil {
+		t := f1.Median["a_converge_s"] / kcm.Median["a_converge_s"]
+		c := f1.Median["cpu_seconds"] / kcm.Median["cpu_seconds"]
+		m := f1.Median["peak_rss_mib"] / kcm.Median["peak_rss_mib"]
+		fmt.Fprintf(&b, "- fleet ×1 within 10%% of KCM's time for (a): %.2f× — %s\n", t, verdict(t <= 1.10))
+		fmt.Fprintf(&b, "- fleet ×1 at most 1.25× KCM's CPU-seconds: %.2f× — %s\n", c, verdict(c <= 1.25))
+		fmt.Fprintf(&b, "- fleet ×1 at most 1.25× KCM's peak RSS: %.2f× — %s\n", m, verdict(m <= 1.25))
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+// writeCharts draws one bar chart per headline figure (SVG, rendered to
+// PNG by headless Chromium) and returns the PNG file names.
+func writeCharts(ctx context.Context, rep report, out string) ([]string, error) {
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		return nil, fmt.Errorf("chromium not found: %w", err)
+	}
+	headline := []struct{ key, title string }{
+		{"a_converge_s", "(a) all Deployments available, seconds (lower is better)"},
+		{"c_jobs_s", "(c) Jobs complete, seconds (lower is better)"},
+		{"cpu_seconds", "controller-manager CPU-seconds per run"},
+		{"peak_rss_mib", "peak RSS of the largest controller-manager process, MiB"},
+		{"d_owned_s", "(d) failover: victim's namespace converges, seconds"},
+	}
+	var files []string
+	for _, h := range headline {
+		type bar struct {
+			label string
+			value float64
+		}
+		var bars []bar
+		for _, r := range rep.Results {
+			if v, ok := r.Median[h.key]; ok {
+				short := strings.SplitN(r.Limits, " ", 2)[0]
+				bars = append(bars, bar{r.System + " · " + short, v})
+			}
+		}
+		if len(bars) == 0 {
+			continue
+		}
+		maxV := 0.0
+		for _, b := range bars {
+			maxV = math.Max(maxV, b.value)
+		}
+		const width, rowH, labelW = 900, 34, 300
+		height := 60 + rowH*len(bars)
+		var svg strings.Builder
+		fmt.Fprintf(&svg, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="14">`, width, height)
+		fmt.Fprintf(&svg, `<rect width="100%%" height="100%%" fill="white"/><text x="10" y="26" font-size="16" font-weight="bold">%s</text>`, h.title)
+		for i, b := range bars {
+			y := 45 + i*rowH
+			w := (width - labelW - 80) * b.value / maxV
+			color := "#5b8def"
+			if !strings.HasPrefix(b.label, "fleet") {
+				color = "#9aa0a6"
+			}
+			fmt.Fprintf(&svg, `<text x="10" y="%d">%s</text><rect x="%d" y="%d" width="%.1f" height="22" fill="%s"/><text x="%.1f" y="%d">%s</text>`,
+				y+16, b.label, labelW, y, w, color, float64(labelW)+w+6, y+16, num(b.value))
+		}
+		svg.WriteString(`</svg>`)
+		name := rep.Mode + "-" + h.key
+		svgPath, _ := filepath.Abs(filepath.Join(out, name+".svg"))
+		if err := os.WriteFile(svgPath, []byte(svg.String()), 0o644); err != nil {
+			return files, err
+		}
+		pngPath := filepath.Join(out, name+".png")
+		userDir, _ := os.MkdirTemp("", "bench-chromium-")
+		cmd := exec.CommandContext(ctx, chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+			"--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
+			"--user-data-dir="+userDir, fmt.Sprintf("--window-size=%d,%d", width, height), "--screenshot="+pngPath, "file://"+svgPath)
+		output, err := cmd.CombinedOutput()
+		os.RemoveAll(userDir)
+		os.Remove(svgPath)
+		if err != nil {
+			return files, fmt.Errorf("rendering %s: %w\n%s", pngPath, err, output)
+		}
+		files = append(files, name+".png")
+	}
+	sort.Strings(files)
+	return files, nil
+}
