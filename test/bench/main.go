@@ -51,6 +51,7 @@ type config struct {
 	systems  []system
 	limits   []limits
 	size     size
+	scale    bool // workload (b)
 	failover bool // workloads (d) and (e)
 }
 
@@ -59,7 +60,7 @@ func main() {
 	var out string
 	var runs int
 	var only string
-	flag.BoolVar(&quick, "quick", false, "Quick mode: smaller workload, default limits, KCM and fleets of 1 and 3; under 10 minutes.")
+	flag.BoolVar(&quick, "quick", false, "Quick mode: workloads (a) and (c) only, smaller, at default limits, for KCM and fleets of 1 and 3; under 10 minutes.")
 	flag.StringVar(&out, "out", "docs/benchmarks", "Folder for the results.")
 	flag.IntVar(&runs, "runs", 3, "Runs per system and limits; figures are medians.")
 	flag.StringVar(&only, "only", "", "Comma-separated system names and limit names (default, raised) to run, for experiments; empty runs the mode's full matrix.")
@@ -71,12 +72,14 @@ func main() {
 	if quick {
 		cfg.systems = []system{{"kube-controller-manager", false, 1}, {"fleet x1", true, 1}, {"fleet x3", true, 3}}
 		cfg.limits = []limits{defaultLimits}
-		cfg.size = size{Namespaces: 8, Deployments: 5, Replicas: 4, Jobs: 40, Runs: runs}
+		// As many namespaces as the full workload: namespaces are the unit
+		// a fleet splits, and fewer would measure the luck of the hash.
+		cfg.size = size{Namespaces: 20, Deployments: 2, Replicas: 4, Jobs: 40, Runs: runs}
 	} else {
 		cfg.systems = []system{{"kube-controller-manager", false, 2}, {"fleet x1", true, 1}, {"fleet x3", true, 3}, {"fleet x5", true, 5}}
 		cfg.limits = []limits{defaultLimits, {Name: "raised (qps 1000, burst 2000)", QPS: 1000, Burst: 2000}}
 		cfg.size = size{Namespaces: 20, Deployments: 5, Replicas: 10, Jobs: 200, Runs: runs}
-		cfg.failover = true
+		cfg.scale, cfg.failover = true, true
 	}
 	if only != "" {
 		keep := map[string]bool{}

@@ -63,9 +63,17 @@ func benchRun(ctx context.Context, binDir string, s system, l limits, cfg config
 		fn   func() error
 	}{
 		{"a", b.createDeployments},
-		{"b", b.scaleDownAndUp},
-		{"c", b.jobs},
 	}
+	if cfg.scale {
+		steps = append(steps, struct {
+			name string
+			fn   func() error
+		}{"b", b.scaleDownAndUp})
+	}
+	steps = append(steps, struct {
+		name string
+		fn   func() error
+	}{"c", b.jobs})
 	if cfg.failover && s.Replicas > 1 {
 		steps = append(steps, struct {
 			name string
