@@ -178,13 +178,19 @@ func (m *Member) Peers() []Peer {
 			continue
 		}
 		p := Peer{Name: name, State: o.state, ObservedAt: o.lastChange}
-		if o.deleted {
-			if len(o.state.Running) == 0 || now.Sub(o.lastChange) > o.duration {
-				continue
-			}
-		} else {
-			p.Participant = !o.state.Leaving
+		// A Lease deleted after a graceful leave (its last state says
+		// leaving: nothing runs and nothing will) is gone. A Lease deleted
+		// by anyone else may belong to a live member that keeps acting on
+		// what it has seen, even with nothing running yet (it may be about
+		// to start what others acknowledged to it): it counts as before
+		// for one lease duration, until it renews (recreating its Lease)
+		// or is certainly dead. Dropping such a member at once let another
+		// start its pieces while it started them too (the simulation,
+		// seed 1795356825660182058).
+		if o.deleted && (o.state.Leaving || now.Sub(o.lastChange) > o.duration) {
+			continue
 		}
+		p.Participant = !o.state.Leaving
 		out = append(out, p)
 	}
 	return out

@@ -65,13 +65,23 @@ func TestObserve(t *testing.T) {
 
 	m.observe(cache.DeletedFinalStateUnknown{Key: "ns/b", Obj: lease("b", "15", "garbage")}, true)
 	peers = m.Peers()
-	if len(peers) != 1 || peers[0].Participant || !peers[0].State.Runs("partition/1") {
-		t.Fatalf("a deleted Lease listing pieces must stay a ghost: %+v", peers)
+	if len(peers) != 1 || !peers[0].Participant || !peers[0].State.Runs("partition/1") {
+		t.Fatalf("a Lease deleted by hand must count as a member for a lease duration: %+v", peers)
 	}
 	clock.Step(DefaultLeaseDuration + time.Second)
 	if peers := m.Peers(); len(peers) != 0 {
 		t.Fatalf("the ghost outlived its lease duration: %+v", peers)
 	}
+
+	// Nothing running changes nothing: a live member may be about to start
+	// what others acknowledged to it.
+	idle := State{Incarnation: "d1", Seq: 3, Epoch: 4, View: "aa"}
+	m.observe(lease("d", "20", encoded(t, idle)), false)
+	m.observe(lease("d", "21", encoded(t, idle)), true)
+	if peers := m.Peers(); len(peers) != 1 || !peers[0].Participant {
+		t.Fatalf("a Lease with nothing running deleted by hand must still count: %+v", peers)
+	}
+	clock.Step(DefaultLeaseDuration + time.Second)
 
 	left := State{Incarnation: "c1", Seq: 9, Epoch: 1, Leaving: true}
 	m.observe(lease("c", "16", encoded(t, left)), false)

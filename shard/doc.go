@@ -28,8 +28,10 @@
 //  3. Start a piece only when the ring of the applied view gives it to this
 //     member, and every other participant publishes the same view, has
 //     acknowledged this member's current epoch, and does not list the
-//     piece; nor may any ghost (a Lease deleted while listing pieces, until
-//     it would have expired) list it.
+//     piece. A Lease deleted by anyone but a graceful leave stays a
+//     participant for a lease duration after its deletion (its member may
+//     be alive and acting on what it saw; it recreates its Lease on its
+//     next renewal).
 //  4. Own nothing while joining: for one lease duration after the first
 //     write of a process, and after regaining authority that had run out.
 //     Joining members take part in views (they must acknowledge them) but
@@ -51,7 +53,12 @@
 // out (expiry is judged on the observer's clock after a fresh read; a
 // replica stops acting RenewDeadline after a renewal was sent, and only
 // renewals answered within LeaseDuration-RenewDeadline count), after they
-// published that nothing runs (graceful leave), or while they stay ghosts.
+// published that nothing runs (graceful leave); a Lease deleted by hand
+// changes no view until a lease duration has passed, by when its holder
+// has renewed (recreating it) or its authority has run out. (An earlier
+// rule dropped a hand-deleted Lease at once when it listed nothing
+// running; the simulation found the hole: the member was about to start
+// pieces others had acknowledged to it.)
 // Joiners (rule 4) have seen every live member before they own anything,
 // which the argument above needs: a member B never saw cannot be in its
 // view. The simulation (protocol_sim_test.go) checks the property under

@@ -328,8 +328,10 @@ func (n *simNode) peers() []Peer {
 		age := n.s.now - o.lastChange
 		switch {
 		case o.deleted:
-			if len(o.state.Running) > 0 && age <= simLease {
-				out = append(out, Peer{Name: name, State: o.state})
+			// As membership.Member.Peers: only a graceful leave is gone at
+			// once; a Lease deleted by hand counts for a lease duration.
+			if !o.state.Leaving && age <= simLease {
+				out = append(out, Peer{Name: name, State: o.state, Participant: true})
 			}
 		case o.expired:
 		case age > simLease:
@@ -349,11 +351,17 @@ func (n *simNode) peers() []Peer {
 
 func (n *simNode) confirmExpiry(name string, rv int64) {
 	o := n.obs[name]
+	if o == nil {
+		// The node restarted (a new process, new observations) while the
+		// read was in flight.
+		return
+	}
 	o.checking = false
 	if !n.s.apiUp() {
 		return
 	}
 	rec, ok := n.s.leases[name]
+	ok = ok && rec != nil
 	if ok && rec.rv != rv {
 		if rec.rv > o.rv {
 			o.state, o.rv, o.deleted, o.expired = rec.state, rec.rv, false, false
