@@ -305,7 +305,6 @@ func (r *Runtime) controllerContext(ctx context.Context, piece shard.Piece) (kcm
 		ControllerManagerMetrics: r.metrics,
 	}
 	if piece.IsPartition() {
-		cc.ComponentConfig = pieceConcurrency(cc.ComponentConfig, r.ring.Partitions)
 		p := piece.Partition()
 		pc := informers.PieceConfig{
 			Mode: r.mode, Client: r.plainClient, RESTClients: r.restClients,
