@@ -380,7 +380,7 @@ func (b *bench) leader() (int, error) {
 	// Every instance runs on this host, and the Lease names host_uid: ask
 	// each instance's log which one became leader.
 	for i, p := range b.procs {
-		if strings.Contains(p.LogTail(4000), "successfully acquired lease") {
+		if strings.Contains(strings.ToLower(p.LogTail(4000)), "successfully acquired lease") {
 			return i, nil
 		}
 	}
