@@ -3,6 +3,8 @@ package informers
 import (
 	"context"
 	"runtime"
+	"runtime/pprof"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -120,22 +122,7 @@ func testPieceFactoryLifecycle(t *testing.T, mode Mode) {
 		}
 		return f
 	}
-	cycle() // warm up: shared informers start once
-	time.Sleep(100 * time.Millisecond)
-	before := runtime.NumGoroutine()
-	for range 100 {
-		cycle()
-	}
-	var after int
-	for range 50 {
-		time.Sleep(100 * time.Millisecond)
-		if after = runtime.NumGoroutine(); after <= before+2 {
-			break
-		}
-	}
-	if after > before+2 {
-		t.Fatalf("goroutines grew from %d to %d over 100 piece start/stop cycles", before, after)
-	}
+	before, after := cyclesLeaveNoGoroutine(t, 100, func() { cycle() })
 	if n := earlyEvents.Load(); n > 0 {
 		t.Fatalf("piece handlers received %d events before the piece started its informers", n)
 	}
@@ -152,4 +139,27 @@ func testPieceFactoryLifecycle(t *testing.T, mode Mode) {
 		t.Fatalf("handlers of stopped pieces received %d events", n)
 	}
 	t.Logf("100 start/stop cycles: goroutines %d before, %d after", before, after)
+}
+
+// cyclesLeaveNoGoroutine runs cycle once to warm up (shared informers
+// start once), then n times, and fails, with a goroutine dump, if the
+// goroutines do not come back to within 2 of the count after warm-up.
+func cyclesLeaveNoGoroutine(t *testing.T, n int, cycle func()) (before, after int) {
+	t.Helper()
+	cycle()
+	time.Sleep(200 * time.Millisecond)
+	before = runtime.NumGoroutine()
+	for range n {
+		cycle()
+	}
+	for range 50 {
+		time.Sleep(100 * time.Millisecond)
+		if after = runtime.NumGoroutine(); after <= before+2 {
+			return before, after
+		}
+	}
+	var dump strings.Builder
+	_ = pprof.Lookup("goroutine").WriteTo(&dump, 1)
+	t.Fatalf("goroutines grew from %d to %d over %d piece start/stop cycles:\n%s", before, after, n, dump.String())
+	return before, after
 }

@@ -4,8 +4,6 @@ package informers
 
 import (
 	"context"
-	"runtime"
-	"runtime/pprof"
 	"sort"
 	"strings"
 	"testing"
@@ -209,24 +207,7 @@ func TestNamespaceWatch(t *testing.T) {
 			stopPiece()
 			f.Shutdown()
 		}
-		cycle()
-		time.Sleep(200 * time.Millisecond)
-		before := runtime.NumGoroutine()
-		for range 50 {
-			cycle()
-		}
-		var after int
-		for range 50 {
-			time.Sleep(100 * time.Millisecond)
-			if after = runtime.NumGoroutine(); after <= before+2 {
-				break
-			}
-		}
-		if after > before+2 {
-			var dump strings.Builder
-			_ = pprof.Lookup("goroutine").WriteTo(&dump, 1)
-			t.Fatalf("goroutines grew from %d to %d over 50 namespace-watch piece cycles:\n%s", before, after, dump.String())
-		}
+		before, after := cyclesLeaveNoGoroutine(t, 50, cycle)
 		t.Logf("50 cycles: goroutines %d before, %d after", before, after)
 	})
 }
