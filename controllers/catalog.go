@@ -8,6 +8,7 @@ package controllers
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -48,6 +49,11 @@ const (
 	// NeedsCloud: does nothing without a cloud provider (returns no
 	// controller, as in KCM).
 	NeedsCloud Need = "cloud-provider"
+	// WritesClusterScoped: a partition controller that also writes
+	// cluster-scoped objects, which the partition write fence cannot
+	// attribute to a namespace: a piece that moves away waits for it to
+	// return before it counts as stopped (the others are fenced instead).
+	WritesClusterScoped Need = "cluster-writes"
 )
 
 // Entry is the fleet's placement of one upstream controller.
@@ -77,14 +83,14 @@ var Catalog = map[string]Entry{
 	"endpointslice-mirroring-controller":             {Partition, nil, "Mirrors Endpoints to EndpointSlices within a namespace."},
 	"ephemeral-volume-controller":                    {Partition, nil, "Creates PVCs for Pods in the Pods' namespace."},
 	"persistentvolumeclaim-protection-controller":    {Partition, nil, "Finalizers on PVCs, from Pods of the same namespace."},
-	"persistentvolume-expander-controller":           {Partition, nil, "Resizes PVCs; PVs and StorageClasses are lookups."},
+	"persistentvolume-expander-controller":           {Partition, []Need{WritesClusterScoped}, "Resizes PVCs; patches the bound PV's size; StorageClasses are lookups."},
 	"legacy-serviceaccount-token-cleaner-controller": {Partition, nil, "Legacy token Secrets per namespace."},
 	"resourceclaim-controller":                       {Partition, nil, "ResourceClaims for Pods in the Pods' namespace; slices and classes are lookups."},
 	"daemonset-controller":                           {Partition, []Need{NeedsNodes}, "DaemonSet Pods per namespace; Nodes are lookups."},
 	"endpoints-controller":                           {Partition, nil, "Endpoints from Services and Pods of one namespace."},
 	"endpointslice-controller":                       {Partition, []Need{NeedsNodes}, "EndpointSlices from Services and Pods of one namespace; Nodes give topology only."},
 	"taint-eviction-controller":                      {Partition, []Need{NeedsNodes}, "Evicts the piece's Pods from tainted Nodes; Nodes are lookups."},
-	"device-taint-eviction-controller":               {Partition, []Need{NeedsNodes}, "Evicts the piece's Pods using tainted devices; slices and rules are lookups."},
+	"device-taint-eviction-controller":               {Partition, []Need{NeedsNodes, WritesClusterScoped}, "Evicts the piece's Pods using tainted devices; slices are lookups; writes DeviceTaintRule status."},
 	"serviceaccount-controller":                      {Partition, []Need{NeedsNamespaces}, "Creates the default ServiceAccount in each namespace it sees."},
 	"root-ca-certificate-publisher-controller":       {Partition, []Need{NeedsNamespaces}, "Creates kube-root-ca.crt in each namespace it sees."},
 	"serviceaccount-token-controller":                {Partition, []Need{NeedsRootClient}, "Token Secrets for ServiceAccounts, per namespace; KCM builds it by hand with the root client and starts it first."},
@@ -187,4 +193,9 @@ func Markdown(descriptors map[string]*kcmapp.ControllerDescriptor) string {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", name, strings.Join(aliases, ", "), e.Kind, strings.Join(needs, ", "), def, e.Why)
 	}
 	return b.String()
+}
+
+// Has says whether the entry lists need n.
+func (e Entry) Has(n Need) bool {
+	return slices.Contains(e.Needs, n)
 }

@@ -52,7 +52,16 @@ type Runtime struct {
 	ring        shard.RingConfig
 	mode        informers.Mode
 
-	rootBuilder, builder clientbuilder.ControllerClientBuilder
+	rootBuilder, builder *sharedLimiterBuilder
+	// Partition pieces build their clients here: same limiters, plus the
+	// partition write fence.
+	partitions                             *partitionFence
+	partitionRootBuilder, partitionBuilder *sharedLimiterBuilder
+	// draining: partitions whose last instance on this replica released
+	// them (fence closed) while some of its controllers still return;
+	// closed when they have.
+	drainingMu sync.Mutex
+	draining   map[int]chan struct{}
 	informerConfig       *restclient.Config
 	restClients          *informers.RESTClients
 	plainClient          kubernetes.Interface
@@ -127,11 +136,12 @@ func NewRuntime(ctx context.Context, c *kcmconfig.CompletedConfig, identity stri
 	if err := Check(descriptors); err != nil {
 		return nil, err
 	}
-	rootBuilder := &sharedLimiterBuilder{inner: clientbuilder.SimpleControllerClientBuilder{ClientConfig: c.Kubeconfig}, identity: identity, fence: fence}
+	rootBuilder := newSharedLimiterBuilder(clientbuilder.SimpleControllerClientBuilder{ClientConfig: c.Kubeconfig}, identity, fence)
 	builder := rootBuilder
 	if c.ComponentConfig.KubeCloudShared.UseServiceAccountCredentials {
-		builder = &sharedLimiterBuilder{inner: clientbuilder.NewDynamicClientBuilder(restclient.AnonymousClientConfig(c.Kubeconfig), c.Client.CoreV1(), "kube-system"), identity: identity, fence: fence}
+		builder = newSharedLimiterBuilder(clientbuilder.NewDynamicClientBuilder(restclient.AnonymousClientConfig(c.Kubeconfig), c.Client.CoreV1(), "kube-system"), identity, fence)
 	}
+	partitions := newPartitionFence(ring.NamespacePartition)
 	informerConfig, err := rootBuilder.Config("shared-informers")
 	if err != nil {
 		return nil, fmt.Errorf("client for informers: %w", err)
@@ -171,6 +181,10 @@ func NewRuntime(ctx context.Context, c *kcmconfig.CompletedConfig, identity stri
 	r := &Runtime{
 		config: c, identity: identity, descriptors: descriptors, ring: ring, mode: mode,
 		rootBuilder: rootBuilder, builder: builder, informerConfig: informerConfig,
+		partitions:           partitions,
+		partitionRootBuilder: rootBuilder.forPartitions(partitions),
+		partitionBuilder:     builder.forPartitions(partitions),
+		draining:             map[int]chan struct{}{},
 		restClients: informers.NewRESTClients(informerConfig),
 		plainClient: plain, metadataClient: metadataClient, restMapper: restMapper,
 		shared:     clientinformers.NewSharedInformerFactoryWithOptions(plain, kcmapp.ResyncPeriod(c)(), clientinformers.WithTransform(trimManagedFields)),
@@ -223,15 +237,34 @@ func trimManagedFields(obj any) (any, error) {
 	return obj, nil
 }
 
-// Run runs one piece until ctx is cancelled and returns only once every
-// controller of the piece has returned and its informers are shut down.
+// Run runs one piece until ctx is cancelled and returns once the piece can
+// no longer act: a singleton once its controllers have returned; a
+// partition once its write fence is closed, the writes already sent are
+// answered, and the controllers that write cluster-scoped objects have
+// returned. The others may still be winding down (their writes refused);
+// they release the piece's informers when they return, and a new instance
+// of the same partition on this replica waits for them.
 func (r *Runtime) Run(ctx context.Context, piece shard.Piece, _ shard.Fence) error {
 	ctx = klog.NewContext(ctx, withoutReregistrationErrors(klog.FromContext(ctx)))
+	if piece.IsPartition() {
+		if !r.waitDrained(ctx, piece.Partition()) {
+			return nil
+		}
+	}
 	cc, shutdown, err := r.controllerContext(ctx, piece)
 	if err != nil {
 		return err
 	}
-	defer shutdown()
+	cleanupNow := true
+	var cleanups []func()
+	defer func() {
+		if cleanupNow {
+			for _, c := range cleanups {
+				c()
+			}
+		}
+	}()
+	cleanups = append(cleanups, shutdown)
 	descriptors := map[string]*kcmapp.ControllerDescriptor{}
 	var tokens kcmapp.Controller
 	if piece.IsPartition() {
@@ -257,21 +290,98 @@ func (r *Runtime) Run(ctx context.Context, piece shard.Piece, _ shard.Fence) err
 	if tokens != nil {
 		built = append([]kcmapp.Controller{tokens}, built...)
 	}
-	defer r.registerDebug(built)()
+	cleanups = append([]func(){r.registerDebug(built)}, cleanups...)
+	if piece.IsPartition() {
+		r.partitions.Open(piece.Partition())
+	}
 	cc.InformerFactory.Start(ctx.Done())
 	cc.ObjectOrMetadataInformerFactory.Start(ctx.Done())
 	close(cc.InformersStarted)
 	go observeInformerSync(ctx, piece, cc)
 	klog.InfoS("Piece controllers running", "piece", piece, "controllers", len(built))
-	if len(built) == 0 {
-		// As KCM: nothing to run still holds the piece until it moves.
-		<-ctx.Done()
+	if !piece.IsPartition() {
+		if len(built) == 0 {
+			// As KCM: nothing to run still holds the piece until it moves.
+			<-ctx.Done()
+			return nil
+		}
+		// No shutdown timeout: a singleton is stopped only when all its
+		// controllers have returned, or another replica could start them
+		// while they run.
+		kcmapp.RunControllers(ctx, cc, built, kcmapp.ControllerStartJitter, 0)
 		return nil
 	}
-	// No shutdown timeout: a piece is stopped only when all its controllers
-	// have returned, or another replica could start them while they run.
-	kcmapp.RunControllers(ctx, cc, built, kcmapp.ControllerStartJitter, 0)
+
+	var fenced, awaited []kcmapp.Controller
+	for _, c := range built {
+		if Catalog[c.Name()].Has(WritesClusterScoped) {
+			awaited = append(awaited, c)
+		} else {
+			fenced = append(fenced, c)
+		}
+	}
+	fencedDone := make(chan struct{})
+	go func() {
+		defer close(fencedDone)
+		kcmapp.RunControllers(ctx, cc, fenced, kcmapp.ControllerStartJitter, 0)
+	}()
+	kcmapp.RunControllers(ctx, cc, awaited, kcmapp.ControllerStartJitter, 0)
+	<-ctx.Done()
+	p := piece.Partition()
+	stopping := time.Now()
+	// No timeout: a write in flight is answered or fails; until then the
+	// piece has not stopped.
+	if err := r.partitions.Close(context.Background(), p); err != nil {
+		return err
+	}
+	select {
+	case <-fencedDone:
+		return nil
+	default:
+	}
+	cleanupNow = false
+	r.setDraining(p, fencedDone)
+	go func() {
+		<-fencedDone
+		for _, c := range cleanups {
+			c()
+		}
+		r.clearDraining(p, fencedDone)
+		klog.V(2).InfoS("Fenced controllers of a released partition returned", "piece", piece, "after", time.Since(stopping).Round(time.Millisecond))
+	}()
 	return nil
+}
+
+// waitDrained waits for the controllers of a previous instance of
+// partition p on this replica to return; false if ctx ended first.
+func (r *Runtime) waitDrained(ctx context.Context, p int) bool {
+	r.drainingMu.Lock()
+	ch := r.draining[p]
+	r.drainingMu.Unlock()
+	if ch == nil {
+		return true
+	}
+	klog.InfoS("Waiting for the previous instance of the partition to return", "partition", p)
+	select {
+	case <-ch:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (r *Runtime) setDraining(p int, ch chan struct{}) {
+	r.drainingMu.Lock()
+	defer r.drainingMu.Unlock()
+	r.draining[p] = ch
+}
+
+func (r *Runtime) clearDraining(p int, ch chan struct{}) {
+	r.drainingMu.Lock()
+	defer r.drainingMu.Unlock()
+	if r.draining[p] == ch {
+		delete(r.draining, p)
+	}
 }
 
 // observeInformerSync records how long the piece's informers took to sync
@@ -296,8 +406,12 @@ func observeInformerSync(ctx context.Context, piece shard.Piece, cc kcmapp.Contr
 // graph), as one KCM would; a partition gets the sharded PieceFactory.
 func (r *Runtime) controllerContext(ctx context.Context, piece shard.Piece) (kcmapp.ControllerContext, func(), error) {
 	resync := kcmapp.ResyncPeriod(r.config)
+	builder := r.builder
+	if piece.IsPartition() {
+		builder = r.partitionBuilder
+	}
 	cc := kcmapp.ControllerContext{
-		ClientBuilder:            r.builder,
+		ClientBuilder:            builder,
 		ComponentConfig:          r.config.ComponentConfig,
 		RESTMapper:               r.restMapper,
 		InformersStarted:         make(chan struct{}),
@@ -359,13 +473,13 @@ func (r *Runtime) newTokensController(ctx context.Context, cc kcmapp.ControllerC
 			return nil, fmt.Errorf("reading root-ca-file: %w", err)
 		}
 	} else {
-		cfg, err := r.rootBuilder.Config("tokens-controller")
+		cfg, err := r.partitionRootBuilder.Config("tokens-controller")
 		if err != nil {
 			return nil, err
 		}
 		rootCA = cfg.CAData
 	}
-	client, err := r.rootBuilder.Client("tokens-controller")
+	client, err := r.partitionRootBuilder.Client("tokens-controller")
 	if err != nil {
 		return nil, err
 	}
@@ -400,8 +514,16 @@ func (ignoreHealthChecks) AddHealthChecker(...healthz.HealthChecker) {}
 // sharedLimiterBuilder gives every client built for one controller name the
 // same rate limiter, whichever piece builds it, tags requests with the
 // replica identity (for audit), and refuses writes once the replica's
-// authority has run out.
+// authority has run out. The builder of partition pieces (partitions set)
+// also refuses writes into namespaces of partitions this replica does not
+// run.
 type sharedLimiterBuilder struct {
+	*limiterPool
+	partitions *partitionFence
+}
+
+// limiterPool is what the builders of one replica share.
+type limiterPool struct {
 	inner    clientbuilder.ControllerClientBuilder
 	identity string
 	fence    Fence
@@ -409,10 +531,20 @@ type sharedLimiterBuilder struct {
 	mu       sync.Mutex
 	configs  map[string]*restclient.Config
 	limiters map[string]flowcontrol.RateLimiter
-	// clients: one clientset per controller name for every piece. A
-	// clientset is ~50 REST clients; 64 partition pieces each building
-	// their own for ~20 controllers held 13 MB of REST clients alone.
+	// clients: one clientset per controller name (and fencing) for every
+	// piece. A clientset is ~50 REST clients; 64 partition pieces each
+	// building their own for ~20 controllers held 13 MB of REST clients.
 	clients map[string]kubernetes.Interface
+}
+
+func newSharedLimiterBuilder(inner clientbuilder.ControllerClientBuilder, identity string, fence Fence) *sharedLimiterBuilder {
+	return &sharedLimiterBuilder{limiterPool: &limiterPool{inner: inner, identity: identity, fence: fence}}
+}
+
+// forPartitions is the same builder (same limiters) with the partition
+// write fence.
+func (b *sharedLimiterBuilder) forPartitions(f *partitionFence) *sharedLimiterBuilder {
+	return &sharedLimiterBuilder{limiterPool: b.limiterPool, partitions: f}
 }
 
 func (b *sharedLimiterBuilder) Config(name string) (*restclient.Config, error) {
@@ -451,9 +583,9 @@ func (b *sharedLimiterBuilder) Config(name string) (*restclient.Config, error) {
 	b.mu.Unlock()
 	cfg.RateLimiter = limiter
 	cfg.UserAgent = "fleet-controller-manager/" + b.identity + "/" + name
-	fence := b.fence
+	fence, partitions := b.fence, b.partitions
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return fencedRoundTripper{next: rt, fence: fence}
+		return fencedRoundTripper{next: rt, fence: fence, partitions: partitions}
 	})
 	return cfg, nil
 }
@@ -467,8 +599,12 @@ func (b *sharedLimiterBuilder) ConfigOrDie(name string) *restclient.Config {
 }
 
 func (b *sharedLimiterBuilder) Client(name string) (kubernetes.Interface, error) {
+	key := name
+	if b.partitions != nil {
+		key = "partitions/" + name
+	}
 	b.mu.Lock()
-	c, ok := b.clients[name]
+	c, ok := b.clients[key]
 	b.mu.Unlock()
 	if ok {
 		return c, nil
@@ -483,13 +619,13 @@ func (b *sharedLimiterBuilder) Client(name string) (kubernetes.Interface, error)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if existing, ok := b.clients[name]; ok {
+	if existing, ok := b.clients[key]; ok {
 		return existing, nil
 	}
 	if b.clients == nil {
 		b.clients = map[string]kubernetes.Interface{}
 	}
-	b.clients[name] = c
+	b.clients[key] = c
 	return c, nil
 }
 
@@ -519,18 +655,35 @@ func (b *sharedLimiterBuilder) DiscoveryClientOrDie(name string) discovery.Disco
 	return c
 }
 
-// fencedRoundTripper refuses every write once the replica may no longer act.
+// fencedRoundTripper refuses every write once the replica may no longer
+// act and, for partition controllers, every write into a namespace whose
+// partition this replica does not run.
 type fencedRoundTripper struct {
-	next  http.RoundTripper
-	fence Fence
+	next       http.RoundTripper
+	fence      Fence
+	partitions *partitionFence
 }
 
 // ErrNoAuthority is returned for a write attempted without authority.
 var ErrNoAuthority = fmt.Errorf("this replica's fleet authority has run out; write refused")
 
 func (f fencedRoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.Method != http.MethodGet && req.Method != http.MethodHead && f.fence != nil && !f.fence.Valid() {
+	if !isWrite(req.Method) {
+		return f.next.RoundTrip(req)
+	}
+	if f.fence != nil && !f.fence.Valid() {
 		return nil, ErrNoAuthority
+	}
+	if f.partitions != nil {
+		if ns := requestNamespace(req.URL.Path); ns != "" {
+			done, ok := f.partitions.admit(ns)
+			if !ok {
+				return nil, fmt.Errorf("%w: %s %s", ErrPartitionMoved, req.Method, req.URL.Path)
+			}
+			// Answered once the response headers are in: the apiserver
+			// has acted (or refused) by then.
+			defer done()
+		}
 	}
 	return f.next.RoundTrip(req)
 }

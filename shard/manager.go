@@ -51,6 +51,12 @@ type Status struct {
 	Waiting   string
 	Joining   bool
 	Authority bool
+	// TookShare: since it last finished joining, this replica has once run
+	// every piece its view gives it. It is what readiness reports: a
+	// rolling update that waits for it replaces the next replica only
+	// after the pieces have moved to the new one, not in the middle of
+	// that handover.
+	TookShare bool
 	// LastViewChange is when this replica last applied a new view.
 	LastViewChange time.Time
 }
@@ -66,6 +72,9 @@ type Manager struct {
 	local   Local
 	running map[Piece]*runningPiece
 	done    chan Piece
+	// tookShare latches Status.TookShare.
+	tookShare   bool
+	lastWaiting string
 	// OnStatus, if set, is called after every step (from the Manager's goroutine).
 	OnStatus func(Status)
 	// OnStep reports each plan (for metrics of handover).
@@ -250,6 +259,14 @@ func (m *Manager) step(leaving bool) {
 	if m.OnStep != nil {
 		m.OnStep(plan)
 	}
+	if plan.Waiting != m.lastWaiting {
+		// Each reason once, when it changes: what holds pieces up is the
+		// first question about a slow handover.
+		if plan.Waiting != "" {
+			klog.InfoS("Owned pieces waiting", "reason", plan.Waiting, "owned", len(plan.Owned), "epoch", m.local.Epoch)
+		}
+		m.lastWaiting = plan.Waiting
+	}
 	m.gauges.record(plan, m.local.Status, peers, &m.rings, m.ring, m.pieces)
 	st := Status{
 		Identity: m.local.Self, View: m.local.View, Epoch: m.local.Epoch, Members: plan.Members,
@@ -262,6 +279,13 @@ func (m *Manager) step(leaving bool) {
 		}
 	}
 	sort.Slice(st.Running, func(i, j int) bool { return st.Running[i] < st.Running[j] })
+	switch {
+	case m.local.Joining || !m.local.Authority:
+		m.tookShare = false
+	case !plan.ApplyView && plan.Waiting == "" && len(st.Running) == len(plan.Owned):
+		m.tookShare = true
+	}
+	st.TookShare = m.tookShare
 	m.mu.Lock()
 	m.status = st
 	m.mu.Unlock()

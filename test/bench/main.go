@@ -47,12 +47,16 @@ type size struct {
 
 type config struct {
 	out      string
+	keep     string
+	resume   bool
 	quick    bool
 	systems  []system
 	limits   []limits
 	size     size
 	scale    bool // workload (b)
-	failover bool // workloads (d) and (e)
+	jobs     bool // workload (c)
+	failover bool // workload (d)
+	rolling  bool // workload (e)
 }
 
 func main() {
@@ -64,10 +68,15 @@ func main() {
 	flag.StringVar(&out, "out", "docs/benchmarks", "Folder for the results.")
 	flag.IntVar(&runs, "runs", 3, "Runs per system and limits; figures are medians.")
 	flag.StringVar(&only, "only", "", "Comma-separated system names and limit names (default, raised) to run, for experiments; empty runs the mode's full matrix.")
+	var workloads, keep string
+	var resume bool
+	flag.BoolVar(&resume, "resume", false, "Keep the results of an interrupted invocation (<mode>.partial.json in -out) and run only the systems and limits it had not finished.")
+	flag.StringVar(&keep, "keep", "", "Keep each run's control plane folder (logs, audit log) under this folder, for diagnosis.")
+	flag.StringVar(&workloads, "workloads", "", "Comma-separated workloads (a, b, c, d, e) to run instead of the mode's, for experiments; (a) always runs first.")
 	klog.InitFlags(nil)
 	flag.Parse()
 
-	cfg := config{out: out, quick: quick}
+	cfg := config{out: out, quick: quick, jobs: true, keep: keep, resume: resume}
 	defaultLimits := limits{Name: "default (qps 20, burst 30)", QPS: 20, Burst: 30}
 	if quick {
 		cfg.systems = []system{{"kube-controller-manager", false, 1}, {"fleet x1", true, 1}, {"fleet x3", true, 3}}
@@ -79,7 +88,14 @@ func main() {
 		cfg.systems = []system{{"kube-controller-manager", false, 2}, {"fleet x1", true, 1}, {"fleet x3", true, 3}, {"fleet x5", true, 5}}
 		cfg.limits = []limits{defaultLimits, {Name: "raised (qps 1000, burst 2000)", QPS: 1000, Burst: 2000}}
 		cfg.size = size{Namespaces: 20, Deployments: 5, Replicas: 10, Jobs: 200, Runs: runs}
-		cfg.scale, cfg.failover = true, true
+		cfg.scale, cfg.failover, cfg.rolling = true, true, true
+	}
+	if workloads != "" {
+		keep := map[string]bool{}
+		for _, k := range strings.Split(workloads, ",") {
+			keep[strings.TrimSpace(k)] = true
+		}
+		cfg.scale, cfg.jobs, cfg.failover, cfg.rolling = keep["b"], keep["c"], keep["d"], keep["e"]
 	}
 	if only != "" {
 		keep := map[string]bool{}
@@ -115,13 +131,16 @@ type report struct {
 	Cores    int       `json:"cores"`
 	MemoryGB float64   `json:"memoryGiB"`
 	Size     size      `json:"size"`
-	Results  []result  `json:"results"`
+	// TookSeconds: wall time of every invocation that contributed.
+	TookSeconds float64  `json:"tookSeconds"`
+	Results     []result `json:"results"`
 }
 
 // result is one system at one limit: every run's figures and the medians.
 type result struct {
 	System  string               `json:"system"`
 	Limits  string               `json:"limits"`
+	Date    time.Time            `json:"date"`
 	Runs    []map[string]float64 `json:"runs"`
 	Median  map[string]float64   `json:"median"`
 	Limiter []string             `json:"limitedBy"`
@@ -138,13 +157,44 @@ func run(cfg config) error {
 		mode = "quick"
 	}
 	rep := report{Mode: mode, Date: time.Now().UTC(), Cores: runtime.NumCPU(), MemoryGB: memoryGiB(), Size: cfg.size}
+	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
+		return err
+	}
+	// Each finished system and limit is saved at once: the full matrix
+	// takes hours on a small machine, and an interruption keeps what ran.
+	partial := filepath.Join(cfg.out, mode+".partial.json")
+	done := map[string]bool{}
+	if cfg.resume {
+		if data, err := os.ReadFile(partial); err == nil {
+			var prev report
+			if err := json.Unmarshal(data, &prev); err != nil {
+				return fmt.Errorf("reading %s: %w", partial, err)
+			}
+			if prev.Size != cfg.size {
+				return fmt.Errorf("%s measured another workload size (%+v); not resuming", partial, prev.Size)
+			}
+			rep = prev
+			for _, r := range prev.Results {
+				done[r.System+"|"+r.Limits] = true
+			}
+			klog.InfoS("Resuming", "from", partial, "finished", len(done), "startedAt", prev.Date)
+		}
+	}
 	start := time.Now()
+	tookBefore := rep.TookSeconds
 	for _, l := range cfg.limits {
 		for _, s := range cfg.systems {
-			res := result{System: s.Name, Limits: l.Name}
+			if done[s.Name+"|"+l.Name] {
+				continue
+			}
+			res := result{System: s.Name, Limits: l.Name, Date: time.Now().UTC()}
 			for i := range cfg.size.Runs {
 				klog.InfoS("Run", "system", s.Name, "limits", l.Name, "run", i+1, "of", cfg.size.Runs, "elapsed", time.Since(start).Round(time.Second))
-				figures, limiter, err := benchRun(ctx, binDir, s, l, cfg)
+				dir := ""
+				if cfg.keep != "" {
+					dir = filepath.Join(cfg.keep, fmt.Sprintf("%s-%s-%d", strings.ReplaceAll(s.Name, " ", ""), strings.Fields(l.Name)[0], i+1))
+				}
+				figures, limiter, err := benchRun(ctx, binDir, s, l, cfg, dir)
 				if err != nil {
 					return fmt.Errorf("%s, %s, run %d: %w", s.Name, l.Name, i+1, err)
 				}
@@ -154,12 +204,17 @@ func run(cfg config) error {
 			}
 			res.Median = medians(res.Runs)
 			rep.Results = append(rep.Results, res)
+			rep.TookSeconds = tookBefore + time.Since(start).Seconds()
+			if data, err := json.MarshalIndent(rep, "", "  "); err == nil {
+				if err := os.WriteFile(partial, append(data, '\n'), 0o644); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	klog.InfoS("Benchmark done", "took", time.Since(start).Round(time.Second))
-	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
-		return err
-	}
+	_ = os.Remove(partial)
+	rep.TookSeconds = tookBefore + time.Since(start).Seconds()
 	data, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {
 		return err
@@ -171,7 +226,7 @@ func run(cfg config) error {
 	if err != nil {
 		klog.ErrorS(err, "Charts not drawn")
 	}
-	md := markdown(rep, charts, time.Since(start))
+	md := markdown(rep, charts, time.Duration(rep.TookSeconds*float64(time.Second)))
 	if err := os.WriteFile(filepath.Join(cfg.out, mode+".md"), []byte(md), 0o644); err != nil {
 		return err
 	}

@@ -3,9 +3,11 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -34,9 +36,9 @@ const workloadTimeout = 15 * time.Minute
 
 // benchRun starts a fresh control plane and the system, runs the
 // workloads, and returns the figures and what limited the run.
-func benchRun(ctx context.Context, binDir string, s system, l limits, cfg config) (map[string]float64, string, error) {
+func benchRun(ctx context.Context, binDir string, s system, l limits, cfg config, dir string) (map[string]float64, string, error) {
 	pods := cfg.size.Namespaces*cfg.size.Deployments*cfg.size.Replicas + cfg.size.Jobs
-	cluster, err := localcluster.Start(ctx, localcluster.Options{BinDir: binDir, Scheduler: true,
+	cluster, err := localcluster.Start(ctx, localcluster.Options{BinDir: binDir, Dir: dir, Scheduler: true,
 		KwokNodes: pods/100 + 2, KwokPodParallelism: 64})
 	if err != nil {
 		return nil, "", err
@@ -46,7 +48,7 @@ func benchRun(ctx context.Context, binDir string, s system, l limits, cfg config
 	if err != nil {
 		return nil, "", err
 	}
-	b := &bench{ctx: ctx, cluster: cluster, client: client, system: s, limits: l, binDir: binDir, size: cfg.size, figures: map[string]float64{}}
+	b := &bench{ctx: ctx, cluster: cluster, client: client, system: s, limits: l, binDir: binDir, size: cfg.size, figures: map[string]float64{}, ports: map[int]int{}}
 	if err := b.startSystem(); err != nil {
 		return nil, "", err
 	}
@@ -70,15 +72,20 @@ func benchRun(ctx context.Context, binDir string, s system, l limits, cfg config
 			fn   func() error
 		}{"b", b.scaleDownAndUp})
 	}
-	steps = append(steps, struct {
-		name string
-		fn   func() error
-	}{"c", b.jobs})
+	if cfg.jobs {
+		steps = append(steps, struct {
+			name string
+			fn   func() error
+		}{"c", b.jobs})
+	}
 	if cfg.failover && s.Replicas > 1 {
 		steps = append(steps, struct {
 			name string
 			fn   func() error
-		}{"d", b.failover}, struct {
+		}{"d", b.failover})
+	}
+	if cfg.rolling && s.Replicas > 1 {
+		steps = append(steps, struct {
 			name string
 			fn   func() error
 		}{"e", b.rollingRestart})
@@ -138,6 +145,7 @@ type bench struct {
 	size      size
 	figures   map[string]float64
 	procs     []*localcluster.Process
+	ports     map[int]int // fleet replica -> secure port
 	killedCPU float64
 	rssPeaks  map[string]float64
 }
@@ -152,7 +160,10 @@ func (b *bench) limitArgs() []string {
 
 func (b *bench) startOne(i int) (*localcluster.Process, error) {
 	if b.system.Fleet {
-		p, _, err := b.cluster.StartFleetReplica(b.ctx, filepath.Join(b.binDir, "fleet-controller-manager"), fmt.Sprintf("fcm-%d", i), b.limitArgs()...)
+		p, port, err := b.cluster.StartFleetReplica(b.ctx, filepath.Join(b.binDir, "fleet-controller-manager"), fmt.Sprintf("fcm-%d", i), b.limitArgs()...)
+		if err == nil {
+			b.ports[i] = port
+		}
 		return p, err
 	}
 	return b.cluster.StartKubeControllerManager(b.ctx, fmt.Sprintf("kcm-%d", i), b.limitArgs()...)
@@ -505,7 +516,9 @@ func (b *bench) rollingRestart() error {
 		}
 		b.procs[i] = np
 		if b.system.Fleet {
-			if err := b.waitFleetSettled(len(b.procs)); err != nil {
+			// As a StatefulSet or Deployment rollout does: the next
+			// replica goes once this one is ready (has taken its share).
+			if err := b.waitReady(i); err != nil {
 				return err
 			}
 		}
@@ -517,6 +530,20 @@ func (b *bench) rollingRestart() error {
 	b.figures["e_converge_s"] = time.Since(start).Seconds()
 	b.figures["e_max_unowned_s"] = stopWatching()
 	return nil
+}
+
+// waitReady waits until fleet replica i answers /readyz with 200.
+func (b *bench) waitReady(i int) error {
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // loopback
+	url := fmt.Sprintf("https://127.0.0.1:%d/readyz", b.ports[i])
+	return wait.PollUntilContextTimeout(b.ctx, 100*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
+		resp, err := client.Get(url)
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
 }
 
 // ownershipGaps samples who owns what every 100 ms.
@@ -572,6 +599,9 @@ func (g *ownershipGaps) watch() func() float64 {
 			}
 			for u, t := range since {
 				if !current[u] {
+					if gap := now.Sub(t); gap > time.Second {
+						klog.InfoS("Without an owner", "what", u, "from", t.Format("15:04:05.000"), "for", gap.Round(time.Millisecond))
+					}
 					longest = max(longest, now.Sub(t).Seconds())
 					delete(since, u)
 				}

@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
 	"github.com/fleet-controller-manager/fleet-controller-manager/test/localcluster"
 )
 
@@ -209,6 +210,71 @@ func TestFleetStatusMatchesMetrics(t *testing.T) {
 		}
 	}
 	t.Logf("status and /metrics agree on %d pieces over %d replicas", total, len(replicas))
+}
+
+// TestReadinessMeansTookShare: a new replica reports ready only once it
+// runs every partition the ring gives it, so that a rolling update, which
+// replaces the next replica when this one is ready, never interrupts a
+// handover to it.
+func TestReadinessMeansTookShare(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	f := startObservedFleet(ctx, t, []string{"obs-0", "obs-1"})
+	client, err := f.cluster.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.start(ctx, t, "obs-2")
+	// Polled often: the handover to a joined replica takes tens of
+	// milliseconds with dummy pieces, and readiness must not come first.
+	notReady := 0
+	var why string
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		resp, err := f.http.Get(fmt.Sprintf("https://127.0.0.1:%d/readyz", f.ports["obs-2"]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			break
+		}
+		notReady++
+		why = string(body)
+		if time.Now().After(deadline) {
+			t.Fatalf("obs-2 not ready after 2 minutes: %s", why)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Joining alone lasts a lease duration: a replica ready at once did
+	// not wait for anything.
+	if notReady == 0 {
+		t.Fatalf("obs-2 was ready at once")
+	}
+	st, err := shard.ReadFleet(ctx, client, "kube-system", "fleet-controller-manager", shard.DefaultRingConfig.Partitions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ring := shard.NewRing(shard.DefaultRingConfig, []string{"obs-0", "obs-1", "obs-2"})
+	runs := map[int]bool{}
+	for _, m := range st.Members {
+		if m.Name == "obs-2" {
+			for _, p := range m.Partitions {
+				runs[p] = true
+			}
+		}
+	}
+	want := 0
+	for p := range shard.DefaultRingConfig.Partitions {
+		if ring.PartitionOwner(p) == "obs-2" {
+			want++
+			if !runs[p] {
+				t.Errorf("obs-2 is ready but does not run partition %d, which the ring gives it", p)
+			}
+		}
+	}
+	t.Logf("obs-2 ready running its %d partitions; not ready %d times before (last: %q)", want, notReady, strings.TrimSpace(why))
 }
 
 // TestFleetPageInChromium opens /debug/fleet in headless Chromium (Debian's

@@ -70,18 +70,6 @@ func run(ctx context.Context, kcm *options.KubeControllerManagerOptions, fleet *
 	var serveMux *mux.PathRecorderMux
 	if c.SecureServing != nil {
 		serveMux = genericcontrollermanager.NewBaseHandler(&c.ComponentConfig.Generic.Debugging, healthzHandler)
-		// Ready once joined with authority: a rolling update then waits for
-		// each new replica to take part before it replaces the next one.
-		serveMux.Handle("/readyz", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			switch {
-			case member.Joining():
-				http.Error(w, "joining the fleet", http.StatusServiceUnavailable)
-			case !member.Valid():
-				http.Error(w, "no authority: lease not renewed within the renew deadline", http.StatusServiceUnavailable)
-			default:
-				fmt.Fprintln(w, "ok")
-			}
-		}))
 	}
 
 	// Membership outlives the manager: leaving needs the Lease client, and
@@ -121,6 +109,25 @@ func run(ctx context.Context, kcm *options.KubeControllerManagerOptions, fleet *
 		return err
 	}
 	if serveMux != nil {
+		// Ready once joined with authority and running its share: a
+		// rolling update then replaces the next replica only after the
+		// pieces have moved to this one (not while they move, which would
+		// make the next leave wait for this handover). Once ready it stays
+		// ready while it has authority, whatever the others do, so a fleet
+		// busy moving pieces does not look unavailable to a PDB.
+		serveMux.Handle("/readyz", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			st := manager.Status()
+			switch {
+			case member.Joining():
+				http.Error(w, "joining the fleet", http.StatusServiceUnavailable)
+			case !member.Valid():
+				http.Error(w, "no authority: lease not renewed within the renew deadline", http.StatusServiceUnavailable)
+			case !st.TookShare:
+				http.Error(w, fmt.Sprintf("taking its share of pieces: %d of %d running (%s)", len(st.Running), len(st.Owned), st.Waiting), http.StatusServiceUnavailable)
+			default:
+				fmt.Fprintln(w, "ok")
+			}
+		}))
 		if rt, ok := runner.(*controllers.Runtime); ok {
 			serveMux.UnlistedHandlePrefix("/debug/controllers/", rt.DebugHandler())
 		}

@@ -1,0 +1,118 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+)
+
+// ErrPartitionMoved is returned for a write by a partition controller into
+// a namespace whose partition this replica does not run (any more).
+var ErrPartitionMoved = errors.New("this replica does not run the namespace's partition (it moved); write refused")
+
+// partitionFence says which namespace partitions this replica may write
+// into, and counts the writes in flight into each.
+//
+// It is why a partition piece can count as stopped before every one of its
+// controllers has returned: upstream controllers still make some calls with
+// context.TODO(), which wait their turn at a saturated client rate limiter
+// (seconds) after the piece's context is cancelled. Once the fence is
+// closed and the writes already sent have been answered, nothing the old
+// controllers do can reach the apiserver, so the new owner may start while
+// they wind down. Writes are checked after the rate limiter, at the
+// transport, so a call that was waiting there is refused when its turn
+// comes.
+type partitionFence struct {
+	partitionOf func(namespace string) int
+
+	mu       sync.Mutex
+	open     map[int]bool
+	inflight map[int]int
+	idle     map[int]chan struct{} // closed when inflight drops to 0
+}
+
+func newPartitionFence(partitionOf func(string) int) *partitionFence {
+	return &partitionFence{partitionOf: partitionOf, open: map[int]bool{}, inflight: map[int]int{}, idle: map[int]chan struct{}{}}
+}
+
+// Open lets writes into partition p through.
+func (f *partitionFence) Open(p int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.open[p] = true
+}
+
+// Close refuses every new write into partition p and returns once the
+// writes already admitted have been answered (or ctx ends).
+func (f *partitionFence) Close(ctx context.Context, p int) error {
+	f.mu.Lock()
+	delete(f.open, p)
+	if f.inflight[p] == 0 {
+		f.mu.Unlock()
+		return nil
+	}
+	idle, ok := f.idle[p]
+	if !ok {
+		idle = make(chan struct{})
+		f.idle[p] = idle
+	}
+	f.mu.Unlock()
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for writes into partition %d to finish: %w", p, ctx.Err())
+	}
+}
+
+// admit reserves a write into namespace ns; done must be called once the
+// apiserver has answered.
+func (f *partitionFence) admit(ns string) (done func(), ok bool) {
+	p := f.partitionOf(ns)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.open[p] {
+		return nil, false
+	}
+	f.inflight[p]++
+	return func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.inflight[p]--
+		if f.inflight[p] == 0 {
+			if idle, ok := f.idle[p]; ok {
+				close(idle)
+				delete(f.idle, p)
+			}
+		}
+	}, true
+}
+
+// requestNamespace is the namespace a request to the Kubernetes API acts
+// in, or "" for cluster-scoped requests (including those on Namespace
+// objects themselves).
+func requestNamespace(path string) string {
+	// /api/v1/namespaces/NS/RESOURCE[/...] or
+	// /apis/GROUP/VERSION/namespaces/NS/RESOURCE[/...]
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	var rest []string
+	switch {
+	case len(parts) >= 2 && parts[0] == "api":
+		rest = parts[2:]
+	case len(parts) >= 3 && parts[0] == "apis":
+		rest = parts[3:]
+	default:
+		return ""
+	}
+	if len(rest) >= 3 && rest[0] == "namespaces" {
+		return rest[1]
+	}
+	return ""
+}
+
+func isWrite(method string) bool {
+	return method != http.MethodGet && method != http.MethodHead && method != http.MethodOptions
+}

@@ -1,0 +1,132 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestRequestNamespace(t *testing.T) {
+	for _, tc := range []struct{ path, want string }{
+		{"/api/v1/namespaces/team-a/pods", "team-a"},
+		{"/api/v1/namespaces/team-a/pods/web-1/status", "team-a"},
+		{"/apis/apps/v1/namespaces/team-b/replicasets/web", "team-b"},
+		{"/apis/events.k8s.io/v1/namespaces/team-c/events", "team-c"},
+		{"/api/v1/namespaces/team-a", ""}, // the Namespace object itself
+		{"/api/v1/namespaces", ""},
+		{"/api/v1/persistentvolumes/pv-1", ""},
+		{"/apis/resource.k8s.io/v1beta2/devicetaintrules/r/status", ""},
+		{"/healthz", ""},
+		{"/", ""},
+	} {
+		if got := requestNamespace(tc.path); got != tc.want {
+			t.Errorf("requestNamespace(%q) = %q, want %q", tc.path, got, tc.want)
+		}
+	}
+}
+
+// TestPartitionFence: writes into a namespace go through only while its
+// partition is open; Close refuses new ones and returns only once the
+// writes already sent have been answered; reads and cluster-scoped writes
+// are not the partition fence's business.
+func TestPartitionFence(t *testing.T) {
+	release := make(chan struct{})
+	var served atomic.Int32
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		served.Add(1)
+		if strings.Contains(r.URL.Path, "/slow/") {
+			<-release
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer server.Close()
+	partitionOf := func(ns string) int {
+		if strings.HasPrefix(ns, "one") {
+			return 1
+		}
+		return 2
+	}
+	fence := newPartitionFence(partitionOf)
+	client := &http.Client{Transport: fencedRoundTripper{next: http.DefaultTransport, partitions: fence}}
+	do := func(method, path string) error {
+		req, err := http.NewRequest(method, server.URL+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+
+	for _, tc := range []struct {
+		name, method, path string
+		refused            bool
+	}{
+		{"write into a closed partition", http.MethodPost, "/api/v1/namespaces/one-a/pods", true},
+		{"read in a closed partition", http.MethodGet, "/api/v1/namespaces/one-a/pods", false},
+		{"cluster-scoped write", http.MethodPatch, "/api/v1/persistentvolumes/pv", false},
+	} {
+		err := do(tc.method, tc.path)
+		if refused := errors.Is(err, ErrPartitionMoved); refused != tc.refused {
+			t.Errorf("%s: err %v, refused %v, want %v", tc.name, err, refused, tc.refused)
+		}
+	}
+
+	fence.Open(1)
+	if err := do(http.MethodPut, "/api/v1/namespaces/one-a/pods/p"); err != nil {
+		t.Fatalf("write into an open partition: %v", err)
+	}
+	if err := do(http.MethodPut, "/api/v1/namespaces/two-a/pods/p"); !errors.Is(err, ErrPartitionMoved) {
+		t.Fatalf("write into another partition: %v, want refused", err)
+	}
+
+	// A write in flight holds Close until it is answered.
+	inFlight := make(chan error, 1)
+	go func() { inFlight <- do(http.MethodPost, "/api/v1/namespaces/one-b/slow/x") }()
+	for served.Load() < 4 {
+		time.Sleep(time.Millisecond)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- fence.Close(context.Background(), 1) }()
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) while a write was in flight", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	// Already closed to new writes while it waits.
+	if err := do(http.MethodDelete, "/api/v1/namespaces/one-c/pods/p"); !errors.Is(err, ErrPartitionMoved) {
+		t.Errorf("write while closing: %v, want refused", err)
+	}
+	close(release)
+	if err := <-inFlight; err != nil {
+		t.Errorf("the write in flight: %v", err)
+	}
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not return after the write in flight was answered")
+	}
+
+	// Close gives up with its context, and reopening works.
+	fence.Open(2)
+	release2 := make(chan struct{})
+	server.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-release2 })
+	go func() { _ = do(http.MethodPost, "/api/v1/namespaces/two-b/pods") }()
+	time.Sleep(100 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := fence.Close(ctx, 2); err == nil {
+		t.Errorf("Close with a write stuck in flight returned nil before its context ended")
+	}
+	close(release2)
+}
