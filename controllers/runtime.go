@@ -60,16 +60,16 @@ type Runtime struct {
 	// draining: partitions whose last instance on this replica released
 	// them (fence closed) while some of its controllers still return;
 	// closed when they have.
-	drainingMu sync.Mutex
-	draining   map[int]chan struct{}
-	informerConfig       *restclient.Config
-	restClients          *informers.RESTClients
-	plainClient          kubernetes.Interface
-	metadataClient       metadata.Interface
-	restMapper           *restmapper.DeferredDiscoveryRESTMapper
-	shared               clientinformers.SharedInformerFactory
-	sharedStop           <-chan struct{}
-	metrics              *controllers.ControllerManagerMetrics
+	drainingMu     sync.Mutex
+	draining       map[int]chan struct{}
+	informerConfig *restclient.Config
+	restClients    *informers.RESTClients
+	plainClient    kubernetes.Interface
+	metadataClient metadata.Interface
+	restMapper     *restmapper.DeferredDiscoveryRESTMapper
+	shared         clientinformers.SharedInformerFactory
+	sharedStop     <-chan struct{}
+	metrics        *controllers.ControllerManagerMetrics
 
 	debugMu sync.RWMutex
 	debug   map[string]http.Handler // controller name -> its debugging handler
@@ -185,8 +185,8 @@ func NewRuntime(ctx context.Context, c *kcmconfig.CompletedConfig, identity stri
 		partitionRootBuilder: rootBuilder.forPartitions(partitions),
 		partitionBuilder:     builder.forPartitions(partitions),
 		draining:             map[int]chan struct{}{},
-		restClients: informers.NewRESTClients(informerConfig),
-		plainClient: plain, metadataClient: metadataClient, restMapper: restMapper,
+		restClients:          informers.NewRESTClients(informerConfig),
+		plainClient:          plain, metadataClient: metadataClient, restMapper: restMapper,
 		shared:     clientinformers.NewSharedInformerFactoryWithOptions(plain, kcmapp.ResyncPeriod(c)(), clientinformers.WithTransform(trimManagedFields)),
 		sharedStop: ctx.Done(),
 		metrics:    controllers.NewControllerManagerMetrics("kube-controller-manager"),
