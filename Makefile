@@ -120,7 +120,7 @@ run: tools build
 # Fleet vs upstream kube-controller-manager, side by side (docs/benchmarks/).
 # QUICK=1: a smaller workload at default limits, under 10 minutes.
 bench: tools build test-deps
-	$(GO) run ./test/bench -out docs/benchmarks $(if $(QUICK),-quick)
+	$(GO) run ./test/bench -out docs/benchmarks $(if $(QUICK),-quick) $(BENCH_ARGS)
 
 fuzz:
 	$(GO) test ./membership -run '^$$' -fuzz FuzzParseLeaseState -fuzztime 60s

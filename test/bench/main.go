@@ -7,7 +7,10 @@
 // meets the same empty cluster; figures are medians over runs, and each
 // fleet figure is also given as a ratio to KCM's from the same invocation.
 // Results: docs/benchmarks/<mode>.md and .json, charts as PNG (drawn as
-// SVG, rendered by headless Chromium).
+// SVG, rendered by headless Chromium). The full matrix takes hours on a
+// small machine: every finished system and limit is saved at once in
+// <mode>.partial.json, and -resume runs only what is missing (each result
+// keeps the date it was measured).
 package main
 
 import (
@@ -165,19 +168,25 @@ func run(cfg config) error {
 	partial := filepath.Join(cfg.out, mode+".partial.json")
 	done := map[string]bool{}
 	if cfg.resume {
-		if data, err := os.ReadFile(partial); err == nil {
+		// An interrupted invocation's partial results, else the last
+		// finished one's (to add systems or limits to it).
+		data, err := os.ReadFile(partial)
+		if os.IsNotExist(err) {
+			data, err = os.ReadFile(filepath.Join(cfg.out, mode+".json"))
+		}
+		if err == nil {
 			var prev report
 			if err := json.Unmarshal(data, &prev); err != nil {
-				return fmt.Errorf("reading %s: %w", partial, err)
+				return fmt.Errorf("resuming from %s: %w", cfg.out, err)
 			}
 			if prev.Size != cfg.size {
-				return fmt.Errorf("%s measured another workload size (%+v); not resuming", partial, prev.Size)
+				return fmt.Errorf("results in %s measured another workload size (%+v); not resuming", cfg.out, prev.Size)
 			}
 			rep = prev
 			for _, r := range prev.Results {
 				done[r.System+"|"+r.Limits] = true
 			}
-			klog.InfoS("Resuming", "from", partial, "finished", len(done), "startedAt", prev.Date)
+			klog.InfoS("Resuming", "from", cfg.out, "finished", len(done), "startedAt", prev.Date)
 		}
 	}
 	start := time.Now()
