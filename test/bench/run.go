@@ -60,35 +60,22 @@ func benchRun(ctx context.Context, binDir string, s system, l limits, cfg config
 	auditFrom := fileSize(cluster.AuditLog)
 	started := time.Now()
 
-	steps := []struct {
+	type step struct {
 		name string
 		fn   func() error
-	}{
-		{"a", b.createDeployments},
 	}
+	steps := []step{{"a", b.createDeployments}}
 	if cfg.scale {
-		steps = append(steps, struct {
-			name string
-			fn   func() error
-		}{"b", b.scaleDownAndUp})
+		steps = append(steps, step{"b", b.scaleDownAndUp})
 	}
 	if cfg.jobs {
-		steps = append(steps, struct {
-			name string
-			fn   func() error
-		}{"c", b.jobs})
+		steps = append(steps, step{"c", b.jobs})
 	}
 	if cfg.failover && s.Replicas > 1 {
-		steps = append(steps, struct {
-			name string
-			fn   func() error
-		}{"d", b.failover})
+		steps = append(steps, step{"d", b.failover})
 	}
 	if cfg.rolling && s.Replicas > 1 {
-		steps = append(steps, struct {
-			name string
-			fn   func() error
-		}{"e", b.rollingRestart})
+		steps = append(steps, step{"e", b.rollingRestart})
 	}
 	for _, step := range steps {
 		if err := step.fn(); err != nil {
