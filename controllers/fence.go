@@ -116,3 +116,36 @@ func requestNamespace(path string) string {
 func isWrite(method string) bool {
 	return method != http.MethodGet && method != http.MethodHead && method != http.MethodOptions
 }
+
+// fencedRoundTripper refuses every write once the replica may no longer
+// act and, for partition controllers, every write into a namespace whose
+// partition this replica does not run.
+type fencedRoundTripper struct {
+	next       http.RoundTripper
+	fence      Fence
+	partitions *partitionFence
+}
+
+// ErrNoAuthority is returned for a write attempted without authority.
+var ErrNoAuthority = fmt.Errorf("this replica's fleet authority has run out; write refused")
+
+func (f fencedRoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
+	if !isWrite(req.Method) {
+		return f.next.RoundTrip(req)
+	}
+	if f.fence != nil && !f.fence.Valid() {
+		return nil, ErrNoAuthority
+	}
+	if f.partitions != nil {
+		if ns := requestNamespace(req.URL.Path); ns != "" {
+			done, ok := f.partitions.admit(ns)
+			if !ok {
+				return nil, fmt.Errorf("%w: %s %s", ErrPartitionMoved, req.Method, req.URL.Path)
+			}
+			// Answered once the response headers are in: the apiserver
+			// has acted (or refused) by then.
+			defer done()
+		}
+	}
+	return f.next.RoundTrip(req)
+}

@@ -1,0 +1,236 @@
+package controllers
+
+import (
+	"context"
+	"net/http"
+	"sync"
+
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/kubernetes"
+	restclient "k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
+	"k8s.io/controller-manager/pkg/clientbuilder"
+	"k8s.io/klog/v2"
+)
+
+// sharedLimiterBuilder is the ControllerClientBuilder of a replica's
+// controllers. Every client built from it gets the budget it would get in
+// kube-controller-manager, including the raises a controller makes to the
+// config it is handed (the namespace controller multiplies its QPS by 20
+// and its burst by 100), and every client built for one controller name
+// with the same limits shares one rate limiter, whichever piece builds it:
+// a fleet of one spends what one KCM spends. It also tags requests with the
+// replica identity (for audit) and refuses writes once the replica's
+// authority has run out. The builder of partition pieces (partitions set)
+// also refuses writes into namespaces of partitions this replica does not
+// run.
+type sharedLimiterBuilder struct {
+	*limiterPool
+	partitions *partitionFence
+}
+
+// limiterPool is what the builders of one replica share.
+type limiterPool struct {
+	inner    clientbuilder.ControllerClientBuilder
+	identity string
+	fence    Fence
+
+	mu       sync.Mutex
+	configs  map[string]*restclient.Config
+	limiters map[budgetKey]flowcontrol.RateLimiter
+	// clients: one clientset per controller name (and fencing) for every
+	// piece. A clientset is ~50 REST clients; 64 partition pieces each
+	// building their own for ~20 controllers held 13 MB of REST clients.
+	clients map[string]kubernetes.Interface
+}
+
+// budgetKey names one client budget of a replica: the clients of one
+// controller name built with the same limits.
+type budgetKey struct {
+	name  string
+	qps   float32
+	burst int
+}
+
+func newSharedLimiterBuilder(inner clientbuilder.ControllerClientBuilder, identity string, fence Fence) *sharedLimiterBuilder {
+	return &sharedLimiterBuilder{limiterPool: &limiterPool{inner: inner, identity: identity, fence: fence}}
+}
+
+// forPartitions is the same builder (same limiters) with the partition
+// write fence.
+func (b *sharedLimiterBuilder) forPartitions(f *partitionFence) *sharedLimiterBuilder {
+	return &sharedLimiterBuilder{limiterPool: b.limiterPool, partitions: f}
+}
+
+// Config returns a config whose rate limiter is chosen when a client is
+// built from it, from the QPS and burst the config has then. client-go
+// ignores QPS and Burst when a config carries a RateLimiter, so a limiter
+// fixed here would silently drop what the controller did to the config.
+func (b *sharedLimiterBuilder) Config(name string) (*restclient.Config, error) {
+	// One inner config per name: with service account credentials each
+	// inner call reads (or creates) a ServiceAccount, and every piece asks.
+	b.mu.Lock()
+	cached, ok := b.configs[name]
+	b.mu.Unlock()
+	if !ok {
+		cfg, err := b.inner.Config(name)
+		if err != nil {
+			return nil, err
+		}
+		b.mu.Lock()
+		if b.configs == nil {
+			b.configs = map[string]*restclient.Config{}
+		}
+		b.configs[name] = cfg
+		cached = cfg
+		b.mu.Unlock()
+	}
+	cfg := restclient.CopyConfig(cached)
+	budget := &clientBudget{pool: b.limiterPool, name: name, config: cfg}
+	cfg.RateLimiter = budget
+	cfg.UserAgent = "fleet-controller-manager/" + b.identity + "/" + name
+	fence, partitions := b.fence, b.partitions
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		// Called while a client is built from cfg (or a copy of it):
+		// after the controller has set the limits it wants.
+		if cfg.RateLimiter == budget {
+			budget.bind()
+		}
+		return fencedRoundTripper{next: rt, fence: fence, partitions: partitions}
+	})
+	return cfg, nil
+}
+
+// limiter is the replica's rate limiter for one client budget, made on
+// first use. Limits are read as client-go reads them when a config has no
+// RateLimiter: QPS 0 means client-go's defaults, a negative QPS no limit.
+func (p *limiterPool) limiter(name string, qps float32, burst int) flowcontrol.RateLimiter {
+	if qps == 0 {
+		qps = restclient.DefaultQPS
+		if burst == 0 {
+			burst = restclient.DefaultBurst
+		}
+	}
+	key := budgetKey{name: name, qps: qps, burst: burst}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if l, ok := p.limiters[key]; ok {
+		return l
+	}
+	if p.limiters == nil {
+		p.limiters = map[budgetKey]flowcontrol.RateLimiter{}
+	}
+	var l flowcontrol.RateLimiter
+	if qps < 0 {
+		l = flowcontrol.NewFakeAlwaysRateLimiter()
+	} else {
+		l = flowcontrol.NewTokenBucketRateLimiter(qps, burst)
+	}
+	p.limiters[key] = l
+	return l
+}
+
+// budgets lists the client budgets made so far: name -> limits.
+func (p *limiterPool) budgets() []budgetKey {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]budgetKey, 0, len(p.limiters))
+	for k := range p.limiters {
+		out = append(out, k)
+	}
+	return out
+}
+
+// clientBudget is the RateLimiter of one config handed out by Config. It
+// binds to the replica's limiter for the config's name and limits when the
+// first client is built from the config (or, failing that, on first use),
+// so QPS and Burst set by the controller after Config returned take effect.
+// Clients built from one config share its binding: a controller that
+// changes the limits between two clients of one config gets the first.
+type clientBudget struct {
+	pool   *limiterPool
+	name   string
+	config *restclient.Config
+
+	once  sync.Once
+	bound flowcontrol.RateLimiter
+}
+
+func (c *clientBudget) bind() flowcontrol.RateLimiter {
+	c.once.Do(func() { c.bound = c.pool.limiter(c.name, c.config.QPS, c.config.Burst) })
+	return c.bound
+}
+
+func (c *clientBudget) TryAccept() bool                { return c.bind().TryAccept() }
+func (c *clientBudget) Accept()                        { c.bind().Accept() }
+func (c *clientBudget) QPS() float32                   { return c.bind().QPS() }
+func (c *clientBudget) Wait(ctx context.Context) error { return c.bind().Wait(ctx) }
+
+// Stop does nothing: the limiter is shared by every client of the budget.
+func (c *clientBudget) Stop() {}
+
+func (b *sharedLimiterBuilder) ConfigOrDie(name string) *restclient.Config {
+	cfg, err := b.Config(name)
+	if err != nil {
+		klog.Fatalf("building client config for %s: %v", name, err)
+	}
+	return cfg
+}
+
+func (b *sharedLimiterBuilder) Client(name string) (kubernetes.Interface, error) {
+	key := name
+	if b.partitions != nil {
+		key = "partitions/" + name
+	}
+	b.mu.Lock()
+	c, ok := b.clients[key]
+	b.mu.Unlock()
+	if ok {
+		return c, nil
+	}
+	cfg, err := b.Config(name)
+	if err != nil {
+		return nil, err
+	}
+	c, err = kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if existing, ok := b.clients[key]; ok {
+		return existing, nil
+	}
+	if b.clients == nil {
+		b.clients = map[string]kubernetes.Interface{}
+	}
+	b.clients[key] = c
+	return c, nil
+}
+
+func (b *sharedLimiterBuilder) ClientOrDie(name string) kubernetes.Interface {
+	c, err := b.Client(name)
+	if err != nil {
+		klog.Fatalf("building client for %s: %v", name, err)
+	}
+	return c
+}
+
+func (b *sharedLimiterBuilder) DiscoveryClient(name string) (discovery.DiscoveryInterface, error) {
+	cfg, err := b.Config(name)
+	if err != nil {
+		return nil, err
+	}
+	// As KCM's client builders: discovery makes many requests rarely, with
+	// its own limiter.
+	cfg.RateLimiter, cfg.QPS, cfg.Burst = nil, 20, 200
+	return discovery.NewDiscoveryClientForConfig(cfg)
+}
+
+func (b *sharedLimiterBuilder) DiscoveryClientOrDie(name string) discovery.DiscoveryInterface {
+	c, err := b.DiscoveryClient(name)
+	if err != nil {
+		klog.Fatalf("building discovery client for %s: %v", name, err)
+	}
+	return c
+}
