@@ -508,4 +508,3 @@ func (c controllerFunc) Run(ctx context.Context) { c.run(ctx) }
 type ignoreHealthChecks struct{}
 
 func (ignoreHealthChecks) AddHealthChecker(...healthz.HealthChecker) {}
-
