@@ -27,6 +27,12 @@ import (
 type sharedLimiterBuilder struct {
 	*limiterPool
 	partitions *partitionFence
+	// perClient: every client built gets its own rate limiter, as in KCM
+	// (client-go makes one per NewForConfig when a config carries none).
+	// For singleton pieces, which run once in the fleet: nothing to share,
+	// and sharing would merge budgets KCM keeps apart (node-ipam and
+	// node-lifecycle both build "node-controller" clients).
+	perClient bool
 }
 
 // limiterPool is what the builders of one replica share.
@@ -38,6 +44,8 @@ type limiterPool struct {
 	mu       sync.Mutex
 	configs  map[string]*restclient.Config
 	limiters map[budgetKey]flowcontrol.RateLimiter
+	// ownLimiters counts the clients built with a limiter of their own.
+	ownLimiters map[budgetKey]int
 	// clients: one clientset per controller name (and fencing) for every
 	// piece. A clientset is ~50 REST clients; 64 partition pieces each
 	// building their own for ~20 controllers held 13 MB of REST clients.
@@ -60,6 +68,11 @@ func newSharedLimiterBuilder(inner clientbuilder.ControllerClientBuilder, identi
 // write fence.
 func (b *sharedLimiterBuilder) forPartitions(f *partitionFence) *sharedLimiterBuilder {
 	return &sharedLimiterBuilder{limiterPool: b.limiterPool, partitions: f}
+}
+
+// forSingletons is the same builder giving every client its own limiter.
+func (b *sharedLimiterBuilder) forSingletons() *sharedLimiterBuilder {
+	return &sharedLimiterBuilder{limiterPool: b.limiterPool, perClient: true}
 }
 
 // Config returns a config whose rate limiter is chosen when a client is
@@ -86,19 +99,37 @@ func (b *sharedLimiterBuilder) Config(name string) (*restclient.Config, error) {
 		b.mu.Unlock()
 	}
 	cfg := restclient.CopyConfig(cached)
-	budget := &clientBudget{pool: b.limiterPool, name: name, config: cfg}
-	cfg.RateLimiter = budget
+	cfg.RateLimiter = nil
+	var budget *clientBudget
+	if !b.perClient {
+		budget = &clientBudget{pool: b.limiterPool, name: name, config: cfg}
+		cfg.RateLimiter = budget
+	}
 	cfg.UserAgent = "fleet-controller-manager/" + b.identity + "/" + name
 	fence, partitions := b.fence, b.partitions
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		// Called while a client is built from cfg (or a copy of it):
-		// after the controller has set the limits it wants.
-		if cfg.RateLimiter == budget {
+		// Called once per client built from cfg (or a copy of it), after
+		// the controller has set the limits it wants.
+		switch {
+		case budget != nil && cfg.RateLimiter == budget:
 			budget.bind()
+		case cfg.RateLimiter == nil:
+			b.recordOwnLimiter(name, cfg.QPS, cfg.Burst)
 		}
 		return fencedRoundTripper{next: rt, fence: fence, partitions: partitions}
 	})
 	return cfg, nil
+}
+
+// recordOwnLimiter counts a client built with a limiter of its own (made
+// by client-go from the config's limits), for tests and diagnosis.
+func (p *limiterPool) recordOwnLimiter(name string, qps float32, burst int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ownLimiters == nil {
+		p.ownLimiters = map[budgetKey]int{}
+	}
+	p.ownLimiters[budgetKey{name: name, qps: qps, burst: burst}]++
 }
 
 // limiter is the replica's rate limiter for one client budget, made on
@@ -178,6 +209,14 @@ func (b *sharedLimiterBuilder) ConfigOrDie(name string) *restclient.Config {
 }
 
 func (b *sharedLimiterBuilder) Client(name string) (kubernetes.Interface, error) {
+	if b.perClient {
+		// As KCM: a new client, with its own limiter, per call.
+		cfg, err := b.Config(name)
+		if err != nil {
+			return nil, err
+		}
+		return kubernetes.NewForConfig(cfg)
+	}
 	key := name
 	if b.partitions != nil {
 		key = "partitions/" + name

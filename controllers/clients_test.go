@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -31,39 +32,42 @@ import (
 )
 
 // TestRaisedClientBudgets builds each controller KCM gives a raised client
-// budget through its upstream descriptor, twice (two pieces of one
-// replica), with the replica's client builder, and checks the budgets the
-// builder ended up with: the raised limits KCM's constructor asks for,
-// made once and shared by both builds.
+// budget through its upstream descriptor, with the client builder of
+// singleton pieces (all three are singletons), and checks the limiters its
+// clients got: as many as KCM's constructor makes, each with the limits it
+// asks for (client-go makes one limiter per client built from a config
+// without one).
 func TestRaisedClientBudgets(t *testing.T) {
 	const qps, burst = 20, 30
 	cases := []struct {
 		controller string
 		client     string
 		gates      []featuregate.Feature
-		// want: the limits of every budget of client name after the builds.
-		want []budgetKey
+		// want: limiters of the client name after the build, by limits.
+		want map[budgetKey]int
 	}{
 		{
 			controller: names.NamespaceController,
 			client:     "namespace-controller",
-			// core.go newNamespaceController: QPS *= 20, Burst *= 100.
-			want: []budgetKey{{"namespace-controller", qps * 20, burst * 100}},
+			// core.go newNamespaceController: QPS *= 20, Burst *= 100,
+			// then a clientset and a metadata client from that config.
+			want: map[budgetKey]int{{"namespace-controller", qps * 20, burst * 100}: 2},
 		},
 		{
 			controller: names.GarbageCollectorController,
 			client:     "generic-garbage-collector",
 			// core.go newGarbageCollectorController: the typed client as
-			// given, the metadata client QPS *= 2.
-			want: []budgetKey{{"generic-garbage-collector", qps, burst}, {"generic-garbage-collector", qps * 2, burst}},
+			// given, discovery at 20/200, the metadata client QPS *= 2.
+			want: map[budgetKey]int{{"generic-garbage-collector", qps, burst}: 1, {"generic-garbage-collector", 20, 200}: 1, {"generic-garbage-collector", qps * 2, burst}: 1},
 		},
 		{
 			controller: names.StorageVersionMigratorController,
 			client:     names.StorageVersionMigratorController,
 			gates:      []featuregate.Feature{features.StorageVersionMigrator},
-			// storageversionmigrator.go: the typed client as given, the
-			// dynamic, metadata and CRD clients QPS *= 20, Burst *= 100.
-			want: []budgetKey{{names.StorageVersionMigratorController, qps, burst}, {names.StorageVersionMigratorController, qps * 20, burst * 100}},
+			// storageversionmigrator.go: the typed client as given; the
+			// CRD, dynamic, discovery and metadata clients QPS *= 20,
+			// Burst *= 100.
+			want: map[budgetKey]int{{names.StorageVersionMigratorController, qps, burst}: 1, {names.StorageVersionMigratorController, qps * 20, burst * 100}: 4},
 		},
 	}
 	for _, tc := range cases {
@@ -73,29 +77,23 @@ func TestRaisedClientBudgets(t *testing.T) {
 			}
 			builder := newSharedLimiterBuilder(clientbuilder.SimpleControllerClientBuilder{
 				ClientConfig: &restclient.Config{Host: discoveryServer(t), QPS: qps, Burst: burst},
-			}, "test", nil)
-			descriptor := Descriptors()[tc.controller]
-			for piece := range 2 {
-				c, err := descriptor.BuildController(t.Context(), testControllerContext(t, builder))
-				if err != nil || c == nil {
-					t.Fatalf("building %s (piece %d): %v, %v", tc.controller, piece, c, err)
+			}, "test", nil).forSingletons()
+			c, err := Descriptors()[tc.controller].BuildController(t.Context(), testControllerContext(t, builder))
+			if err != nil || c == nil {
+				t.Fatalf("building %s: %v, %v", tc.controller, c, err)
+			}
+			got := map[budgetKey]int{}
+			for k, n := range builder.ownLimiters {
+				if k.name == tc.client {
+					got[k] = n
 				}
 			}
-			got := map[budgetKey]bool{}
+			if !maps.Equal(got, tc.want) {
+				t.Errorf("limiters of %s clients: %v, want %v", tc.client, got, tc.want)
+			}
 			for _, k := range builder.budgets() {
 				if k.name == tc.client {
-					got[k] = true
-				}
-			}
-			if len(got) != len(tc.want) {
-				t.Errorf("budgets of %s: %v, want %v", tc.client, got, tc.want)
-			}
-			for _, k := range tc.want {
-				if !got[k] {
-					t.Errorf("no budget %+v among %v", k, got)
-				}
-				if l := builder.limiter(k.name, k.qps, k.burst); l.QPS() != k.qps {
-					t.Errorf("limiter of %+v has QPS %v", k, l.QPS())
+					t.Errorf("a singleton's client shares a replica budget %+v", k)
 				}
 			}
 		})

@@ -50,7 +50,10 @@ type Runtime struct {
 	ring        shard.RingConfig
 	mode        informers.Mode
 
-	rootBuilder, builder *sharedLimiterBuilder
+	rootBuilder *sharedLimiterBuilder
+	// singletonBuilder: singleton pieces' clients, each with its own
+	// limiter as in KCM.
+	singletonBuilder *sharedLimiterBuilder
 	// Partition pieces build their clients here: same limiters, plus the
 	// partition write fence.
 	partitions                             *partitionFence
@@ -178,7 +181,7 @@ func NewRuntime(ctx context.Context, c *kcmconfig.CompletedConfig, identity stri
 	memberInfo.WithLabelValues(identity, string(mode)).Set(1)
 	r := &Runtime{
 		config: c, identity: identity, descriptors: descriptors, ring: ring, mode: mode,
-		rootBuilder: rootBuilder, builder: builder, informerConfig: informerConfig,
+		rootBuilder: rootBuilder, singletonBuilder: builder.forSingletons(), informerConfig: informerConfig,
 		partitions:           partitions,
 		partitionRootBuilder: rootBuilder.forPartitions(partitions),
 		partitionBuilder:     builder.forPartitions(partitions),
@@ -404,7 +407,7 @@ func observeInformerSync(ctx context.Context, piece shard.Piece, cc kcmapp.Contr
 // graph), as one KCM would; a partition gets the sharded PieceFactory.
 func (r *Runtime) controllerContext(ctx context.Context, piece shard.Piece) (kcmapp.ControllerContext, func(), error) {
 	resync := kcmapp.ResyncPeriod(r.config)
-	builder := r.builder
+	builder := r.singletonBuilder
 	if piece.IsPartition() {
 		builder = r.partitionBuilder
 	}

@@ -60,6 +60,8 @@ type config struct {
 	jobs     bool // workload (c)
 	failover bool // workload (d)
 	rolling  bool // workload (e)
+	cascade  bool // workload (g): cascading deletion of (a)'s Deployments
+	nsDelete bool // workload (f): deletion of (a)'s namespaces
 }
 
 func main() {
@@ -67,7 +69,7 @@ func main() {
 	var out string
 	var runs int
 	var only string
-	flag.BoolVar(&quick, "quick", false, "Quick mode: workloads (a) and (c) only, smaller, at default limits, for KCM and fleets of 1 and 3; under 10 minutes.")
+	flag.BoolVar(&quick, "quick", false, "Quick mode: workloads (a), (c), (g) and (f) only, smaller, at default limits, for KCM and fleets of 1 and 3; under 10 minutes.")
 	flag.StringVar(&out, "out", "docs/benchmarks", "Folder for the results.")
 	flag.IntVar(&runs, "runs", 3, "Runs per system and limits; figures are medians.")
 	flag.StringVar(&only, "only", "", "Comma-separated system names and limit names (default, raised) to run, for experiments; empty runs the mode's full matrix.")
@@ -75,11 +77,11 @@ func main() {
 	var resume bool
 	flag.BoolVar(&resume, "resume", false, "Keep the results of an interrupted invocation (<mode>.partial.json in -out) and run only the systems and limits it had not finished.")
 	flag.StringVar(&keep, "keep", "", "Keep each run's control plane folder (logs, audit log) under this folder, for diagnosis.")
-	flag.StringVar(&workloads, "workloads", "", "Comma-separated workloads (a, b, c, d, e) to run instead of the mode's, for experiments; (a) always runs first.")
+	flag.StringVar(&workloads, "workloads", "", "Comma-separated workloads (a, b, c, d, e, f, g) to run instead of the mode's, for experiments; (a) always runs first, (g) and then (f) last.")
 	klog.InitFlags(nil)
 	flag.Parse()
 
-	cfg := config{out: out, quick: quick, jobs: true, keep: keep, resume: resume}
+	cfg := config{out: out, quick: quick, jobs: true, keep: keep, resume: resume, cascade: true, nsDelete: true}
 	defaultLimits := limits{Name: "default (qps 20, burst 30)", QPS: 20, Burst: 30}
 	if quick {
 		cfg.systems = []system{{"kube-controller-manager", false, 1}, {"fleet x1", true, 1}, {"fleet x3", true, 3}}
@@ -99,6 +101,7 @@ func main() {
 			keep[strings.TrimSpace(k)] = true
 		}
 		cfg.scale, cfg.jobs, cfg.failover, cfg.rolling = keep["b"], keep["c"], keep["d"], keep["e"]
+		cfg.nsDelete, cfg.cascade = keep["f"], keep["g"]
 	}
 	if only != "" {
 		keep := map[string]bool{}

@@ -77,6 +77,13 @@ func benchRun(ctx context.Context, binDir string, s system, l limits, cfg config
 	if cfg.rolling && s.Replicas > 1 {
 		steps = append(steps, step{"e", b.rollingRestart})
 	}
+	// Deletions last: they take (a)'s objects away.
+	if cfg.cascade {
+		steps = append(steps, step{"g", b.deleteDeployments})
+	}
+	if cfg.nsDelete {
+		steps = append(steps, step{"f", b.deleteNamespaces})
+	}
 	for _, step := range steps {
 		if err := step.fn(); err != nil {
 			return nil, "", fmt.Errorf("workload (%s): %w", step.name, err)
