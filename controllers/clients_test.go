@@ -209,3 +209,4 @@ func TestClientBudgetIsShared(t *testing.T) {
 		t.Errorf("server saw %d requests, want 6", got)
 	}
 }
+

@@ -30,6 +30,7 @@ import (
 	kcmconfig "k8s.io/kubernetes/cmd/kube-controller-manager/app/config"
 	"k8s.io/kubernetes/cmd/kube-controller-manager/names"
 	"k8s.io/kubernetes/pkg/controller/garbagecollector"
+	"k8s.io/kubernetes/pkg/features"
 	serviceaccountcontroller "k8s.io/kubernetes/pkg/controller/serviceaccount"
 	"k8s.io/kubernetes/pkg/serviceaccount"
 
@@ -204,9 +205,20 @@ func NewRuntime(ctx context.Context, c *kcmconfig.CompletedConfig, identity stri
 func (r *Runtime) Singletons() []string {
 	var out []string
 	for name, e := range Catalog {
-		if e.Kind == Singleton && r.enabled(name) {
-			out = append(out, name)
+		if e.Kind != Singleton || !r.enabled(name) {
+			continue
 		}
+		if name == names.StorageVersionMigratorController && utilfeature.DefaultFeatureGate.Enabled(features.StorageVersionMigrator) {
+			// KCM hands it the garbage collector's graph builder
+			// (ControllerContext.GraphBuilder), which lives in the
+			// garbage collector's piece, maybe on another replica; as a
+			// piece of its own it would get none and panic on its first
+			// migration, on every replica that took it over. Without the
+			// gate its constructor builds nothing, as in KCM.
+			klog.ErrorS(nil, "Not running the storage-version-migrator: the fleet cannot give it the garbage collector's graph yet (docs/controllers.md)", "controller", name)
+			continue
+		}
+		out = append(out, name)
 	}
 	return out
 }

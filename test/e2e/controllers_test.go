@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -130,6 +131,16 @@ func checkServing(t *testing.T, cluster *localcluster.Cluster, ports map[string]
 	for name, port := range ports {
 		if code := get(port, "/readyz"); code != 200 {
 			t.Errorf("%s /readyz: %d", name, code)
+		}
+		// KCM's effective configuration, under KCM's configz name.
+		resp, err := httpClient.Get(fmt.Sprintf("https://127.0.0.1:%d/configz", port))
+		if err != nil {
+			t.Fatalf("GET /configz on %s: %v", name, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(body), `"kubecontrollermanager.config.k8s.io"`) || !strings.Contains(string(body), `"ConcurrentNamespaceSyncs":10`) {
+			t.Errorf("%s /configz lacks KCM's component config: %.300s", name, body)
 		}
 		switch code := get(port, "/debug/controllers/garbage-collector-controller/graph"); code {
 		case 200:

@@ -41,6 +41,9 @@ func run(ctx context.Context, kcm *options.KubeControllerManagerOptions, fleet *
 		return err
 	}
 	c := config.Complete()
+	if err := registerConfigz(c); err != nil {
+		return err
+	}
 
 	c.EventBroadcaster.StartStructuredLogging(0)
 	c.EventBroadcaster.StartRecordingToSink(&corev1.EventSinkImpl{Interface: c.Client.CoreV1().Events("")})
