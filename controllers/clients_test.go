@@ -209,4 +209,3 @@ func TestClientBudgetIsShared(t *testing.T) {
 		t.Errorf("server saw %d requests, want 6", got)
 	}
 }
-
