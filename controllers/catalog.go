@@ -113,7 +113,7 @@ var Catalog = map[string]Entry{
 	"clusterrole-aggregation-controller":                             {Singleton, nil, "ClusterRoles are cluster-scoped."},
 	"service-cidr-controller":                                        {Singleton, nil, "ServiceCIDRs and IPAddresses are cluster-scoped."},
 	"validatingadmissionpolicy-status-controller":                    {Singleton, nil, "ValidatingAdmissionPolicies are cluster-scoped."},
-	"storage-version-migrator-controller":                            {Singleton, []Need{NeedsRESTMapper}, "Migrates whole resources across namespaces."},
+	"storage-version-migrator-controller":                            {Singleton, []Need{NeedsRESTMapper}, "Migrates whole resources across namespaces. Its gate StorageVersionMigrator is off by default (its constructor then builds nothing); with the gate on the fleet does not run it: see below."},
 	"storageversion-garbage-collector-controller":                    {Singleton, nil, "StorageVersions and apiserver Leases are cluster state."},
 	"kube-apiserver-serving-clustertrustbundle-publisher-controller": {Singleton, nil, "ClusterTrustBundles are cluster-scoped."},
 	"podgroup-protection-controller":                                 {Singleton, nil, "Feature-gated; not yet proven safe per partition."},
