@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -13,8 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-
-	"github.com/fleet-controller-manager/fleet-controller-manager/test/localcluster"
 )
 
 // TestNamespaceDeletionLikeKubeControllerManager deletes a namespace
@@ -29,18 +26,8 @@ func TestNamespaceDeletionLikeKubeControllerManager(t *testing.T) {
 	run := func(fleet bool) time.Duration {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
-		cluster := startCluster(ctx, t, localcluster.Options{Scheduler: true, KwokNodes: 1, KubeControllerManager: !fleet})
+		cluster, client := startKCMOrFleetOfOne(ctx, t, fleet, 1)
 		defer cluster.Stop()
-		client, err := cluster.Client()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if fleet {
-			if _, _, err := cluster.StartFleetReplica(ctx, filepath.Join(binDir(t), "fleet-controller-manager"), "fcm-0"); err != nil {
-				t.Fatal(err)
-			}
-			waitFleetRunning(ctx, t, client, []string{"fcm-0"})
-		}
 		must := func(_ any, err error) {
 			t.Helper()
 			if err != nil {

@@ -26,17 +26,7 @@ func TestSameEndStateAsKubeControllerManager(t *testing.T) {
 	run := func(fleet bool) map[string]string {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
-		cluster := startCluster(ctx, t, localcluster.Options{Scheduler: true, KwokNodes: 3, KubeControllerManager: !fleet})
-		client, err := cluster.Client()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if fleet {
-			if _, _, err := cluster.StartFleetReplica(ctx, filepath.Join(binDir(t), "fleet-controller-manager"), "fcm-0"); err != nil {
-				t.Fatal(err)
-			}
-			waitFleetRunning(ctx, t, client, []string{"fcm-0"})
-		}
+		cluster, client := startKCMOrFleetOfOne(ctx, t, fleet, 3)
 		for _, ns := range namespaces {
 			createWorkload(ctx, t, client, ns)
 		}
@@ -65,6 +55,25 @@ func TestSameEndStateAsKubeControllerManager(t *testing.T) {
 		t.Errorf("end states differ:\n%s", strings.Join(diffs, "\n"))
 	}
 	t.Logf("compared %d facts of the end state: identical", len(kcm))
+}
+
+// startKCMOrFleetOfOne starts a fresh control plane with kube-scheduler and
+// kwokNodes fake nodes, run by upstream kube-controller-manager or by a
+// fleet of one, and returns once the controllers run.
+func startKCMOrFleetOfOne(ctx context.Context, t *testing.T, fleet bool, kwokNodes int) (*localcluster.Cluster, kubernetes.Interface) {
+	t.Helper()
+	cluster := startCluster(ctx, t, localcluster.Options{Scheduler: true, KwokNodes: kwokNodes, KubeControllerManager: !fleet})
+	client, err := cluster.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fleet {
+		if _, _, err := cluster.StartFleetReplica(ctx, filepath.Join(binDir(t), "fleet-controller-manager"), "fcm-0"); err != nil {
+			t.Fatal(err)
+		}
+		waitFleetRunning(ctx, t, client, []string{"fcm-0"})
+	}
+	return cluster, client
 }
 
 // snapshot records, per namespace, what the controllers made of the
