@@ -33,6 +33,10 @@ type Config struct {
 	RenewDeadline time.Duration
 	// RetryPeriod is the interval between renewals.
 	RetryPeriod time.Duration
+	// LeaderLease, if set, is kube-controller-manager's leader Lease: the
+	// replica holds it for the fleet and acts only while it does (see
+	// leaderlease.go).
+	LeaderLease *LeaderLeaseConfig
 	// Clock is for tests; nil means the real clock.
 	Clock clock.WithTicker
 }
@@ -79,6 +83,11 @@ func (c Config) Validate() error {
 	}
 	if c.LeaseDuration <= c.RenewDeadline {
 		errs = append(errs, fmt.Errorf("lease duration %v must be longer than the renew deadline %v", c.LeaseDuration, c.RenewDeadline))
+	}
+	if c.LeaderLease != nil {
+		if err := c.LeaderLease.Validate(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if c.LeaseDuration > time.Hour {
 		errs = append(errs, fmt.Errorf("lease duration %v is over an hour", c.LeaseDuration))

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"reflect"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -71,6 +72,10 @@ type Member struct {
 	deadlineTimer clock.Timer
 	// writeMu serialises Lease writes of the renew loop and Leave.
 	writeMu sync.Mutex
+
+	// leader holds kube-controller-manager's leader Lease (nil when not
+	// configured).
+	leader *leaderLease
 }
 
 // New checks cfg and prepares a member; Run joins the fleet.
@@ -92,6 +97,9 @@ func New(cfg Config) (*Member, error) {
 		obs:         map[string]*observation{},
 	}
 	m.desired = State{Version: StateVersion, Incarnation: m.incarnation, Joining: true}
+	if cfg.LeaderLease != nil {
+		m.leader = newLeaderLease(*cfg.LeaderLease, m)
+	}
 	return m, nil
 }
 
@@ -138,11 +146,43 @@ func (m *Member) Confirmed() State {
 	return m.confirmed
 }
 
-// Authority reports whether this replica may act now, and until when.
+// Authority reports whether this replica may act now, and until when: while
+// its own Lease is renewed and, if configured, while its renewal of
+// kube-controller-manager's leader Lease holds.
 func (m *Member) Authority() (bool, time.Time) {
 	m.mu.Lock()
+	until := m.deadline
+	m.mu.Unlock()
+	if m.leader != nil {
+		if _, leaderUntil := m.leader.authority(); leaderUntil.Before(until) {
+			until = leaderUntil
+		}
+	}
+	return m.cfg.Clock.Now().Before(until), until
+}
+
+// Renewing reports whether this replica's own Lease is renewed within the
+// renew deadline (whatever kube-controller-manager's leader Lease says).
+func (m *Member) Renewing() bool {
+	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.cfg.Clock.Now().Before(m.deadline), m.deadline
+	return m.cfg.Clock.Now().Before(m.deadline)
+}
+
+// WhyNoAuthority says why this replica may not act now ("" when it may).
+func (m *Member) WhyNoAuthority() string {
+	m.mu.Lock()
+	own := m.cfg.Clock.Now().Before(m.deadline)
+	m.mu.Unlock()
+	if m.leader != nil {
+		if why := m.leader.whyNot(); why != "" {
+			return why
+		}
+	}
+	if !own {
+		return "lease not renewed within the renew deadline"
+	}
+	return ""
 }
 
 // Valid reports whether this replica may act now. Pieces check it before
@@ -228,7 +268,14 @@ func (m *Member) Run(ctx context.Context) error {
 	}
 	go m.expiryLoop(ctx)
 	go m.gaugeLoop(ctx)
+	leaderErr := make(chan error, 1)
+	if m.leader != nil {
+		go func() { leaderErr <- m.leader.run(ctx) }()
+	}
 	m.renewLoop(ctx)
+	if m.leader != nil {
+		return <-leaderErr
+	}
 	return nil
 }
 
@@ -241,6 +288,12 @@ func (m *Member) gaugeLoop(ctx context.Context) {
 		authorityGauge.Set(boolGauge(m.Valid()))
 		joiningGauge.Set(boolGauge(m.Joining()))
 		peersGauge.Set(float64(len(m.Peers())))
+		if m.leader != nil {
+			ok, _ := m.leader.authority()
+			leaderLeaseGauge.Set(boolGauge(ok))
+		} else {
+			leaderLeaseGauge.Set(1)
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -495,7 +548,60 @@ func (m *Member) Leave(ctx context.Context) error {
 		return fmt.Errorf("deleting lease: %w", err)
 	}
 	klog.InfoS("Left the fleet", "lease", m.cfg.Identity)
+	if m.leader != nil {
+		return m.leader.leave(ctx)
+	}
 	return nil
+}
+
+// writerState is what this replica knows of another replica's renewals of
+// kube-controller-manager's leader Lease.
+type writerState int
+
+const (
+	// writerUnknown: not seen in the fleet, or not that incarnation.
+	writerUnknown writerState = iota
+	// writerLive: a member seen alive; it may act on its renewals.
+	writerLive
+	// writerStopped: certainly acts no more: it left gracefully (its last
+	// state lists nothing running), its Lease expired (confirmed by a
+	// fresh read), or a newer incarnation of it took over.
+	writerStopped
+)
+
+// writerStatus judges one entry ("identity/incarnation") of the writers
+// list on kube-controller-manager's leader Lease.
+func (m *Member) writerStatus(writer string) writerState {
+	identity, incarnation, ok := strings.Cut(writer, "/")
+	if !ok {
+		return writerUnknown
+	}
+	if identity == m.cfg.Identity {
+		if incarnation == m.incarnation {
+			return writerLive
+		}
+		// This process took over its Lease only after the former
+		// incarnation left or stopped renewing for a lease duration.
+		return writerStopped
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	o := m.obs[identity]
+	switch {
+	case o == nil:
+		return writerUnknown
+	case o.retired[incarnation]:
+		return writerStopped
+	case !o.good || o.state.Incarnation != incarnation:
+		return writerUnknown
+	case o.expired || o.state.Leaving:
+		return writerStopped
+	case o.deleted && m.cfg.Clock.Since(o.lastChange) > o.duration:
+		// Deleted by hand and not recreated for a lease duration: a live
+		// member recreates its Lease at its next renewal.
+		return writerStopped
+	}
+	return writerLive
 }
 
 // observe records a Lease event.

@@ -30,6 +30,16 @@ var (
 		Help:           "1 while this replica is in its joining quiet period (it owns nothing yet).",
 		StabilityLevel: metrics.ALPHA,
 	})
+	leaderLeaseRenewals = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "fleet", Name: "leader_lease_renewals_total",
+		Help:           "Renewals of kube-controller-manager's leader Lease by this replica, by result: success, or failure (an error or a conflicting writer).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"result"})
+	leaderLeaseGauge = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace: "fleet", Name: "leader_lease_held",
+		Help:           "1 while this replica's last renewal of kube-controller-manager's leader Lease lets it act, else 0 (a KCM holds it, or renewals fail). Always 1 with --leader-elect=false.",
+		StabilityLevel: metrics.ALPHA,
+	})
 	peersGauge = metrics.NewGauge(&metrics.GaugeOpts{
 		Namespace: "fleet", Name: "peers",
 		Help:           "Other live members this replica sees in the fleet's Leases, joining ones included.",
@@ -42,11 +52,13 @@ var registerOnce sync.Once
 // RegisterMetrics registers the membership metrics (once per process).
 func RegisterMetrics() {
 	registerOnce.Do(func() {
-		for _, c := range []metrics.Registerable{renewDuration, renewals, authorityGauge, joiningGauge, peersGauge} {
+		for _, c := range []metrics.Registerable{renewDuration, renewals, authorityGauge, joiningGauge, peersGauge, leaderLeaseRenewals, leaderLeaseGauge} {
 			legacyregistry.MustRegister(c)
 		}
 		renewals.WithLabelValues("success")
 		renewals.WithLabelValues("failure")
+		leaderLeaseRenewals.WithLabelValues("success")
+		leaderLeaseRenewals.WithLabelValues("failure")
 	})
 }
 

@@ -35,6 +35,8 @@ type Membership interface {
 	Publish(membership.State)
 	Confirmed() membership.State
 	Authority() (bool, time.Time)
+	// WhyNoAuthority says why the member may not act ("" when it may).
+	WhyNoAuthority() string
 	Valid() bool
 	Joining() bool
 	Leave(ctx context.Context) error
@@ -210,6 +212,9 @@ func (m *Manager) step(leaving bool) {
 	now := time.Now()
 	m.clock.observe(now, peers)
 	plan := Decide(m.local, peers, &m.rings)
+	if !m.local.Authority && !leaving && plan.Waiting == "" {
+		plan.Waiting = m.member.WhyNoAuthority()
+	}
 	for _, p := range plan.Stop {
 		klog.InfoS("Stopping piece", "piece", p, "authority", m.local.Authority, "leaving", leaving)
 		m.local.Status[p] = Stopping

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
@@ -28,6 +29,59 @@ type FleetStatus struct {
 	Members    []MemberStatus `json:"members"`
 	// UnownedPartitions are partitions no member lists as running.
 	UnownedPartitions []int `json:"unownedPartitions"`
+	// LeaderLease is kube-controller-manager's leader Lease, when the fleet
+	// holds it (nil when not read).
+	LeaderLease *LeaderLeaseStatus `json:"leaderLease,omitempty"`
+}
+
+// LeaderLeaseStatus is kube-controller-manager's leader Lease as read.
+type LeaderLeaseStatus struct {
+	Namespace string    `json:"namespace"`
+	Name      string    `json:"name"`
+	Holder    string    `json:"holder"`
+	Renewed   time.Time `json:"renewed"`
+	// HeldByFleet: the holder is a replica of this fleet.
+	HeldByFleet bool `json:"heldByFleet"`
+	// Missing: the Lease does not exist (no KCM or fleet has held it).
+	Missing bool `json:"missing,omitempty"`
+}
+
+// ReadLeaderLease reads kube-controller-manager's leader Lease
+// namespace/name and says whether fleet (in fleetNamespace) holds it.
+func ReadLeaderLease(ctx context.Context, client kubernetes.Interface, namespace, name, fleetNamespace, fleet string) (*LeaderLeaseStatus, error) {
+	out := &LeaderLeaseStatus{Namespace: namespace, Name: name}
+	lease, err := client.CoordinationV1().Leases(namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		out.Missing = true
+		return out, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading kube-controller-manager's leader lease %s/%s: %w", namespace, name, err)
+	}
+	if lease.Spec.HolderIdentity != nil {
+		out.Holder = *lease.Spec.HolderIdentity
+	}
+	if lease.Spec.RenewTime != nil {
+		out.Renewed = lease.Spec.RenewTime.Time
+	}
+	out.HeldByFleet = strings.HasPrefix(out.Holder, membership.FleetHolderPrefix(fleetNamespace, fleet))
+	return out, nil
+}
+
+// Describe says in a line who holds the Lease and what it means for the
+// fleet.
+func (l *LeaderLeaseStatus) Describe(now time.Time) string {
+	where := "kube-controller-manager's leader lease " + l.Namespace + "/" + l.Name
+	switch {
+	case l.Missing:
+		return where + ": does not exist yet; the fleet creates it when it starts"
+	case l.HeldByFleet:
+		return fmt.Sprintf("%s: held by the fleet (last renewed by %s, %s ago)", where, l.Holder, now.Sub(l.Renewed).Round(time.Second))
+	case l.Holder == "":
+		return where + ": released; the first kube-controller-manager or fleet replica to try takes it"
+	default:
+		return fmt.Sprintf("%s: held by %s (renewed %s ago); waiting for kube-controller-manager %s to release its leader lease, the fleet runs nothing", where, l.Holder, now.Sub(l.Renewed).Round(time.Second), l.Holder)
+	}
 }
 
 // Member health, from its Lease.
@@ -137,8 +191,14 @@ func (s FleetStatus) WriteTable(w io.Writer) error {
 		return err
 	}
 	if len(s.UnownedPartitions) > 0 {
-		_, err := fmt.Fprintf(w, "\npartitions no live member runs: %s\n", CompactRanges(s.UnownedPartitions))
-		return err
+		if _, err := fmt.Fprintf(w, "\npartitions no live member runs: %s\n", CompactRanges(s.UnownedPartitions)); err != nil {
+			return err
+		}
+	}
+	if s.LeaderLease != nil {
+		if _, err := fmt.Fprintf(w, "\n%s\n", s.LeaderLease.Describe(s.ObservedAt)); err != nil {
+			return err
+		}
 	}
 	return nil
 }

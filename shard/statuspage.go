@@ -39,6 +39,8 @@ type fleetPageData struct {
 	Members    []memberRow
 	Singletons []singletonRow
 	Now        string
+	// LeaderLease describes kube-controller-manager's leader Lease ("" when not read).
+	LeaderLease string
 }
 
 type partitionCell struct {
@@ -70,6 +72,9 @@ func memberColor(i int) template.CSS {
 
 func newFleetPageData(fleet FleetStatus, local Status) fleetPageData {
 	d := fleetPageData{Fleet: fleet, Local: local, Now: fleet.ObservedAt.UTC().Format(time.RFC3339)}
+	if fleet.LeaderLease != nil {
+		d.LeaderLease = fleet.LeaderLease.Describe(fleet.ObservedAt)
+	}
 	owner := map[int]string{}
 	colors := map[string]template.CSS{}
 	for i, m := range fleet.Members {
@@ -124,7 +129,8 @@ th { background: #f1f3f4; }
 <table class="kv">
 <tr><td>view</td><td><code>{{.Local.View}}</code> (epoch {{.Local.Epoch}})</td></tr>
 <tr><td>members in view</td><td>{{range $i, $m := .Local.Members}}{{if $i}}, {{end}}{{$m}}{{end}}</td></tr>
-<tr><td>authority</td><td>{{if .Local.Authority}}yes{{else}}<b>no</b>: lease not renewed in time{{end}}{{if .Local.Joining}}, joining{{end}}</td></tr>
+<tr><td>authority</td><td>{{if .Local.Authority}}yes{{else}}<b>no</b>{{if .Local.Waiting}}: {{.Local.Waiting}}{{end}}{{end}}{{if .Local.Joining}}, joining{{end}}</td></tr>
+{{if .LeaderLease}}<tr><td>kube-controller-manager</td><td id="leader-lease">{{.LeaderLease}}</td></tr>{{end}}
 <tr><td>pieces owned / running</td><td>{{len .Local.Owned}} / {{len .Local.Running}}</td></tr>
 <tr><td>waiting</td><td>{{if .Local.Waiting}}{{.Local.Waiting}}{{else}}nothing: every owned piece runs{{end}}</td></tr>
 <tr><td>last rebalance</td><td>{{if .Local.LastViewChange.IsZero}}none yet{{else}}{{.Local.LastViewChange.UTC.Format "2006-01-02T15:04:05Z07:00"}}{{end}}</td></tr>

@@ -23,13 +23,12 @@ import (
 	"k8s.io/kubernetes/cmd/kube-controller-manager/app/options"
 )
 
-// leaderElectionFlags are KCM's; the fleet replaces leader election, so they
-// are accepted (deployments that set them keep working) and ignored.
-var leaderElectionFlags = []string{
-	"leader-elect", "leader-elect-lease-duration", "leader-elect-renew-deadline", "leader-elect-retry-period",
-	"leader-elect-resource-lock", "leader-elect-resource-name", "leader-elect-resource-namespace",
-	"enable-leader-migration", "leader-migration-config",
-}
+// leaderMigrationFlags are KCM's; fleet membership replaces leader migration,
+// so they are accepted (deployments that set them keep working) and
+// ignored. The --leader-elect* flags keep their meaning: they name
+// kube-controller-manager's leader Lease, which the fleet holds so that no
+// KCM runs beside it.
+var leaderMigrationFlags = []string{"enable-leader-migration", "leader-migration-config"}
 
 // NewCommand builds the fleet-controller-manager command.
 func NewCommand() *cobra.Command {
@@ -46,8 +45,11 @@ func NewCommand() *cobra.Command {
 		Long: `fleet-controller-manager runs kube-controller-manager's controllers on every
 replica at once: replicas register with Leases, a consistent-hash ring splits the
 controllers and the namespaces of the per-namespace controllers between them,
-and no piece ever runs on two replicas. It takes kube-controller-manager's flags;
-leader election flags are replaced by the fleet flags.`,
+and no piece ever runs on two replicas. It takes kube-controller-manager's flags.
+The fleet holds kube-controller-manager's leader Lease (--leader-elect-resource-*)
+for as long as any replica may run a controller, so a kube-controller-manager
+started beside it stays a standby; the fleet's own Leases are set by the fleet
+flags.`,
 		SilenceUsage: true,
 		PersistentPreRunE: func(*cobra.Command, []string) error {
 			// As KCM: it watches deprecated APIs on purpose.
@@ -84,9 +86,9 @@ leader election flags are replaced by the fleet flags.`,
 	for _, f := range named.FlagSets {
 		fs.AddFlagSet(f)
 	}
-	for _, name := range leaderElectionFlags {
+	for _, name := range leaderMigrationFlags {
 		if fs.Lookup(name) != nil {
-			_ = fs.MarkDeprecated(name, "ignored: fleet membership replaces leader election (see --fleet-name)")
+			_ = fs.MarkDeprecated(name, "ignored: fleet membership replaces leader migration (see --fleet-name)")
 		}
 	}
 	cols, _, _ := term.TerminalSize(cmd.OutOrStdout())

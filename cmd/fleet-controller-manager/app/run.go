@@ -12,6 +12,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	restclient "k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	componentbaseconfig "k8s.io/component-base/config"
 	genericcontrollermanager "k8s.io/controller-manager/app"
 	controllerhealthz "k8s.io/controller-manager/pkg/healthz"
 	"k8s.io/klog/v2"
@@ -30,6 +32,26 @@ const (
 	membershipQPS   = 20
 	membershipBurst = 40
 )
+
+// kcmLeaderLease is the kube-controller-manager leader Lease the fleet holds,
+// from KCM's own leader election flags (nil with --leader-elect=false).
+func kcmLeaderLease(le componentbaseconfig.LeaderElectionConfiguration) (*membership.LeaderLeaseConfig, error) {
+	if !le.LeaderElect {
+		klog.InfoS("Not holding kube-controller-manager's leader lease (--leader-elect=false): nothing keeps a kube-controller-manager from running beside the fleet")
+		return nil, nil
+	}
+	if le.ResourceLock != resourcelock.LeasesResourceLock {
+		return nil, fmt.Errorf("--leader-elect-resource-lock=%s: kube-controller-manager's leader election must use %q for the fleet to hold it", le.ResourceLock, resourcelock.LeasesResourceLock)
+	}
+	cfg := &membership.LeaderLeaseConfig{
+		Namespace: le.ResourceNamespace, Name: le.ResourceName,
+		LeaseDuration: le.LeaseDuration.Duration, RenewDeadline: le.RenewDeadline.Duration, RetryPeriod: le.RetryPeriod.Duration,
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("--leader-elect-*: %w", err)
+	}
+	return cfg, nil
+}
 
 // run is KCM's Run with leader election replaced by fleet membership: the
 // events pipeline, secure serving of /healthz and /metrics, then the pieces
@@ -56,16 +78,24 @@ func run(ctx context.Context, kcm *options.KubeControllerManagerOptions, fleet *
 	if err != nil {
 		return fmt.Errorf("building membership client: %w", err)
 	}
+	leaderLease, err := kcmLeaderLease(c.ComponentConfig.Generic.LeaderElection)
+	if err != nil {
+		return err
+	}
 	member, err := membership.New(membership.Config{
 		Client: client, Namespace: fleet.Namespace, Fleet: fleet.Name, Identity: fleet.Identity,
 		LeaseDuration: fleet.LeaseDuration.D(), RenewDeadline: fleet.RenewDeadline.D(), RetryPeriod: fleet.RetryPeriod.D(),
+		LeaderLease: leaderLease,
 	})
 	if err != nil {
 		return err
 	}
 
+	// Healthy while it renews its own Lease: waiting behind a
+	// kube-controller-manager that leads is healthy (a restart would not
+	// help), as a KCM standby is.
 	healthzHandler := controllerhealthz.NewMutableHealthzHandler(healthz.NamedCheck("fleet-authority", func(*http.Request) error {
-		if member.Joining() || member.Valid() {
+		if member.Joining() || member.Renewing() {
 			return nil
 		}
 		return errors.New("lease not renewed within the renew deadline")
@@ -124,7 +154,7 @@ func run(ctx context.Context, kcm *options.KubeControllerManagerOptions, fleet *
 			case member.Joining():
 				http.Error(w, "joining the fleet", http.StatusServiceUnavailable)
 			case !member.Valid():
-				http.Error(w, "no authority: lease not renewed within the renew deadline", http.StatusServiceUnavailable)
+				http.Error(w, "no authority: "+member.WhyNoAuthority(), http.StatusServiceUnavailable)
 			case !st.TookShare:
 				http.Error(w, fmt.Sprintf("taking its share of pieces: %d of %d running (%s)", len(st.Running), len(st.Owned), st.Waiting), http.StatusServiceUnavailable)
 			default:
@@ -136,7 +166,11 @@ func run(ctx context.Context, kcm *options.KubeControllerManagerOptions, fleet *
 		}
 		// Not the membership client: page views must not delay renewals.
 		serveMux.Handle("/debug/fleet", shard.FleetPage(func(ctx context.Context) (shard.FleetStatus, error) {
-			return shard.ReadFleet(ctx, c.Client, fleet.Namespace, fleet.Name, fleet.Ring.Partitions)
+			st, err := shard.ReadFleet(ctx, c.Client, fleet.Namespace, fleet.Name, fleet.Ring.Partitions)
+			if err == nil && leaderLease != nil {
+				st.LeaderLease, err = shard.ReadLeaderLease(ctx, c.Client, leaderLease.Namespace, leaderLease.Name, fleet.Namespace, fleet.Name)
+			}
+			return st, err
 		}, manager.Status))
 		handler := genericcontrollermanager.BuildHandlerChain(serveMux, &c.Authorization, &c.Authentication)
 		if _, _, err := c.SecureServing.Serve(handler, 0, ctx.Done()); err != nil {

@@ -16,7 +16,7 @@ import (
 // newStatusCommand is `fleet-controller-manager status`: the fleet as its
 // Leases show it, for an operator with kubectl access.
 func newStatusCommand() *cobra.Command {
-	var kubeconfig, fleetName, namespace, output string
+	var kubeconfig, fleetName, namespace, output, leaderNamespace, leaderName string
 	partitions := shard.DefaultRingConfig.Partitions
 	cmd := &cobra.Command{
 		Use:   "status",
@@ -45,6 +45,11 @@ func newStatusCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if leaderName != "" {
+				if status.LeaderLease, err = shard.ReadLeaderLease(ctx, client, leaderNamespace, leaderName, namespace, fleetName); err != nil {
+					return err
+				}
+			}
 			if output == "json" {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
@@ -71,5 +76,7 @@ func newStatusCommand() *cobra.Command {
 	fs.StringVar(&namespace, "fleet-namespace", defaults.Namespace, "Namespace of the members' Leases.")
 	fs.IntVar(&partitions, "partitions", partitions, "Number of namespace partitions the fleet runs with (to list partitions no member runs).")
 	fs.StringVarP(&output, "output", "o", "table", "Output format: table or json.")
+	fs.StringVar(&leaderNamespace, "leader-elect-resource-namespace", "kube-system", "Namespace of kube-controller-manager's leader Lease.")
+	fs.StringVar(&leaderName, "leader-elect-resource-name", "kube-controller-manager", "Name of kube-controller-manager's leader Lease (empty: do not read it).")
 	return cmd
 }

@@ -1,0 +1,513 @@
+package membership
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+	rl "k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+)
+
+// WritersAnnotation, on kube-controller-manager's leader Lease, lists the
+// fleet replicas ("identity/incarnation") that have renewed it and may still
+// act on that renewal. A replica that stops last releases the Lease only
+// when every other writer listed is certainly stopped.
+const WritersAnnotation = "fleet-controller-manager.io/writers"
+
+// maxWriters bounds the list: more than this is not one of ours.
+const maxWriters = 1024
+
+// LeaderLeaseConfig names kube-controller-manager's leader election Lease
+// and the timings KCM uses for it (its --leader-elect-* flags). The fleet
+// must be given KCM's own values: it stops acting RenewDeadline after each
+// renewal it sent, which is safe only while that is shorter than the lease
+// duration a KCM waits before it takes over.
+type LeaderLeaseConfig struct {
+	Namespace     string
+	Name          string
+	LeaseDuration time.Duration
+	RenewDeadline time.Duration
+	RetryPeriod   time.Duration
+}
+
+// Validate reports every problem of c at once.
+func (c LeaderLeaseConfig) Validate() error {
+	var errs []error
+	for _, f := range []struct{ name, value string }{{"leader lease namespace", c.Namespace}, {"leader lease name", c.Name}} {
+		if f.value == "" {
+			errs = append(errs, fmt.Errorf("%s must not be empty", f.name))
+		}
+	}
+	if c.RetryPeriod <= 0 {
+		errs = append(errs, fmt.Errorf("leader lease retry period %v must be positive", c.RetryPeriod))
+	}
+	if c.RenewDeadline <= c.RetryPeriod {
+		errs = append(errs, fmt.Errorf("leader lease renew deadline %v must be longer than its retry period %v", c.RenewDeadline, c.RetryPeriod))
+	}
+	if c.LeaseDuration <= c.RenewDeadline {
+		errs = append(errs, fmt.Errorf("leader lease duration %v must be longer than its renew deadline %v", c.LeaseDuration, c.RenewDeadline))
+	}
+	return errors.Join(errs...)
+}
+
+// leaderLease keeps kube-controller-manager's leader Lease held by the
+// fleet, so that no KCM leads while a replica may run a piece, and gives
+// this replica the second half of its authority. Why this is safe is in
+// package shard's doc; in short:
+//
+//   - Every replica renews the Lease itself, conditionally (on the
+//     resourceVersion it read), and acts only until RenewDeadline after it
+//     sent its last successful renewal. A KCM takes the Lease only after
+//     it saw the record unchanged for LeaseDuration on its own clock, so
+//     never before LeaseDuration after the last fleet renewal was sent.
+//   - Each renewal changes the record as KCM compares it (client-go
+//     compares the record's JSON, in which times have whole seconds): the
+//     holder names the replica and its incarnation, and the renew time of
+//     one incarnation moves forward by at least a second per renewal.
+//   - The last replica to stop releases the Lease (empty holder: a KCM
+//     takes it at its next retry) only when every other replica listed in
+//     WritersAnnotation has certainly stopped; otherwise the KCM waits one
+//     lease duration.
+type leaderLease struct {
+	cfg    LeaderLeaseConfig
+	member *Member
+	// holder is this replica's holder identity; prefix is the fleet's.
+	holder, prefix, writer string
+
+	mu          sync.Mutex
+	deadline    time.Time
+	waiting     string
+	observedRaw []byte
+	observedAt  time.Time
+	lastRenew   time.Time // renew time of this incarnation's last write
+	unknownAt   map[string]time.Time
+	left        bool
+	lastHolder  string
+	timer       clock.Timer
+
+	writeMu sync.Mutex
+}
+
+// FleetHolderPrefix starts the holder identity every replica of a fleet
+// writes into kube-controller-manager's leader Lease; the rest names the
+// replica and its incarnation.
+func FleetHolderPrefix(namespace, fleet string) string {
+	return fmt.Sprintf("fleet:%s/%s/", namespace, fleet)
+}
+
+func newLeaderLease(cfg LeaderLeaseConfig, m *Member) *leaderLease {
+	prefix := FleetHolderPrefix(m.cfg.Namespace, m.cfg.Fleet)
+	writer := m.cfg.Identity + "/" + m.incarnation
+	return &leaderLease{
+		cfg: cfg, member: m, prefix: prefix, writer: writer, holder: prefix + writer,
+		unknownAt: map[string]time.Time{},
+		waiting:   "not holding kube-controller-manager's leader lease yet",
+	}
+}
+
+// authority reports whether this replica's last renewal of the Lease still
+// lets it act, and until when.
+func (l *leaderLease) authority() (bool, time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.member.cfg.Clock.Now().Before(l.deadline), l.deadline
+}
+
+// whyNot says why the Lease gives no authority ("" when it does).
+func (l *leaderLease) whyNot() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.member.cfg.Clock.Now().Before(l.deadline) {
+		return ""
+	}
+	return l.waiting
+}
+
+func (l *leaderLease) ours(holder string) bool { return strings.HasPrefix(holder, l.prefix) }
+
+// run renews the Lease every retry period until ctx ends or the replica
+// leaves, and drops authority at once when a watch shows the Lease deleted
+// or held by anyone outside the fleet.
+func (l *leaderLease) run(ctx context.Context) error {
+	factory := informers.NewSharedInformerFactoryWithOptions(l.member.cfg.Client, 0,
+		informers.WithNamespace(l.cfg.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", l.cfg.Name).String()
+		}))
+	informer := factory.Coordination().V1().Leases().Informer()
+	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { l.watched(obj, false) },
+		UpdateFunc: func(_, obj any) { l.watched(obj, false) },
+		DeleteFunc: func(obj any) { l.watched(obj, true) },
+	}); err != nil {
+		return fmt.Errorf("watching kube-controller-manager's leader lease: %w", err)
+	}
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+
+	ticker := l.member.cfg.Clock.NewTicker(l.cfg.RetryPeriod)
+	defer ticker.Stop()
+	for {
+		l.tryAcquireOrRenew(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C():
+		}
+	}
+}
+
+// watched voids authority on sight of a Lease that no longer protects this
+// replica: deleted (a KCM creates it anew and leads at once) or held by
+// someone else or no one.
+func (l *leaderLease) watched(obj any, deleted bool) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	lease, ok := obj.(*coordinationv1.Lease)
+	if !ok {
+		return
+	}
+	holder := ptr.Deref(lease.Spec.HolderIdentity, "")
+	if !deleted && l.ours(holder) {
+		return
+	}
+	l.mu.Lock()
+	now := l.member.cfg.Clock.Now()
+	voided := now.Before(l.deadline)
+	if voided {
+		l.deadline = now
+	}
+	l.mu.Unlock()
+	if voided {
+		klog.ErrorS(nil, "kube-controller-manager's leader lease no longer held by the fleet; stopping every piece", "lease", klog.KRef(l.cfg.Namespace, l.cfg.Name), "deleted", deleted, "holder", holder)
+		l.member.notify()
+	}
+}
+
+// record is the Lease's leader election record as client-go (and so KCM)
+// reads and compares it.
+func record(lease *coordinationv1.Lease) (*rl.LeaderElectionRecord, []byte, error) {
+	rec := rl.LeaseSpecToLeaderElectionRecord(&lease.Spec)
+	raw, err := json.Marshal(rec)
+	if err != nil {
+		return nil, nil, fmt.Errorf("encoding the leader election record: %w", err)
+	}
+	return rec, raw, nil
+}
+
+// tryAcquireOrRenew is one attempt, as client-go's of the same name, except
+// that a Lease held by another replica of the fleet counts as held by us.
+func (l *leaderLease) tryAcquireOrRenew(ctx context.Context) {
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
+	if l.isLeft() {
+		return
+	}
+	clk := l.member.cfg.Clock
+	reqCtx, cancel := context.WithTimeout(ctx, l.cfg.RenewDeadline)
+	defer cancel()
+	leases := l.member.cfg.Client.CoordinationV1().Leases(l.cfg.Namespace)
+	lease, err := leases.Get(reqCtx, l.cfg.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		fresh := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: l.cfg.Name, Namespace: l.cfg.Namespace}}
+		sent := clk.Now()
+		l.fill(fresh, sent, true, nil)
+		_, err := leases.Create(reqCtx, fresh, metav1.CreateOptions{})
+		l.written(sent, err, "")
+		return
+	case err != nil:
+		l.failed(fmt.Errorf("reading kube-controller-manager's leader lease: %w", err))
+		return
+	}
+	rec, raw, err := record(lease)
+	if err != nil {
+		l.failed(err)
+		return
+	}
+	now := clk.Now()
+	l.mu.Lock()
+	if !bytes.Equal(raw, l.observedRaw) {
+		l.observedRaw, l.observedAt = raw, now
+	}
+	observedAt := l.observedAt
+	l.mu.Unlock()
+	holder := rec.HolderIdentity
+	takeover := !l.ours(holder)
+	if holder != "" && takeover && now.Before(observedAt.Add(l.cfg.LeaseDuration)) {
+		l.mu.Lock()
+		l.deadline = time.Time{}
+		l.waiting = fmt.Sprintf("waiting for kube-controller-manager %s to release its leader lease", holder)
+		changed := holder != l.lastHolder
+		l.lastHolder = holder
+		l.mu.Unlock()
+		if changed {
+			klog.InfoS("kube-controller-manager holds its leader lease; running nothing until it is released or expires", "lease", klog.KRef(l.cfg.Namespace, l.cfg.Name), "holder", holder, "leaseDuration", l.cfg.LeaseDuration)
+			l.member.notify()
+		}
+		return
+	}
+	var writers []string
+	if !takeover {
+		writers = l.liveWriters(lease.Annotations[WritersAnnotation], now)
+	}
+	updated := lease.DeepCopy()
+	sent := clk.Now()
+	l.fill(updated, sent, takeover, writers)
+	if takeover {
+		updated.Spec.LeaseTransitions = ptr.To(int32(rec.LeaderTransitions + 1))
+	}
+	// The update carries the resourceVersion read: it fails if anyone
+	// (a KCM taking over, another replica) wrote in between.
+	_, err = leases.Update(reqCtx, updated, metav1.UpdateOptions{})
+	l.written(sent, err, holder)
+}
+
+// fill writes this replica's record into lease, renewed at now.
+func (l *leaderLease) fill(lease *coordinationv1.Lease, now time.Time, acquire bool, writers []string) {
+	l.mu.Lock()
+	// Whole seconds, as KCM compares records: every renewal must look new.
+	renew := now
+	if !l.lastRenew.IsZero() && renew.Unix() <= l.lastRenew.Unix() {
+		renew = time.Unix(l.lastRenew.Unix()+1, 0)
+	}
+	l.lastRenew = renew
+	l.mu.Unlock()
+	lease.Spec.HolderIdentity = ptr.To(l.holder)
+	lease.Spec.LeaseDurationSeconds = ptr.To(int32(l.cfg.LeaseDuration / time.Second))
+	lease.Spec.RenewTime = &metav1.MicroTime{Time: renew}
+	if acquire || lease.Spec.AcquireTime == nil {
+		lease.Spec.AcquireTime = &metav1.MicroTime{Time: now}
+	}
+	if lease.Annotations == nil {
+		lease.Annotations = map[string]string{}
+	}
+	set := map[string]bool{l.writer: true}
+	for _, w := range writers {
+		set[w] = true
+	}
+	lease.Annotations[WritersAnnotation] = encodeWriters(set)
+}
+
+func encodeWriters(set map[string]bool) string {
+	list := make([]string, 0, len(set))
+	for w := range set {
+		list = append(list, w)
+	}
+	sort.Strings(list)
+	b, _ := json.Marshal(list)
+	return string(b)
+}
+
+func decodeWriters(s string) ([]string, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var list []string
+	if err := json.Unmarshal([]byte(s), &list); err != nil {
+		return nil, fmt.Errorf("annotation %s: %w", WritersAnnotation, err)
+	}
+	if len(list) > maxWriters {
+		return nil, fmt.Errorf("annotation %s lists %d writers, more than %d", WritersAnnotation, len(list), maxWriters)
+	}
+	return list, nil
+}
+
+// liveWriters is the writers list to keep: every writer but those this
+// replica knows to have stopped, and those it has not seen live for a
+// lease duration (an incarnation from before its time, whose Lease is
+// gone: while this replica is a participant that has not acknowledged it,
+// it runs nothing). An unreadable list is replaced by every member seen.
+func (l *leaderLease) liveWriters(annotation string, now time.Time) []string {
+	list, err := decodeWriters(annotation)
+	if err != nil {
+		klog.ErrorS(err, "Unreadable list of fleet writers on kube-controller-manager's leader lease; listing every member seen instead", "lease", klog.KRef(l.cfg.Namespace, l.cfg.Name))
+		for _, p := range l.member.Peers() {
+			list = append(list, p.Name+"/"+p.State.Incarnation)
+		}
+	}
+	var keep []string
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, w := range list {
+		if w == l.writer {
+			continue
+		}
+		switch l.member.writerStatus(w) {
+		case writerLive:
+			delete(l.unknownAt, w)
+			keep = append(keep, w)
+		case writerStopped:
+			delete(l.unknownAt, w)
+		case writerUnknown:
+			first, ok := l.unknownAt[w]
+			if !ok {
+				l.unknownAt[w], first = now, now
+			}
+			if now.Sub(first) <= l.member.cfg.LeaseDuration {
+				keep = append(keep, w)
+			}
+		}
+	}
+	return keep
+}
+
+// written records the outcome of a write sent at sent. heldBy is the
+// holder the write replaced.
+func (l *leaderLease) written(sent time.Time, err error, heldBy string) {
+	if err != nil {
+		l.failed(fmt.Errorf("renewing kube-controller-manager's leader lease: %w", err))
+		return
+	}
+	leaderLeaseRenewals.WithLabelValues("success").Inc()
+	l.mu.Lock()
+	was := l.member.cfg.Clock.Now().Before(l.deadline)
+	l.deadline = sent.Add(l.cfg.RenewDeadline)
+	l.waiting = "kube-controller-manager's leader lease not renewed within its renew deadline"
+	l.lastHolder = l.holder
+	l.mu.Unlock()
+	if !was {
+		klog.InfoS("Holding kube-controller-manager's leader lease for the fleet", "lease", klog.KRef(l.cfg.Namespace, l.cfg.Name), "holder", l.holder, "previousHolder", heldBy)
+	}
+	l.member.notify()
+	l.wakeAt(sent.Add(l.cfg.RenewDeadline))
+}
+
+// wakeAt notifies the member at t, when this renewal's authority runs out,
+// so pieces stop on time even if nothing else happens.
+func (l *leaderLease) wakeAt(t time.Time) {
+	clk := l.member.cfg.Clock
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.timer == nil {
+		l.timer = clk.NewTimer(t.Sub(clk.Now()))
+		go func() {
+			for range l.timer.C() {
+				l.member.notify()
+			}
+		}()
+		return
+	}
+	l.timer.Reset(t.Sub(clk.Now()))
+}
+
+func (l *leaderLease) failed(err error) {
+	leaderLeaseRenewals.WithLabelValues("failure").Inc()
+	if apierrors.IsConflict(err) {
+		// Another replica (or a KCM) wrote between our read and write;
+		// the next attempt reads again.
+		klog.V(2).InfoS("Leader lease changed while renewing; retrying", "lease", klog.KRef(l.cfg.Namespace, l.cfg.Name))
+		return
+	}
+	klog.ErrorS(err, "Leader lease not renewed", "lease", klog.KRef(l.cfg.Namespace, l.cfg.Name))
+}
+
+func (l *leaderLease) isLeft() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.left
+}
+
+// leave stops renewing, then releases the Lease if no other writer may
+// still act, or else takes this replica off the writers list so that the
+// last one to leave can release it. The caller has stopped every piece.
+func (l *leaderLease) leave(ctx context.Context) error {
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
+	l.mu.Lock()
+	l.left, l.deadline = true, time.Time{}
+	l.mu.Unlock()
+	leases := l.member.cfg.Client.CoordinationV1().Leases(l.cfg.Namespace)
+	for attempt := 0; attempt < 3; attempt++ {
+		lease, err := leases.Get(ctx, l.cfg.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("reading kube-controller-manager's leader lease: %w", err)
+		}
+		holder := ptr.Deref(lease.Spec.HolderIdentity, "")
+		if !l.ours(holder) {
+			return nil
+		}
+		others, err := l.othersActive(lease.Annotations[WritersAnnotation])
+		updated := lease.DeepCopy()
+		release := err == nil && len(others) == 0
+		if release {
+			// As client-go's release: no holder, a one-second duration.
+			rec, _, _ := record(lease)
+			now := metav1.NewTime(l.member.cfg.Clock.Now())
+			updated.Spec = rl.LeaderElectionRecordToLeaseSpec(&rl.LeaderElectionRecord{
+				LeaseDurationSeconds: 1, RenewTime: now, AcquireTime: now, LeaderTransitions: rec.LeaderTransitions,
+			})
+			delete(updated.Annotations, WritersAnnotation)
+		} else {
+			if err != nil {
+				klog.ErrorS(err, "Not releasing kube-controller-manager's leader lease")
+			} else {
+				klog.InfoS("Not releasing kube-controller-manager's leader lease: other replicas may still act on it", "others", others)
+			}
+			list, _ := decodeWriters(updated.Annotations[WritersAnnotation])
+			set := map[string]bool{}
+			for _, w := range list {
+				if w != l.writer {
+					set[w] = true
+				}
+			}
+			if updated.Annotations == nil {
+				updated.Annotations = map[string]string{}
+			}
+			updated.Annotations[WritersAnnotation] = encodeWriters(set)
+		}
+		_, err = leases.Update(ctx, updated, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("leaving kube-controller-manager's leader lease: %w", err)
+		}
+		if release {
+			klog.InfoS("Released kube-controller-manager's leader lease: the fleet runs nothing", "lease", klog.KRef(l.cfg.Namespace, l.cfg.Name))
+		}
+		return nil
+	}
+	return errors.New("kube-controller-manager's leader lease kept changing while leaving")
+}
+
+// othersActive lists the writers, other than this replica, not known to
+// have stopped.
+func (l *leaderLease) othersActive(annotation string) ([]string, error) {
+	list, err := decodeWriters(annotation)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, w := range list {
+		if w != l.writer && l.member.writerStatus(w) != writerStopped {
+			out = append(out, w)
+		}
+	}
+	return out, nil
+}
+
+// isHeld reports whether this replica's renewal still holds.
+func (l *leaderLease) isHeld() bool {
+	ok, _ := l.authority()
+	return ok
+}
