@@ -65,6 +65,19 @@ func (c LeaderLeaseConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
+// takeoverWait is how long a record of someone else must stay unchanged
+// before this replica takes the Lease: the lease duration, as client-go
+// waits, but at least as long as a KCM leader may still act after its last
+// renewal was written. client-go's leader acts until a renewal window (one
+// retry period, then RenewDeadline of retries) passes without success, and
+// its last success may be answered up to its request timeout
+// (RenewDeadline/2) after it was written: with KCM's defaults, 17 s rather
+// than 15. (KCM standbys wait only the lease duration: two KCMs can overlap
+// by those 2 s after a slow answer; the fleet does not.)
+func (c LeaderLeaseConfig) takeoverWait() time.Duration {
+	return max(c.LeaseDuration, c.RenewDeadline+c.RetryPeriod+c.RenewDeadline/2)
+}
+
 // leaderLease keeps kube-controller-manager's leader Lease held by the
 // fleet, so that no KCM leads while a replica may run a piece, and gives
 // this replica the second half of its authority. Why this is safe is in
@@ -250,7 +263,7 @@ func (l *leaderLease) tryAcquireOrRenew(ctx context.Context) {
 	l.mu.Unlock()
 	holder := rec.HolderIdentity
 	takeover := !l.ours(holder)
-	if holder != "" && takeover && now.Before(observedAt.Add(l.cfg.LeaseDuration)) {
+	if holder != "" && takeover && now.Before(observedAt.Add(l.cfg.takeoverWait())) {
 		l.mu.Lock()
 		l.deadline = time.Time{}
 		l.waiting = fmt.Sprintf("waiting for kube-controller-manager %s to release its leader lease", holder)

@@ -84,6 +84,19 @@ type sim struct {
 	log     []string
 	// violations found by the invariant check
 	violation string
+	// kcm, when set, is a kube-controller-manager beside the fleet, and
+	// kcmLease its leader Lease (kcm_sim_test.go).
+	kcm      *simKCM
+	kcmLease simKCMLease
+	names    int
+	// kcmCutUntil: KCM cannot reach the apiserver until then;
+	// fleetDeniedUntil: members' writes to KCM's Lease are refused.
+	kcmCutUntil, fleetDeniedUntil int64
+}
+
+func (s *sim) nextName() string {
+	s.names++
+	return fmt.Sprintf("m%d", s.names)
 }
 
 type simObs struct {
@@ -116,7 +129,13 @@ type simNode struct {
 	leaving      bool
 	stopping     map[Piece]bool
 	incCount     int
+	leader       simLeaderLease
+	// cutUntil: the member's connection to the apiserver is cut until then.
+	cutUntil int64
 }
+
+// reaches: this member can talk to the apiserver now.
+func (n *simNode) reaches() bool { return n.s.apiUp() && n.s.now >= n.cutUntil }
 
 func (s *sim) at(delay int64, node *simNode, fn func()) {
 	s.seq++
@@ -173,6 +192,10 @@ func (s *sim) broadcast(name string, rec *simLeaseRecord, lastState membership.S
 		if !s.apiUp() {
 			delay += s.downTil - s.now
 		}
+		if n.cutUntil > s.now {
+			// A member cut off from the apiserver hears of it after.
+			delay += n.cutUntil - s.now
+		}
 		s.at(delay, n, func() { n.observe(name, copyRec, lastState) })
 	}
 }
@@ -205,7 +228,7 @@ func (s *sim) run(until int64) {
 func (s *sim) check() {
 	actors := map[Piece][]string{}
 	for _, n := range s.nodes {
-		if !n.alive || n.paused || s.now >= n.fence {
+		if !n.alive || n.paused || !n.mayAct() {
 			continue
 		}
 		for p, st := range n.local.Status {
@@ -217,6 +240,12 @@ func (s *sim) check() {
 	for p, who := range actors {
 		if len(who) > 1 {
 			s.violation = fmt.Sprintf("at %d ms piece %s may act on %v", s.now, p, who)
+			return
+		}
+	}
+	if s.kcm.acting(s.now) {
+		for p, who := range actors {
+			s.violation = fmt.Sprintf("at %d ms kube-controller-manager leads while piece %s may act on %v", s.now, p, who)
 			return
 		}
 	}
@@ -251,11 +280,12 @@ func (n *simNode) start() {
 	n.obs = map[string]*simObs{}
 	n.s.at(n.s.latency(), n, n.list)
 	n.s.at(0, n, n.renewTick)
+	n.startLeaderLease()
 }
 
 // list is the informer's initial list: every Lease as the apiserver has it.
 func (n *simNode) list() {
-	if !n.s.apiUp() {
+	if !n.reaches() {
 		n.s.at(500, n, n.list)
 		return
 	}
@@ -357,7 +387,7 @@ func (n *simNode) confirmExpiry(name string, rv int64) {
 		return
 	}
 	o.checking = false
-	if !n.s.apiUp() {
+	if !n.reaches() {
 		return
 	}
 	rec, ok := n.s.leases[name]
@@ -374,7 +404,17 @@ func (n *simNode) confirmExpiry(name string, rv int64) {
 	n.step()
 }
 
-func (n *simNode) authority() bool { return n.joined && n.s.now < n.fence }
+func (n *simNode) authority() bool { return n.joined && n.mayAct() }
+
+// renewing: the node's own Lease is renewed in time (KCM's Lease aside),
+// as membership.Member.renew judges it.
+func (n *simNode) renewing() bool { return n.joined && n.s.now < n.fence }
+
+// mayAct: the fence of the node's own Lease, and of its renewal of KCM's
+// leader Lease when a KCM is modelled, still hold.
+func (n *simNode) mayAct() bool {
+	return n.s.now < n.fence && (n.s.kcm == nil || n.s.now < n.leader.fence)
+}
 
 // step runs Decide and carries out its plan.
 func (n *simNode) step() {
@@ -441,7 +481,7 @@ func (n *simNode) maybeWrite() {
 		return
 	}
 	// A member without authority rejoins only once nothing runs.
-	if !n.authority() && len(n.local.Status) > 0 {
+	if !n.renewing() && len(n.local.Status) > 0 {
 		return
 	}
 	st := n.desired()
@@ -457,7 +497,7 @@ func (n *simNode) maybeWrite() {
 	sent := n.s.now
 	lat := n.s.latency()
 	applyAt := lat * int64(n.s.rng.Intn(100)) / 100
-	up := n.s.apiUp()
+	up := n.reaches()
 	s := n.s
 	s.at(applyAt, nil, func() {
 		if !up || !s.apiUp() {
@@ -482,7 +522,7 @@ func (n *simNode) maybeWrite() {
 		if ok && s.leases[n.name] != nil && s.leases[n.name].state.Seq == st.Seq && s.leases[n.name].state.Incarnation == inc {
 			// Authority is extended only by a renewal sent while it was
 			// held, or by a rejoin sent with nothing running.
-			held := n.authority()
+			held := n.renewing()
 			if held || len(st.Running) == 0 {
 				n.fence = sent + simRenewDeadline
 				n.joined = true
@@ -504,6 +544,7 @@ func (n *simNode) maybeWrite() {
 
 func (n *simNode) leave() {
 	n.s.logf("%s: left", n.name)
+	n.leaveLeaderLease()
 	n.alive = false
 	last := n.s.leases[n.name]
 	delete(n.s.leases, n.name)
@@ -540,15 +581,26 @@ func (n *simNode) pause(d int64) {
 	})
 }
 
-func runSimulation(t *testing.T, seed int64) (settle time.Duration, err error) {
+func runSimulation(t *testing.T, seed int64, withKCM bool) (settle time.Duration, err error) {
 	rng := rand.New(rand.NewSource(seed))
 	s := &sim{t: t, rng: rng, leases: map[string]*simLeaseRecord{}, ring: RingConfig{Partitions: 16, ReplicationFactor: 32, Load: 1.25}}
 	s.pieces = AllPieces(s.ring.Partitions, []string{"garbagecollector", "namespace", "nodelifecycle", "podgc"})
 	heap.Init(&s.queue)
-	next := 0
-	newName := func() string { next++; return fmt.Sprintf("m%d", next) }
-	for range 1 + rng.Intn(4) {
-		s.newNode(newName())
+	if withKCM && rng.Intn(2) == 0 {
+		// A migration: KCM leads first, the fleet is deployed beside it.
+		s.startKCM(0)
+		s.at(3000+rng.Int63n(20000), nil, func() {
+			for range 1 + rng.Intn(4) {
+				s.newNode(s.nextName())
+			}
+		})
+	} else {
+		if withKCM {
+			s.startKCM(rng.Int63n(20000))
+		}
+		for range 1 + rng.Intn(4) {
+			s.newNode(s.nextName())
+		}
 	}
 	// Disruptions, one every few seconds for two minutes.
 	horizon := int64(120000)
@@ -567,10 +619,14 @@ func runSimulation(t *testing.T, seed int64) (settle time.Duration, err error) {
 				}
 				return live[rng.Intn(len(live))]
 			}
+			if withKCM && rng.Float64() < 0.3 {
+				s.disruptKCM(live)
+				return
+			}
 			switch r := rng.Float64(); {
 			case r < 0.25 && len(live) < 8:
 				s.logf("join")
-				s.newNode(newName())
+				s.newNode(s.nextName())
 			case r < 0.40:
 				if n := pick(); n != nil && len(live) > 1 {
 					s.logf("%s: leaving", n.name)
@@ -594,10 +650,16 @@ func runSimulation(t *testing.T, seed int64) (settle time.Duration, err error) {
 				if n := pick(); n != nil {
 					n.pause(int64(rng.Intn(2*simLease)) + 1000)
 				}
-			case r < 0.86:
+			case r < 0.80:
 				d := 2000 + rng.Int63n(40000)
 				s.logf("apiserver down for %d ms", d)
 				s.downTil = s.now + d
+			case r < 0.86:
+				if n := pick(); n != nil {
+					d := 2000 + rng.Int63n(40000)
+					s.logf("%s: cut off from the apiserver for %d ms", n.name, d)
+					n.cutUntil = s.now + d
+				}
 			case r < 0.93:
 				if n := pick(); n != nil && s.leases[n.name] != nil {
 					// An operator deletes a live member's Lease by hand.
@@ -615,16 +677,25 @@ func runSimulation(t *testing.T, seed int64) (settle time.Duration, err error) {
 		return 0, fmt.Errorf("%s\nlast events:\n%s", s.violation, strings.Join(s.log[max(0, len(s.log)-60):], "\n"))
 	}
 	// Settle: no more disruptions; everything must be owned again.
-	s.downTil = 0
+	s.downTil, s.kcmCutUntil, s.fleetDeniedUntil = 0, 0, 0
 	for _, n := range s.nodes {
+		n.cutUntil = 0
 		if n.alive && n.paused {
 			n.paused = false
 			s.at(0, nil, func() {})
 		}
 	}
+	// A KCM that leads while members live is stopped for good in the loop
+	// below (an operator moves its static pod away): the fleet must then
+	// take over.
 	settleStart := s.now
-	deadline := s.now + 3*simLease + 10000
+	deadline := s.now + 3*simLease + 10000 + simKCMTakeoverWait
 	for s.now < deadline {
+		if s.kcm != nil && s.kcm.acting(s.now) && len(s.liveNodes()) > 0 {
+			s.logf("kcm: stopped for good")
+			s.kcm.alive = false
+			s.kcm.gen++
+		}
 		s.run(s.now + 250)
 		if s.violation != "" {
 			return 0, fmt.Errorf("%s\nlast events:\n%s", s.violation, strings.Join(s.log[max(0, len(s.log)-60):], "\n"))
@@ -636,13 +707,18 @@ func runSimulation(t *testing.T, seed int64) (settle time.Duration, err error) {
 	return 0, fmt.Errorf("fleet did not settle within %d ms: %s", deadline-settleStart, s.ownership())
 }
 
-func (s *sim) allOwned() bool {
+func (s *sim) liveNodes() []string {
 	var live []string
 	for _, n := range s.nodes {
 		if n.alive && !n.leaving {
 			live = append(live, n.name)
 		}
 	}
+	return live
+}
+
+func (s *sim) allOwned() bool {
+	live := s.liveNodes()
 	if len(live) == 0 {
 		return true
 	}
@@ -688,7 +764,7 @@ func TestProtocolSimulation(t *testing.T) {
 	}
 	var worst time.Duration
 	for _, seed := range seeds {
-		settle, err := runSimulation(t, seed)
+		settle, err := runSimulation(t, seed, false)
 		if err != nil {
 			t.Fatalf("seed %d (replay: go test ./shard -run TestProtocolSimulation -sim.seed=%d): %v", seed, seed, err)
 		}
