@@ -440,14 +440,22 @@ func (l *leaderLease) isLeft() bool {
 // leave stops renewing, then releases the Lease if no other writer may
 // still act, or else takes this replica off the writers list so that the
 // last one to leave can release it. The caller has stopped every piece.
+//
+// When the whole fleet stops at once, every replica first sees the others
+// still live; each waits up to leaveWait for them to publish that they
+// left, so that one of them releases the Lease instead of none. A replica
+// leaving a fleet that stays (a rolling update) waits that long once, after
+// its pieces have already moved.
 func (l *leaderLease) leave(ctx context.Context) error {
 	l.writeMu.Lock()
 	defer l.writeMu.Unlock()
 	l.mu.Lock()
 	l.left, l.deadline = true, time.Time{}
 	l.mu.Unlock()
+	clk := l.member.cfg.Clock
+	waitUntil := clk.Now().Add(l.leaveWait())
 	leases := l.member.cfg.Client.CoordinationV1().Leases(l.cfg.Namespace)
-	for attempt := 0; attempt < 3; attempt++ {
+	for attempt := 0; attempt < 50; attempt++ {
 		lease, err := leases.Get(ctx, l.cfg.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -460,12 +468,21 @@ func (l *leaderLease) leave(ctx context.Context) error {
 			return nil
 		}
 		others, err := l.othersActive(lease.Annotations[WritersAnnotation])
-		updated := lease.DeepCopy()
 		release := err == nil && len(others) == 0
+		if !release && err == nil && clk.Now().Before(waitUntil) {
+			select {
+			case <-ctx.Done():
+			case <-clk.After(l.cfg.RetryPeriod / 8):
+			}
+			if ctx.Err() == nil {
+				continue
+			}
+		}
+		updated := lease.DeepCopy()
 		if release {
 			// As client-go's release: no holder, a one-second duration.
 			rec, _, _ := record(lease)
-			now := metav1.NewTime(l.member.cfg.Clock.Now())
+			now := metav1.NewTime(clk.Now())
 			updated.Spec = rl.LeaderElectionRecordToLeaseSpec(&rl.LeaderElectionRecord{
 				LeaseDurationSeconds: 1, RenewTime: now, AcquireTime: now, LeaderTransitions: rec.LeaderTransitions,
 			})
@@ -488,6 +505,7 @@ func (l *leaderLease) leave(ctx context.Context) error {
 			}
 			updated.Annotations[WritersAnnotation] = encodeWriters(set)
 		}
+		// Conditional on the resourceVersion read, like every write here.
 		_, err = leases.Update(ctx, updated, metav1.UpdateOptions{})
 		if apierrors.IsConflict(err) {
 			continue
@@ -502,6 +520,10 @@ func (l *leaderLease) leave(ctx context.Context) error {
 	}
 	return errors.New("kube-controller-manager's leader lease kept changing while leaving")
 }
+
+// leaveWait bounds how long a leaving replica waits for the others to stop
+// before it leaves the release to them.
+func (l *leaderLease) leaveWait() time.Duration { return l.cfg.RetryPeriod }
 
 // othersActive lists the writers, other than this replica, not known to
 // have stopped.

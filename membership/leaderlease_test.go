@@ -151,7 +151,7 @@ func TestLeaderLeaseLeave(t *testing.T) {
 	a.observe(memberLease(t, "b", "1", State{Incarnation: b.Incarnation(), Seq: 1}), false)
 	b.observe(memberLease(t, "a", "2", State{Incarnation: a.Incarnation(), Seq: 1}), false)
 
-	if err := a.leader.leave(ctx); err != nil {
+	if err := leave(t, a, clock); err != nil {
 		t.Fatal(err)
 	}
 	l := getLeaderLease(t, client)
@@ -168,7 +168,7 @@ func TestLeaderLeaseLeave(t *testing.T) {
 
 	// b learns that a left gracefully, and is the last: it releases.
 	b.observe(memberLease(t, "a", "3", State{Incarnation: a.Incarnation(), Seq: 2, Leaving: true}), false)
-	if err := b.leader.leave(ctx); err != nil {
+	if err := leave(t, b, clock); err != nil {
 		t.Fatal(err)
 	}
 	l = getLeaderLease(t, client)
@@ -212,6 +212,24 @@ func TestLeaderLeaseWatchVoidsAuthority(t *testing.T) {
 	}
 }
 
+// leave runs m's leave of the leader Lease, moving the fake clock on while
+// it waits for the others to stop.
+func leave(t *testing.T, m *Member, clock *clocktesting.FakeClock) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- m.leader.leave(context.Background()) }()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(time.Millisecond):
+			if clock.HasWaiters() {
+				clock.Step(100 * time.Millisecond)
+			}
+		}
+	}
+}
+
 func memberLease(t *testing.T, name, rv string, s State) *coordinationv1.Lease {
 	return lease(name, rv, encoded(t, s))
 }
@@ -235,5 +253,46 @@ func TestLeaderLeaseConfigValidate(t *testing.T) {
 				t.Fatalf("got %v, want %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestLeaderLeaseWholeFleetLeaves: replicas stopping together first see
+// each other live; they wait for each other's leave, and one releases.
+func TestLeaderLeaseWholeFleetLeaves(t *testing.T) {
+	ctx := context.Background()
+	clock := clocktesting.NewFakeClock(time.Unix(50000, 0))
+	client := fake.NewSimpleClientset()
+	a := leaderLeaseMember(t, client, clock, "a")
+	b := leaderLeaseMember(t, client, clock, "b")
+	a.leader.tryAcquireOrRenew(ctx)
+	clock.Step(time.Second)
+	b.leader.tryAcquireOrRenew(ctx)
+	a.observe(memberLease(t, "b", "1", State{Incarnation: b.Incarnation(), Seq: 1}), false)
+	b.observe(memberLease(t, "a", "2", State{Incarnation: a.Incarnation(), Seq: 1}), false)
+
+	done := make(chan error, 2)
+	go func() { done <- a.leader.leave(ctx) }()
+	go func() { done <- b.leader.leave(ctx) }()
+	// Each publishes that it left once its pieces stopped (Member.Leave).
+	for !clock.HasWaiters() {
+		time.Sleep(time.Millisecond)
+	}
+	a.observe(memberLease(t, "b", "3", State{Incarnation: b.Incarnation(), Seq: 2, Leaving: true}), false)
+	b.observe(memberLease(t, "a", "4", State{Incarnation: a.Incarnation(), Seq: 2, Leaving: true}), false)
+	for finished := 0; finished < 2; {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			finished++
+		case <-time.After(time.Millisecond):
+			if clock.HasWaiters() {
+				clock.Step(100 * time.Millisecond)
+			}
+		}
+	}
+	if h := ptr.Deref(getLeaderLease(t, client).Spec.HolderIdentity, ""); h != "" {
+		t.Fatalf("the whole fleet left and the Lease is still held by %q", h)
 	}
 }
