@@ -65,6 +65,62 @@
 // delayed and reordered events, crashes, pauses, outages and hand-deleted
 // Leases; the e2e tests check it on a real apiserver.
 //
+// # Never beside kube-controller-manager
+//
+// A kube-controller-manager (KCM) elects itself through its own leader
+// Lease (client-go's leader election). The fleet takes part in that
+// election (membership's leaderLease), and a member's authority is the
+// conjunction of its own Lease and of its renewal of KCM's Lease: Decide
+// sees Authority false, and the fence refuses every write, unless both
+// hold.
+//
+//   - Every member renews KCM's Lease itself, each time with a conditional
+//     update (the resourceVersion it read), as holder
+//     "fleet:<namespace>/<fleet>/<member>/<incarnation>", and acts only
+//     until RenewDeadline after it sent its last successful renewal.
+//   - A KCM takes the Lease only after its own GET showed the record
+//     unchanged for LeaseDuration of its clock, with a conditional update
+//     based on that GET. Its first sight of a record is after the record's
+//     write committed, which is after the member sent it; any later fleet
+//     write changes the record again (the holder names the incarnation,
+//     whose renew times move on by at least a second, the resolution at
+//     which client-go compares records) or makes KCM's update conflict. So
+//     KCM acts no sooner than LeaseDuration after the last fleet renewal
+//     was sent, and every member stopped RenewDeadline after sending its
+//     own last renewal: LeaseDuration-RenewDeadline (5 s) earlier. This
+//     holds for a member killed, paused or cut off, since it is a bound on
+//     the member's own clock alone; a member also drops its authority at
+//     once when its watch shows the Lease deleted or held by anyone else.
+//   - The other way, a member takes the Lease from a KCM only after the
+//     record stayed unchanged for max(LeaseDuration, RenewDeadline +
+//     RetryPeriod + RenewDeadline/2) on its clock (17 s with KCM's
+//     defaults): a KCM leader acts until a renewal window (one retry
+//     period, then RenewDeadline of retries) passes without success, and
+//     its last successful renewal may be answered up to its client timeout
+//     (RenewDeadline/2) after it was written. KCM standbys wait only the
+//     lease duration, so two KCMs can overlap after a slow answer; the fleet
+//     does not.
+//   - A member that leaves releases the Lease (empty holder, as client-go's
+//     ReleaseOnCancel writes: a KCM takes it at its next retry) only when
+//     every other member listed in the Lease's writers annotation has
+//     certainly stopped acting: left gracefully (its last state lists
+//     nothing running), expired (confirmed by a fresh read), or superseded
+//     by a newer incarnation. Otherwise it takes itself off the list, so
+//     the last member to leave can release; a KCM otherwise waits one lease
+//     duration.
+//
+// One hole is left, as between two KCMs: a Lease deleted by hand while the
+// fleet holds it lets a standby KCM create it anew and lead at its next
+// retry, while members act until their watch shows the deletion
+// (milliseconds, normally). Only cluster admins should be able to delete
+// Leases in kube-system.
+//
+// KCM must run with the fleet's --leader-elect-* values (the defaults on
+// both): a KCM with a shorter lease duration than the fleet's renew
+// deadline could lead while members still act. The simulation models a KCM
+// (client-go's timings and request timeout) and checks that it never leads
+// while a member may act (kcm_sim_test.go).
+//
 // What it costs: a participant that renews but never acknowledges (a hung
 // process) blocks new starts across the fleet until it dies; pieces already
 // running keep running. A fleet that lost the apiserver for longer than the
