@@ -173,14 +173,19 @@ func (l *leaderLease) run(ctx context.Context) error {
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
 
-	ticker := l.member.cfg.Clock.NewTicker(l.cfg.RetryPeriod)
-	defer ticker.Stop()
+	clk := l.member.cfg.Clock
 	for {
-		l.tryAcquireOrRenew(ctx)
+		started := clk.Now()
+		next := started.Add(l.cfg.RetryPeriod)
+		if expires := l.tryAcquireOrRenew(ctx); !expires.IsZero() && expires.Before(next) {
+			// Try again the moment a KCM's record may be taken, not up
+			// to a retry period later.
+			next = expires
+		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-ticker.C():
+		case <-clk.After(next.Sub(clk.Now())):
 		}
 	}
 }
@@ -226,7 +231,9 @@ func record(lease *coordinationv1.Lease) (*rl.LeaderElectionRecord, []byte, erro
 
 // tryAcquireOrRenew is one attempt, as client-go's of the same name, except
 // that a Lease held by another replica of the fleet counts as held by us.
-func (l *leaderLease) tryAcquireOrRenew(ctx context.Context) {
+// While a KCM holds the Lease it returns when the record may be taken if it
+// does not change again (zero otherwise).
+func (l *leaderLease) tryAcquireOrRenew(ctx context.Context) (expires time.Time) {
 	l.writeMu.Lock()
 	defer l.writeMu.Unlock()
 	if l.isLeft() {
@@ -271,10 +278,11 @@ func (l *leaderLease) tryAcquireOrRenew(ctx context.Context) {
 		l.lastHolder = holder
 		l.mu.Unlock()
 		if changed {
-			klog.InfoS("kube-controller-manager holds its leader lease; running nothing until it is released or expires", "lease", klog.KRef(l.cfg.Namespace, l.cfg.Name), "holder", holder, "leaseDuration", l.cfg.LeaseDuration)
+			klog.InfoS("kube-controller-manager holds its leader lease; running nothing until it is released or expires", "lease", klog.KRef(l.cfg.Namespace, l.cfg.Name), "holder", holder, "takeoverWait", l.cfg.takeoverWait())
 			l.member.notify()
 		}
-		return
+		// A millisecond past, so the next attempt finds it expired.
+		return observedAt.Add(l.cfg.takeoverWait() + time.Millisecond)
 	}
 	var writers []string
 	if !takeover {
@@ -290,6 +298,7 @@ func (l *leaderLease) tryAcquireOrRenew(ctx context.Context) {
 	// (a KCM taking over, another replica) wrote in between.
 	_, err = leases.Update(reqCtx, updated, metav1.UpdateOptions{})
 	l.written(sent, err, holder)
+	return time.Time{}
 }
 
 // fill writes this replica's record into lease, renewed at now.
