@@ -184,6 +184,15 @@ func TestKubeControllerManagerBesideTheFleet(t *testing.T) {
 		}
 		return true, ""
 	})
+	resp, err := httpClient.Get(fmt.Sprintf("https://127.0.0.1:%d/debug/fleet", ports[replicas[0]]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(page), "waiting for kube-controller-manager "+holder+" to release its leader lease") {
+		t.Errorf("/debug/fleet does not say the fleet waits for %s", holder)
+	}
 	out, err := exec.CommandContext(ctx, bin, "status", "--kubeconfig", cluster.AdminKubeconfig).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "waiting for kube-controller-manager "+holder) {
 		t.Errorf("status does not say the fleet waits for %s (%v):\n%s", holder, err, out)
