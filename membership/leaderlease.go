@@ -112,6 +112,8 @@ type leaderLease struct {
 	left        bool
 	lastHolder  string
 	timer       clock.Timer
+	// cache reads the Lease from the watch (nil before it runs).
+	cache func() *coordinationv1.Lease
 
 	writeMu sync.Mutex
 }
@@ -172,6 +174,20 @@ func (l *leaderLease) run(ctx context.Context) error {
 	}
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
+	key := l.cfg.Namespace + "/" + l.cfg.Name
+	l.mu.Lock()
+	l.cache = func() *coordinationv1.Lease {
+		if !informer.HasSynced() {
+			return nil
+		}
+		obj, ok, err := informer.GetStore().GetByKey(key)
+		if err != nil || !ok {
+			return nil
+		}
+		lease, _ := obj.(*coordinationv1.Lease)
+		return lease
+	}
+	l.mu.Unlock()
 
 	clk := l.member.cfg.Clock
 	for {
@@ -242,6 +258,14 @@ func (l *leaderLease) tryAcquireOrRenew(ctx context.Context) (expires time.Time)
 	clk := l.member.cfg.Clock
 	reqCtx, cancel := context.WithTimeout(ctx, l.cfg.RenewDeadline)
 	defer cancel()
+	// The watch cache is usually current (other replicas' renewals arrive
+	// in milliseconds), which saves a GET per renewal; a stale copy only
+	// makes the conditional write conflict, and then a GET decides.
+	if cached := l.cachedLease(); cached != nil {
+		if expires, conflict := l.renewFrom(reqCtx, cached); !conflict {
+			return expires
+		}
+	}
 	leases := l.member.cfg.Client.CoordinationV1().Leases(l.cfg.Namespace)
 	lease, err := leases.Get(reqCtx, l.cfg.Name, metav1.GetOptions{})
 	switch {
@@ -256,6 +280,17 @@ func (l *leaderLease) tryAcquireOrRenew(ctx context.Context) (expires time.Time)
 		l.failed(fmt.Errorf("reading kube-controller-manager's leader lease: %w", err))
 		return
 	}
+	expires, _ = l.renewFrom(reqCtx, lease)
+	return expires
+}
+
+// renewFrom judges lease as read (from the watch cache or a GET) and, unless
+// a KCM holds it, writes this replica's renewal over it, conditionally on
+// its resourceVersion. conflict reports a write that lost to another
+// writer.
+func (l *leaderLease) renewFrom(ctx context.Context, lease *coordinationv1.Lease) (expires time.Time, conflict bool) {
+	clk := l.member.cfg.Clock
+	leases := l.member.cfg.Client.CoordinationV1().Leases(l.cfg.Namespace)
 	rec, raw, err := record(lease)
 	if err != nil {
 		l.failed(err)
@@ -282,7 +317,7 @@ func (l *leaderLease) tryAcquireOrRenew(ctx context.Context) (expires time.Time)
 			l.member.notify()
 		}
 		// A millisecond past, so the next attempt finds it expired.
-		return observedAt.Add(l.cfg.takeoverWait() + time.Millisecond)
+		return observedAt.Add(l.cfg.takeoverWait() + time.Millisecond), false
 	}
 	var writers []string
 	if !takeover {
@@ -296,9 +331,9 @@ func (l *leaderLease) tryAcquireOrRenew(ctx context.Context) (expires time.Time)
 	}
 	// The update carries the resourceVersion read: it fails if anyone
 	// (a KCM taking over, another replica) wrote in between.
-	_, err = leases.Update(reqCtx, updated, metav1.UpdateOptions{})
+	_, err = leases.Update(ctx, updated, metav1.UpdateOptions{})
 	l.written(sent, err, holder)
-	return time.Time{}
+	return time.Time{}, apierrors.IsConflict(err)
 }
 
 // fill writes this replica's record into lease, renewed at now.
@@ -548,6 +583,21 @@ func (l *leaderLease) othersActive(annotation string) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// cachedLease is the Lease as the watch has it, or nil (not watching yet,
+// not synced, or absent: then a GET decides).
+func (l *leaderLease) cachedLease() *coordinationv1.Lease {
+	l.mu.Lock()
+	read := l.cache
+	l.mu.Unlock()
+	if read == nil {
+		return nil
+	}
+	if lease := read(); lease != nil {
+		return lease.DeepCopy()
+	}
+	return nil
 }
 
 // isHeld reports whether this replica's renewal still holds.

@@ -2,15 +2,20 @@ package membership
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/utils/ptr"
+	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 )
 
 var testLeaderLease = LeaderLeaseConfig{
@@ -294,5 +299,67 @@ func TestLeaderLeaseWholeFleetLeaves(t *testing.T) {
 	}
 	if h := ptr.Deref(getLeaderLease(t, client).Spec.HolderIdentity, ""); h != "" {
 		t.Fatalf("the whole fleet left and the Lease is still held by %q", h)
+	}
+}
+
+// conflictingClient is a fake clientset whose Lease updates are conditional
+// on the resourceVersion, as the apiserver's are.
+func conflictingClient(objs ...runtime.Object) *fake.Clientset {
+	client := fake.NewSimpleClientset(objs...)
+	client.PrependReactor("create", "leases", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		obj := action.(k8stesting.CreateAction).GetObject().(*coordinationv1.Lease)
+		obj.ResourceVersion = "1"
+		return false, nil, nil
+	})
+	client.PrependReactor("update", "leases", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		obj := action.(k8stesting.UpdateAction).GetObject().(*coordinationv1.Lease)
+		current, err := client.Tracker().Get(coordinationv1.SchemeGroupVersion.WithResource("leases"), obj.Namespace, obj.Name)
+		if err != nil {
+			return true, nil, err
+		}
+		rv := current.(*coordinationv1.Lease).ResourceVersion
+		if obj.ResourceVersion != rv {
+			return true, nil, apierrors.NewConflict(coordinationv1.Resource("leases"), obj.Name, fmt.Errorf("resourceVersion %s, current %s", obj.ResourceVersion, rv))
+		}
+		n, _ := strconv.Atoi(rv)
+		obj.ResourceVersion = strconv.Itoa(n + 1)
+		return false, nil, nil
+	})
+	return client
+}
+
+// TestLeaderLeaseStaleCache: a renewal written over a stale copy from the
+// watch cache conflicts and is retried from a fresh read; it never
+// overwrites a record it has not seen.
+func TestLeaderLeaseStaleCache(t *testing.T) {
+	ctx := context.Background()
+	clock := clocktesting.NewFakeClock(time.Unix(60000, 0))
+	client := conflictingClient()
+	a := leaderLeaseMember(t, client, clock, "a")
+	b := leaderLeaseMember(t, client, clock, "b")
+	a.leader.tryAcquireOrRenew(ctx)
+	stale := getLeaderLease(t, client)
+	clock.Step(time.Second)
+	b.leader.tryAcquireOrRenew(ctx)
+	if !b.leader.isHeld() {
+		t.Fatal("b could not renew")
+	}
+	updates := 0
+	client.PrependReactor("update", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		updates++
+		return false, nil, nil
+	})
+	a.leader.cache = func() *coordinationv1.Lease { return stale }
+	clock.Step(time.Second)
+	a.leader.tryAcquireOrRenew(ctx)
+	if updates != 2 {
+		t.Fatalf("%d updates, want the stale one refused and one from a fresh read", updates)
+	}
+	l := getLeaderLease(t, client)
+	if got := l.Annotations[WritersAnnotation]; !strings.Contains(got, "b/"+b.Incarnation()) {
+		t.Fatalf("a's renewal dropped b from the writers: %s", got)
+	}
+	if _, until := a.leader.authority(); !until.Equal(clock.Now().Add(testLeaderLease.RenewDeadline)) {
+		t.Fatalf("a's authority runs until %v after the retried renewal", until)
 	}
 }
