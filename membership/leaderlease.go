@@ -402,6 +402,15 @@ func (l *leaderLease) liveWriters(annotation string, now time.Time) []string {
 	var keep []string
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	listed := map[string]bool{}
+	for _, w := range list {
+		listed[w] = true
+	}
+	for w := range l.unknownAt {
+		if !listed[w] {
+			delete(l.unknownAt, w)
+		}
+	}
 	for _, w := range list {
 		if w == l.writer {
 			continue
