@@ -110,7 +110,7 @@ func markdown(rep report, charts []string, took time.Duration) string {
 			}
 			b.WriteString("\n")
 		}
-		b.WriteString("\nWhat limited each run (from the CPU-seconds of every process):\n\n")
+		b.WriteString("\nWhat limited each run (the machine's busy share over the run from /proc/stat, CPU above 85%; the largest consumer from each process's own CPU time):\n\n")
 		for _, r := range results {
 			fmt.Fprintf(&b, "- %s: %s\n", r.System, strings.Join(dedupe(r.Limiter), "; "))
 		}

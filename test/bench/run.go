@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -58,6 +57,10 @@ func benchRun(ctx context.Context, binDir string, s system, l limits, cfg config
 		return nil, "", err
 	}
 	auditFrom := fileSize(cluster.AuditLog)
+	machineBefore, err := readMachineCPU()
+	if err != nil {
+		return nil, "", err
+	}
 	started := time.Now()
 
 	type step struct {
@@ -90,6 +93,12 @@ func benchRun(ctx context.Context, binDir string, s system, l limits, cfg config
 		}
 	}
 	wall := time.Since(started).Seconds()
+	machineAfter, err := readMachineCPU()
+	if err != nil {
+		return nil, "", err
+	}
+	busy, busySeconds := busyBetween(machineBefore, machineAfter)
+	b.figures["machine_busy_share"] = busy
 
 	cpuAfter := b.cpuByComponent()
 	cpu := map[string]float64{}
@@ -126,7 +135,7 @@ func benchRun(ctx context.Context, binDir string, s system, l limits, cfg config
 		b.figures["cm_writes_"+verb] = n
 	}
 	b.figures["lease_writes_per_min"] = leaseWrites / (wall / 60)
-	return b.figures, limiter(cpu, total, wall, b.isControllerManager), nil
+	return b.figures, limiter(cpu, busy, busySeconds, b.isControllerManager), nil
 }
 
 type bench struct {
@@ -785,10 +794,15 @@ func controllerManagerWrites(path string, offset int64) (map[string]float64, flo
 
 // limiter names what limited a run: the CPU (and its largest consumer)
 // when the machine was busy for most of the run, else the controller
-// managers' client rate limits.
-func limiter(cpu map[string]float64, total, wall float64, isCM func(string) bool) string {
-	cores := float64(runtime.NumCPU())
-	busy := total / wall / cores
+// managers' client rate limits. busy is the machine's busy share over the
+// run and busySeconds its busy CPU-seconds, both from /proc/stat; cpu is
+// what each process the harness started used, so the rest of the busy
+// time (the harness, processes that exited, the kernel) is reported too.
+func limiter(cpu map[string]float64, busy, busySeconds float64, isCM func(string) bool) string {
+	total := 0.0
+	for _, v := range cpu {
+		total += v
+	}
 	var top string
 	topV := 0.0
 	names := make([]string, 0, len(cpu))
@@ -809,8 +823,16 @@ func limiter(cpu map[string]float64, total, wall float64, isCM func(string) bool
 			top, topV = k, v
 		}
 	}
+	what := "client rate limits"
 	if busy >= 0.85 {
-		return fmt.Sprintf("CPU: machine %.0f%% busy, most in %s (%.0f%%)", busy*100, top, topV/total*100)
+		what = "CPU"
 	}
-	return fmt.Sprintf("client rate limits: machine %.0f%% busy, most in %s (%.0f%%)", busy*100, top, topV/total*100)
+	share := func(v float64) float64 {
+		if busySeconds <= 0 {
+			return 0
+		}
+		return v / busySeconds * 100
+	}
+	return fmt.Sprintf("%s: machine %.0f%% busy (/proc/stat), most in %s (%.0f%% of the machine's busy time); %.0f%% not in the processes started",
+		what, busy*100, top, share(topV), max(0, share(busySeconds-total)))
 }
