@@ -19,8 +19,11 @@ import (
 type Kind string
 
 const (
-	// Partition controllers run once per namespace partition, on the
-	// partition's owner, seeing only the partition's namespaces.
+	// Partition controllers serve namespace partitions: each replica runs
+	// one instance of each, which sees only the namespaces of the
+	// partitions the replica owns now. Every write they make is into a
+	// namespace, so the partition write fence can refuse it once the
+	// namespace's partition has moved.
 	Partition Kind = "partition"
 	// Singleton controllers run once in the fleet, on one replica, with a
 	// cluster-wide view.
@@ -49,11 +52,6 @@ const (
 	// NeedsCloud: does nothing without a cloud provider (returns no
 	// controller, as in KCM).
 	NeedsCloud Need = "cloud-provider"
-	// WritesClusterScoped: a partition controller that also writes
-	// cluster-scoped objects, which the partition write fence cannot
-	// attribute to a namespace: a piece that moves away waits for it to
-	// return before it counts as stopped (the others are fenced instead).
-	WritesClusterScoped Need = "cluster-writes"
 )
 
 // Entry is the fleet's placement of one upstream controller.
@@ -83,18 +81,18 @@ var Catalog = map[string]Entry{
 	"endpointslice-mirroring-controller":             {Partition, nil, "Mirrors Endpoints to EndpointSlices within a namespace."},
 	"ephemeral-volume-controller":                    {Partition, nil, "Creates PVCs for Pods in the Pods' namespace."},
 	"persistentvolumeclaim-protection-controller":    {Partition, nil, "Finalizers on PVCs, from Pods of the same namespace."},
-	"persistentvolume-expander-controller":           {Partition, []Need{WritesClusterScoped}, "Resizes PVCs; patches the bound PV's size; StorageClasses are lookups."},
 	"legacy-serviceaccount-token-cleaner-controller": {Partition, nil, "Legacy token Secrets per namespace."},
 	"resourceclaim-controller":                       {Partition, nil, "ResourceClaims for Pods in the Pods' namespace; slices and classes are lookups."},
 	"daemonset-controller":                           {Partition, []Need{NeedsNodes}, "DaemonSet Pods per namespace; Nodes are lookups."},
 	"endpoints-controller":                           {Partition, nil, "Endpoints from Services and Pods of one namespace."},
 	"endpointslice-controller":                       {Partition, []Need{NeedsNodes}, "EndpointSlices from Services and Pods of one namespace; Nodes give topology only."},
 	"taint-eviction-controller":                      {Partition, []Need{NeedsNodes}, "Evicts the piece's Pods from tainted Nodes; Nodes are lookups."},
-	"device-taint-eviction-controller":               {Partition, []Need{NeedsNodes, WritesClusterScoped}, "Evicts the piece's Pods using tainted devices; slices are lookups; writes DeviceTaintRule status."},
 	"serviceaccount-controller":                      {Partition, []Need{NeedsNamespaces}, "Creates the default ServiceAccount in each namespace it sees."},
 	"root-ca-certificate-publisher-controller":       {Partition, []Need{NeedsNamespaces}, "Creates kube-root-ca.crt in each namespace it sees."},
 	"serviceaccount-token-controller":                {Partition, []Need{NeedsRootClient}, "Token Secrets for ServiceAccounts, per namespace; KCM builds it by hand with the root client and starts it first."},
 
+	"persistentvolume-expander-controller":                           {Singleton, nil, "Resizes PVCs and patches the bound, cluster-scoped PV, a write the partition fence cannot attribute to a namespace; one instance cluster-wide, as in KCM."},
+	"device-taint-eviction-controller":                               {Singleton, []Need{NeedsNodes}, "Evicts Pods using tainted devices and writes cluster-scoped DeviceTaintRule status, which the partition fence cannot attribute to a namespace; one instance cluster-wide, as in KCM."},
 	"garbage-collector-controller":                                   {Singleton, []Need{NeedsRESTMapper, NeedsMetadataInformers}, "Owner references cross namespaces and cluster scope; one graph of everything."},
 	"namespace-controller":                                           {Singleton, []Need{NeedsRESTMapper, NeedsMetadataInformers}, "Deletes everything in terminating namespaces, across all resources."},
 	"resourcequota-controller":                                       {Singleton, []Need{NeedsRESTMapper, NeedsMetadataInformers}, "Counts every resource by discovery; not yet proven safe per partition."},

@@ -1,10 +1,12 @@
-// Package informers builds the informer views of pieces: for a namespace
-// partition, a SharedInformerFactory whose namespaced kinds hold only the
-// partition's namespaces (by server-side sharded watch, one watch per
-// namespace, or a filtered view of the replica's cluster-wide informers:
-// see Mode), whose Namespaces view holds only the partition's namespaces,
-// and whose cluster-scoped kinds come from one factory shared by the whole
-// replica, with the piece's event handlers removed again when it stops.
+// Package informers builds the informer views through which the fleet's
+// controllers see one replica-wide cache: a SharedInformerFactory for a
+// singleton (every object, from the replica's shared informers), for the
+// replica's one set of partition controllers (the namespaces of the
+// partitions the replica owns now, a Scope that grows and shrinks while
+// they run), or, in the per-piece informer modes, for one partition piece
+// (by server-side sharded watch or one watch per namespace: see Mode). A
+// view's event handlers are removed from the shared informers when its
+// controllers stop.
 package informers
 
 import (
@@ -67,13 +69,19 @@ type PieceConfig struct {
 	Shared     informers.SharedInformerFactory
 	SharedStop <-chan struct{}
 	Mapper     meta.RESTMapper
-	// InPiece reports whether a namespace belongs to the piece.
-	InPiece   func(namespace string) bool
+	// InPiece reports whether a namespace belongs to the piece (a
+	// partition piece of its own).
+	InPiece func(namespace string) bool
+	// Scope: the view of the replica's partition controller set, whose
+	// namespaces change while it runs (ModeFilteredWatch only). With
+	// neither InPiece nor Scope the view is cluster-wide (a singleton).
+	Scope     *Scope
 	Resync    time.Duration
 	Transform cache.TransformFunc
 }
 
-// PieceFactory is the informer factory of one partition piece.
+// PieceFactory is the informer factory of one piece, or of the replica's
+// partition controller set (Scope).
 type PieceFactory struct {
 	PieceConfig
 	// inner holds the piece's own informers of namespaced kinds.
@@ -92,25 +100,21 @@ type PieceFactory struct {
 
 type pendingHandler struct {
 	informer cache.SharedIndexInformer
-	add      func() (cache.ResourceEventHandlerRegistration, error)
+	add      func() (cache.ResourceEventHandlerRegistration, *scopedHandler, error)
 	handle   *deferredRegistration
 }
 
 // addSharedHandler adds a piece's handler to a shared informer now if the
 // piece's informers have started, else when they start (see
 // deferredRegistration).
-func (f *PieceFactory) addSharedHandler(informer cache.SharedIndexInformer, add func() (cache.ResourceEventHandlerRegistration, error)) (cache.ResourceEventHandlerRegistration, error) {
+func (f *PieceFactory) addSharedHandler(informer cache.SharedIndexInformer, add func() (cache.ResourceEventHandlerRegistration, *scopedHandler, error)) (cache.ResourceEventHandlerRegistration, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.stopped {
 		return nil, errors.New("the piece has stopped")
 	}
 	if f.live {
-		h, err := add()
-		if err == nil {
-			f.handlers = append(f.handlers, registration{informer: informer, handle: h})
-		}
-		return h, err
+		return f.addNow(informer, add)
 	}
 	handle := newDeferredRegistration()
 	f.pending = append(f.pending, pendingHandler{informer: informer, add: add, handle: handle})
@@ -121,27 +125,50 @@ func (f *PieceFactory) addSharedHandler(informer cache.SharedIndexInformer, add 
 func (f *PieceFactory) goLive() {
 	f.live = true
 	for _, p := range f.pending {
-		h, err := p.add()
+		h, err := f.addNow(p.informer, p.add)
 		if err != nil {
 			// Only a stopped shared informer refuses: the replica is ending.
 			klog.ErrorS(err, "Adding a piece's handler to a shared informer")
 			close(p.handle.registered)
 			continue
 		}
-		f.handlers = append(f.handlers, registration{informer: p.informer, handle: h})
 		p.handle.set(h)
 	}
 	f.pending = nil
 }
 
+// addNow adds a handler and records it for Shutdown. Called with f.mu held.
+func (f *PieceFactory) addNow(informer cache.SharedIndexInformer, add func() (cache.ResourceEventHandlerRegistration, *scopedHandler, error)) (cache.ResourceEventHandlerRegistration, error) {
+	h, scoped, err := add()
+	if err != nil {
+		return nil, err
+	}
+	f.handlers = append(f.handlers, registration{informer: informer, handle: h, scoped: scoped})
+	return h, nil
+}
+
 type registration struct {
 	informer cache.SharedIndexInformer
 	handle   cache.ResourceEventHandlerRegistration
+	// scoped: the handler's Scope wrapper, unregistered with the handle.
+	scoped *scopedHandler
 }
 
-// NewPieceFactory builds the factory of a partition piece.
+// NewPieceFactory builds the factory of a piece or of the replica's
+// partition controller set.
 func NewPieceFactory(c PieceConfig) (*PieceFactory, error) {
 	client := c.Client
+	if c.Scope != nil && c.InPiece != nil {
+		return nil, errors.New("a piece factory has a Scope or InPiece, not both")
+	}
+	if c.InPiece == nil {
+		// Singletons and the partition set see the replica's shared
+		// informers only.
+		if c.Scope != nil && c.Mode != ModeFilteredWatch {
+			return nil, fmt.Errorf("informer mode %s has no replica-wide partition view", c.Mode)
+		}
+		c.Mode = ModeFilteredWatch
+	}
 	switch c.Mode {
 	case ModeShardedWatch:
 		if c.ShardedClient == nil {
@@ -184,6 +211,9 @@ func (f *PieceFactory) clusterScoped(obj runtime.Object) bool {
 // tracking), namespaced kinds by the piece's mode.
 func (f *PieceFactory) InformerFor(obj runtime.Object, newFunc internalinterfaces.NewInformerFunc) cache.SharedIndexInformer {
 	if _, ok := obj.(*corev1.Namespace); ok {
+		if f.InPiece == nil {
+			return f.view(f.Shared.InformerFor(obj, newFunc), true)
+		}
 		return f.namespaceInformer()
 	}
 	if f.clusterScoped(obj) {
@@ -191,7 +221,7 @@ func (f *PieceFactory) InformerFor(obj runtime.Object, newFunc internalinterface
 	}
 	switch f.Mode {
 	case ModeFilteredWatch:
-		return &sharedView{SharedIndexInformer: f.Shared.InformerFor(obj, newFunc), factory: f, inPiece: f.InPiece}
+		return f.view(f.Shared.InformerFor(obj, newFunc), false)
 	case ModeNamespaceWatch:
 		namespaces := f.namespaceInformer()
 		return f.inner.InformerFor(obj, func(kubernetes.Interface, time.Duration) cache.SharedIndexInformer {
@@ -337,6 +367,16 @@ func (f *PieceFactory) Start(stopCh <-chan struct{}) {
 	}
 }
 
+// goLiveOnce puts pending handlers live unless that happened or the piece
+// stopped.
+func (f *PieceFactory) goLiveOnce() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.live && !f.stopped {
+		f.goLive()
+	}
+}
+
 // StartWithContext is Start with a context.
 func (f *PieceFactory) StartWithContext(ctx context.Context) { f.Start(ctx.Done()) }
 
@@ -360,6 +400,9 @@ func (f *PieceFactory) Shutdown() {
 		c()
 	}
 	for _, h := range handlers {
+		if h.scoped != nil {
+			f.Scope.unregister(h.scoped)
+		}
 		if err := h.informer.RemoveEventHandler(h.handle); err != nil {
 			// Only fails for a handle of another informer: a bug here.
 			panic(fmt.Sprintf("removing a piece's event handler: %v", err))
@@ -401,7 +444,7 @@ func (f *PieceFactory) ForResource(gvr schema.GroupVersionResource) (informers.G
 	generic := func(informer cache.SharedIndexInformer) (informers.GenericInformer, error) {
 		return genericInformer{informer: informer, resource: gvr.GroupResource()}, nil
 	}
-	if gvr.Group == "" && gvr.Resource == "namespaces" {
+	if gvr.Group == "" && gvr.Resource == "namespaces" && f.InPiece != nil {
 		return generic(f.namespaceInformer())
 	}
 	gvk, err := f.Mapper.KindFor(gvr)
@@ -419,11 +462,10 @@ func (f *PieceFactory) ForResource(gvr schema.GroupVersionResource) (informers.G
 		if err != nil {
 			return nil, err
 		}
-		view := &sharedView{SharedIndexInformer: gi.Informer(), factory: f}
-		if !clusterScoped {
-			view.inPiece = f.InPiece
+		if clusterScoped && !(gvr.Group == "" && gvr.Resource == "namespaces") {
+			return generic(&sharedView{SharedIndexInformer: gi.Informer(), factory: f})
 		}
-		return generic(view)
+		return generic(f.view(gi.Informer(), clusterScoped))
 	case f.Mode == ModeNamespaceWatch:
 		obj, err := scheme.Scheme.New(gvk)
 		if err != nil {

@@ -12,23 +12,50 @@ import (
 // sharedView is how a piece sees an informer of the replica's shared
 // factory: handlers it adds are recorded so they can be removed when the
 // piece stops (controllers never remove their own), and, when inPiece is
-// set (filtered-watch mode), handlers and store see only the piece's
-// namespaces.
+// set (a partition piece in filtered-watch mode, or the partition set's
+// Scope), handlers and store see only the piece's namespaces.
 type sharedView struct {
 	cache.SharedIndexInformer
 	factory *PieceFactory
-	// inPiece filters by namespace; nil for cluster-scoped kinds.
+	// inPiece filters by namespace; nil for cluster-scoped kinds and
+	// cluster-wide views.
 	inPiece func(namespace string) bool
+	// scope: handlers are scopedHandlers of the factory's Scope.
+	scope *Scope
+	// byName: the objects are Namespaces, placed by their own name.
+	byName bool
 }
 
-func (v *sharedView) filtered(h cache.ResourceEventHandler) cache.ResourceEventHandler {
-	if v.inPiece == nil {
-		return h
+// view is the factory's view of a shared informer of a namespaced kind
+// (byName: of Namespaces).
+func (f *PieceFactory) view(informer cache.SharedIndexInformer, byName bool) *sharedView {
+	v := &sharedView{SharedIndexInformer: informer, factory: f, byName: byName}
+	switch {
+	case f.Scope != nil:
+		v.scope, v.inPiece = f.Scope, f.Scope.HasNamespace
+	case f.InPiece != nil:
+		v.inPiece = f.InPiece
 	}
-	return cache.FilteringResourceEventHandler{
-		FilterFunc: func(obj any) bool { return v.inPiece(namespaceOf(obj)) },
-		Handler:    h,
+	return v
+}
+
+func (v *sharedView) keep(obj any) bool {
+	if v.byName {
+		key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+		return err == nil && v.inPiece(key)
 	}
+	return v.inPiece(namespaceOf(obj))
+}
+
+func (v *sharedView) filtered(h cache.ResourceEventHandler) (cache.ResourceEventHandler, *scopedHandler) {
+	switch {
+	case v.scope != nil:
+		sh := &scopedHandler{scope: v.scope, handler: h, indexer: v.SharedIndexInformer.GetIndexer(), byName: v.byName}
+		return sh, sh
+	case v.inPiece == nil:
+		return h, nil
+	}
+	return cache.FilteringResourceEventHandler{FilterFunc: v.keep, Handler: h}, nil
 }
 
 func (v *sharedView) AddEventHandler(h cache.ResourceEventHandler) (cache.ResourceEventHandlerRegistration, error) {
@@ -40,9 +67,19 @@ func (v *sharedView) AddEventHandlerWithResyncPeriod(h cache.ResourceEventHandle
 }
 
 func (v *sharedView) AddEventHandlerWithOptions(h cache.ResourceEventHandler, options cache.HandlerOptions) (cache.ResourceEventHandlerRegistration, error) {
-	informer, handler := v.SharedIndexInformer, v.filtered(h)
-	return v.factory.addSharedHandler(informer, func() (cache.ResourceEventHandlerRegistration, error) {
-		return informer.AddEventHandlerWithOptions(handler, options)
+	informer := v.SharedIndexInformer
+	return v.factory.addSharedHandler(informer, func() (cache.ResourceEventHandlerRegistration, *scopedHandler, error) {
+		handler, scoped := v.filtered(h)
+		if scoped != nil {
+			// Registered first: a Gain racing with the informer's own
+			// initial additions delivers twice rather than never.
+			v.scope.register(scoped)
+		}
+		r, err := informer.AddEventHandlerWithOptions(handler, options)
+		if err != nil && scoped != nil {
+			v.scope.unregister(scoped)
+		}
+		return r, scoped, err
 	})
 }
 
@@ -120,7 +157,7 @@ func (v *sharedView) GetIndexer() cache.Indexer {
 	if v.inPiece == nil {
 		return v.SharedIndexInformer.GetIndexer()
 	}
-	return &pieceIndexer{Indexer: v.SharedIndexInformer.GetIndexer(), inPiece: v.inPiece}
+	return &pieceIndexer{Indexer: v.SharedIndexInformer.GetIndexer(), inPiece: v.inPiece, byName: v.byName}
 }
 
 // indexersMu makes addMissingIndexers' check-then-add atomic across the
@@ -163,17 +200,25 @@ var errReadOnly = errors.New("a piece's view of a replica-wide informer store is
 type pieceIndexer struct {
 	cache.Indexer
 	inPiece func(namespace string) bool
+	// byName: the objects are Namespaces, placed by their own name.
+	byName bool
 }
 
-func (p *pieceIndexer) keep(obj any) bool { return p.inPiece(namespaceOf(obj)) }
+func (p *pieceIndexer) keep(obj any) bool {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	return err == nil && p.keepKey(key)
+}
 
 func (p *pieceIndexer) keepKey(key string) bool {
+	if p.byName {
+		return p.inPiece(key)
+	}
 	ns, _, err := cache.SplitMetaNamespaceKey(key)
 	return err == nil && p.inPiece(ns)
 }
 
 func (p *pieceIndexer) namespaces() ([]string, bool) {
-	if _, ok := p.Indexer.GetIndexers()[cache.NamespaceIndex]; !ok {
+	if _, ok := p.Indexer.GetIndexers()[cache.NamespaceIndex]; !ok || p.byName {
 		return nil, false
 	}
 	var out []string
@@ -237,7 +282,7 @@ func (p *pieceIndexer) IndexKeys(indexName, value string) ([]string, error) {
 }
 
 func (p *pieceIndexer) ByIndex(indexName, value string) ([]any, error) {
-	if indexName == cache.NamespaceIndex && !p.inPiece(value) {
+	if indexName == cache.NamespaceIndex && !p.byName && !p.inPiece(value) {
 		return nil, nil
 	}
 	items, err := p.Indexer.ByIndex(indexName, value)

@@ -1,0 +1,61 @@
+package controllers
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+
+	"k8s.io/controller-manager/controller"
+	kcmapp "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+)
+
+// DebugHandler serves /debug/controllers/NAME/... for the debuggable
+// controllers this replica runs now (the garbage collector's graph), as
+// KCM does; a controller that moved away answers 404 here.
+func (r *Runtime) DebugHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		rest, ok := strings.CutPrefix(req.URL.Path, debugPrefix)
+		if !ok {
+			http.NotFound(w, req)
+			return
+		}
+		name, _, _ := strings.Cut(rest, "/")
+		r.debugMu.RLock()
+		h := r.debug[name]
+		r.debugMu.RUnlock()
+		if h == nil {
+			http.Error(w, fmt.Sprintf("controller %q does not run on this replica", name), http.StatusNotFound)
+			return
+		}
+		http.StripPrefix(debugPrefix+name, h).ServeHTTP(w, req)
+	})
+}
+
+// debugPrefix is where KCM mounts controllers' debugging handlers.
+const debugPrefix = "/debug/controllers/"
+
+func (r *Runtime) registerDebug(built []kcmapp.Controller) func() {
+	var names []string
+	r.debugMu.Lock()
+	defer r.debugMu.Unlock()
+	for _, c := range built {
+		d, ok := c.(controller.Debuggable)
+		if !ok {
+			continue
+		}
+		if h := d.DebuggingHandler(); h != nil {
+			if r.debug == nil {
+				r.debug = map[string]http.Handler{}
+			}
+			r.debug[c.Name()] = h
+			names = append(names, c.Name())
+		}
+	}
+	return func() {
+		r.debugMu.Lock()
+		defer r.debugMu.Unlock()
+		for _, n := range names {
+			delete(r.debug, n)
+		}
+	}
+}

@@ -1,0 +1,55 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/controller-manager/pkg/informerfactory"
+	kcmapp "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	"k8s.io/kubernetes/cmd/kube-controller-manager/names"
+	"k8s.io/kubernetes/pkg/controller/garbagecollector"
+
+	"github.com/fleet-controller-manager/fleet-controller-manager/informers"
+	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
+)
+
+// runSingleton runs a singleton piece's controller on the replica's shared
+// informers until ctx ends, and returns once it has returned: no shutdown
+// timeout, or another replica could start it while it still runs. Its
+// event handlers leave the shared informers with it.
+func (r *Runtime) runSingleton(ctx context.Context, piece shard.Piece) error {
+	cc := r.controllerContext(r.singletonBuilder)
+	factory, err := informers.NewPieceFactory(informers.PieceConfig{
+		Client: r.plainClient, Shared: r.shared, SharedStop: r.sharedStop, Mapper: r.restMapper,
+		Resync: cc.ResyncPeriod(), Transform: trimManagedFields,
+	})
+	if err != nil {
+		return fmt.Errorf("informers of %s: %w", piece, err)
+	}
+	defer factory.Shutdown()
+	cc.InformerFactory = factory
+	cc.ObjectOrMetadataInformerFactory = informerfactory.NewInformerFactory(factory, factory.Metadata(r.sharedMetadata))
+	if piece.Name() == names.GarbageCollectorController && cc.ComponentConfig.GarbageCollectorController.EnableGarbageCollector {
+		// The garbage collector's own graph, as KCM builds it before the
+		// controllers (ControllerContext.GraphBuilder).
+		ignored := map[schema.GroupResource]struct{}{}
+		for _, gr := range cc.ComponentConfig.GarbageCollectorController.GCIgnoredResources {
+			ignored[schema.GroupResource{Group: gr.Group, Resource: gr.Resource}] = struct{}{}
+		}
+		cc.GraphBuilder = garbagecollector.NewDependencyGraphBuilder(ctx, r.metadataClient, r.restMapper, ignored, cc.ObjectOrMetadataInformerFactory, cc.InformersStarted)
+	}
+	built, err := kcmapp.BuildControllers(ctx, cc, map[string]*kcmapp.ControllerDescriptor{piece.Name(): r.descriptors[piece.Name()]}, nil, ignoreHealthChecks{})
+	if err != nil {
+		return fmt.Errorf("building controllers of %s: %w", piece, err)
+	}
+	defer r.registerDebug(built)()
+	startInformers(ctx, cc, piece.Name())
+	if len(built) == 0 {
+		// As KCM: nothing to run still holds the piece until it moves.
+		<-ctx.Done()
+		return nil
+	}
+	kcmapp.RunControllers(ctx, cc, built, kcmapp.ControllerStartJitter, 0)
+	return nil
+}

@@ -1,0 +1,55 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"k8s.io/client-go/util/keyutil"
+	"k8s.io/klog/v2"
+	kcmapp "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	"k8s.io/kubernetes/cmd/kube-controller-manager/names"
+	serviceaccountcontroller "k8s.io/kubernetes/pkg/controller/serviceaccount"
+	"k8s.io/kubernetes/pkg/serviceaccount"
+)
+
+// newTokensController is KCM's newServiceAccountTokenController (it is not
+// exported): the token controller with the root client.
+func (r *Runtime) newTokensController(ctx context.Context, cc kcmapp.ControllerContext) (kcmapp.Controller, error) {
+	keyFile := cc.ComponentConfig.SAController.ServiceAccountKeyFile
+	if keyFile == "" {
+		return nil, nil
+	}
+	privateKey, err := keyutil.PrivateKeyFromFile(keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("reading the service account signing key: %w", err)
+	}
+	var rootCA []byte
+	if file := cc.ComponentConfig.SAController.RootCAFile; file != "" {
+		if rootCA, err = os.ReadFile(file); err != nil {
+			return nil, fmt.Errorf("reading root-ca-file: %w", err)
+		}
+	} else {
+		cfg, err := r.partitionRootBuilder.Config("tokens-controller")
+		if err != nil {
+			return nil, err
+		}
+		rootCA = cfg.CAData
+	}
+	client, err := r.partitionRootBuilder.Client("tokens-controller")
+	if err != nil {
+		return nil, err
+	}
+	generator, err := serviceaccount.JWTTokenGenerator(serviceaccount.LegacyIssuer, privateKey)
+	if err != nil {
+		return nil, fmt.Errorf("building the token generator: %w", err)
+	}
+	tc, err := serviceaccountcontroller.NewTokensController(klog.FromContext(ctx),
+		cc.InformerFactory.Core().V1().ServiceAccounts(), cc.InformerFactory.Core().V1().Secrets(), client,
+		serviceaccountcontroller.TokensControllerOptions{TokenGenerator: generator, RootCA: rootCA})
+	if err != nil {
+		return nil, fmt.Errorf("creating the tokens controller: %w", err)
+	}
+	workers := int(cc.ComponentConfig.SAController.ConcurrentSATokenSyncs)
+	return controllerFunc{name: names.ServiceAccountTokenController, run: func(ctx context.Context) { tc.Run(ctx, workers) }}, nil
+}

@@ -1,0 +1,64 @@
+package informers
+
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/metadata/metadatainformer"
+)
+
+// Metadata is the piece's view of the replica's metadata informer factory
+// (whose informers run until SharedStop): handlers are recorded in f and
+// removed by f.Shutdown, and namespaced resources are filtered as f's typed
+// ones are.
+func (f *PieceFactory) Metadata(shared metadatainformer.SharedInformerFactory) metadatainformer.SharedInformerFactory {
+	return &metadataView{shared: shared, factory: f}
+}
+
+type metadataView struct {
+	shared  metadatainformer.SharedInformerFactory
+	factory *PieceFactory
+}
+
+func (m *metadataView) ForResource(gvr schema.GroupVersionResource) informers.GenericInformer {
+	informer := m.shared.ForResource(gvr).Informer()
+	namespaces := gvr.Group == "" && gvr.Resource == "namespaces"
+	if !namespaces && m.clusterScoped(gvr) {
+		return genericInformer{informer: &sharedView{SharedIndexInformer: informer, factory: m.factory}, resource: gvr.GroupResource()}
+	}
+	return genericInformer{informer: m.factory.view(informer, namespaces), resource: gvr.GroupResource()}
+}
+
+// clusterScoped: an unknown resource counts as namespaced, so a partition
+// view filters it rather than leak other namespaces.
+func (m *metadataView) clusterScoped(gvr schema.GroupVersionResource) bool {
+	if m.factory.InPiece == nil && m.factory.Scope == nil {
+		return true
+	}
+	gvk, err := m.factory.Mapper.KindFor(gvr)
+	if err != nil {
+		return false
+	}
+	mapping, err := m.factory.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	return err == nil && mapping.Scope.Name() == meta.RESTScopeNameRoot
+}
+
+// Start starts the shared informers for the replica's lifetime and puts
+// the piece's handlers live (as PieceFactory.Start).
+func (m *metadataView) Start(<-chan struct{}) {
+	m.shared.Start(m.factory.SharedStop)
+	m.factory.goLiveOnce()
+}
+
+func (m *metadataView) WaitForCacheSync(stopCh <-chan struct{}) map[schema.GroupVersionResource]bool {
+	return m.shared.WaitForCacheSync(stopCh)
+}
+
+// Shutdown does nothing: the shared informers are the replica's, and the
+// piece's handlers go with PieceFactory.Shutdown.
+func (m *metadataView) Shutdown() {}
+
+// StartWithContext is Start with a context.
+func (m *metadataView) StartWithContext(ctx context.Context) { m.Start(ctx.Done()) }
