@@ -82,7 +82,6 @@ var Catalog = map[string]Entry{
 	"ephemeral-volume-controller":                    {Partition, nil, "Creates PVCs for Pods in the Pods' namespace."},
 	"persistentvolumeclaim-protection-controller":    {Partition, nil, "Finalizers on PVCs, from Pods of the same namespace."},
 	"legacy-serviceaccount-token-cleaner-controller": {Partition, nil, "Legacy token Secrets per namespace."},
-	"resourceclaim-controller":                       {Partition, nil, "ResourceClaims for Pods in the Pods' namespace; slices and classes are lookups."},
 	"daemonset-controller":                           {Partition, []Need{NeedsNodes}, "DaemonSet Pods per namespace; Nodes are lookups."},
 	"endpoints-controller":                           {Partition, nil, "Endpoints from Services and Pods of one namespace."},
 	"endpointslice-controller":                       {Partition, []Need{NeedsNodes}, "EndpointSlices from Services and Pods of one namespace; Nodes give topology only."},
@@ -93,6 +92,7 @@ var Catalog = map[string]Entry{
 
 	"persistentvolume-expander-controller":                           {Singleton, nil, "Resizes PVCs and patches the bound, cluster-scoped PV, a write the partition fence cannot attribute to a namespace; one instance cluster-wide, as in KCM."},
 	"device-taint-eviction-controller":                               {Singleton, []Need{NeedsNodes}, "Evicts Pods using tainted devices and writes cluster-scoped DeviceTaintRule status, which the partition fence cannot attribute to a namespace; one instance cluster-wide, as in KCM."},
+	"resourceclaim-controller":                                       {Singleton, nil, "Remembers the Pods it saw deleted (an LRU of UIDs) and frees their claims' devices later without checking again; a partition's objects handed over as deletions when it moves away would free the devices of running Pods when it comes back (docs/controllers.md). One instance cluster-wide, as in KCM."},
 	"garbage-collector-controller":                                   {Singleton, []Need{NeedsRESTMapper, NeedsMetadataInformers}, "Owner references cross namespaces and cluster scope; one graph of everything."},
 	"namespace-controller":                                           {Singleton, []Need{NeedsRESTMapper, NeedsMetadataInformers}, "Deletes everything in terminating namespaces, across all resources."},
 	"resourcequota-controller":                                       {Singleton, []Need{NeedsRESTMapper, NeedsMetadataInformers}, "Counts every resource by discovery; not yet proven safe per partition."},

@@ -19,8 +19,10 @@ import (
 // partition and runs for the replica's lifetime; which namespaces it
 // serves is its Scope. A partition piece that runs here is a scope change:
 //
-//   - gaining p opens p's write fence, then hands p's cached objects to the
-//     controllers' handlers as additions, as a starting informer would;
+//   - gaining p adds p to the scope and hands p's cached objects to the
+//     controllers' handlers as additions, as a starting informer would,
+//     then opens p's write fence (a sync that read "not found" while p was
+//     away has less time to land its write: docs/controllers.md);
 //   - losing p closes p's write fence and waits for p's writes in flight
 //     (after that nothing the controllers do reaches p's namespaces), then
 //     hands p's objects over as deletions, so every controller drops its
@@ -35,34 +37,59 @@ type partitionSet struct {
 	// mu serializes building and scope changes.
 	mu      sync.Mutex
 	running bool
+	// lostAt: when each partition last left the scope.
+	lostAt map[int]time.Time
 }
 
+// minOutOfScope is how long a partition stays out of the scope before it
+// may come back: long enough for the controllers to work off the keys its
+// deletions queued ("not found" syncs clear expectations and trackers).
+// A partition regained sooner could find, say, a Job's deletion
+// expectation still set and its Job held for five minutes. Handovers come
+// from membership changes, seconds apart, so the wait is rarely paid.
+const minOutOfScope = 5 * time.Second
+
 func newPartitionSet(r *Runtime) *partitionSet {
-	return &partitionSet{runtime: r, scope: informers.NewScope(r.ring.Partitions, r.ring.NamespacePartition)}
+	return &partitionSet{runtime: r, scope: informers.NewScope(r.ring.Partitions, r.ring.NamespacePartition), lostAt: map[int]time.Time{}}
 }
 
 // run serves partition piece until ctx ends; it returns once the piece
 // can no longer act (the fence is closed and its writes answered).
 func (s *partitionSet) run(ctx context.Context, piece shard.Piece) error {
 	p := piece.Partition()
-	if err := s.gain(ctx, p); err != nil {
-		return fmt.Errorf("partition %d: %w", p, err)
+	if gained, err := s.gain(ctx, p); err != nil || !gained {
+		if err != nil {
+			return fmt.Errorf("partition %d: %w", p, err)
+		}
+		return nil
 	}
 	<-ctx.Done()
 	return s.lose(ctx, p)
 }
 
-func (s *partitionSet) gain(ctx context.Context, p int) error {
+// gain brings p into the scope; false if ctx ended first.
+func (s *partitionSet) gain(ctx context.Context, p int) (bool, error) {
+	s.mu.Lock()
+	lostAt := s.lostAt[p]
+	s.mu.Unlock()
+	if wait := minOutOfScope - time.Since(lostAt); wait > 0 {
+		klog.FromContext(ctx).Info("Partition came back early: waiting until its controllers dropped its state", "partition", p, "wait", wait.Round(time.Millisecond))
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return false, nil
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	start := time.Now()
 	if !s.running {
-		return s.start(p)
+		return true, s.start(p)
 	}
-	s.runtime.partitions.Open(p)
 	n := s.scope.Gain(p)
+	s.runtime.partitions.Open(p)
 	klog.FromContext(ctx).V(2).Info("Partition gained", "partition", p, "delivered", n, "took", time.Since(start).Round(time.Millisecond))
-	return nil
+	return true, nil
 }
 
 func (s *partitionSet) lose(ctx context.Context, p int) error {
@@ -75,6 +102,7 @@ func (s *partitionSet) lose(ctx context.Context, p int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := s.scope.Lose(p)
+	s.lostAt[p] = time.Now()
 	klog.FromContext(ctx).V(2).Info("Partition released", "partition", p, "delivered", n, "took", time.Since(start).Round(time.Millisecond))
 	return nil
 }
@@ -102,8 +130,8 @@ func (s *partitionSet) start(p int) error {
 	}
 	// In scope before the handlers go live: the informers' own initial
 	// additions then bring p's objects, and nothing else.
-	r.partitions.Open(p)
 	s.scope.Gain(p)
+	r.partitions.Open(p)
 	startInformers(ctx, cc, "partition")
 	s.running = true
 	klog.FromContext(ctx).Info("Partition controllers running", "controllers", len(built), "firstPartition", p)

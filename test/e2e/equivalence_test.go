@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,9 +21,12 @@ import (
 // TestSameEndStateAsKubeControllerManager runs one workload under upstream
 // kube-controller-manager and under a fleet of one, each on a fresh control
 // plane, and compares the end states: objects the controllers create and
-// their statuses, ignoring generated names and timestamps.
+// their statuses, ignoring generated names and timestamps. It also counts
+// the watches the apiserver holds open once the workload has converged: a
+// fleet of one watches each kind once, as KCM does (plus its Leases).
 func TestSameEndStateAsKubeControllerManager(t *testing.T) {
 	namespaces := []string{"eq-a", "eq-b", "eq-c"}
+	watches := map[bool]map[string]int{}
 	run := func(fleet bool) map[string]string {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
@@ -34,11 +38,26 @@ func TestSameEndStateAsKubeControllerManager(t *testing.T) {
 			waitWorkload(ctx, t, client, ns)
 		}
 		snap := snapshot(ctx, t, client, namespaces)
+		watches[fleet] = openWatches(ctx, t, client)
 		cluster.Stop()
 		return snap
 	}
 	kcm := run(false)
 	fleet := run(true)
+	// The fleet's own: its members' Leases and KCM's leader Lease.
+	const fleetLeaseWatches = 2
+	kcmTotal, fleetTotal := watches[false][""], watches[true][""]
+	t.Logf("watches open after the workload (all clients): kube-controller-manager %d, fleet of one %d", kcmTotal, fleetTotal)
+	if fleetTotal > kcmTotal+fleetLeaseWatches {
+		var more []string
+		for resource, n := range watches[true] {
+			if resource != "" && n > watches[false][resource] {
+				more = append(more, fmt.Sprintf("%s %d (KCM %d)", resource, n, watches[false][resource]))
+			}
+		}
+		sort.Strings(more)
+		t.Errorf("a fleet of one holds %d watches, KCM %d: %s", fleetTotal, kcmTotal, strings.Join(more, ", "))
+	}
 	var diffs []string
 	for k, v := range kcm {
 		if fleet[k] != v {
@@ -55,6 +74,28 @@ func TestSameEndStateAsKubeControllerManager(t *testing.T) {
 		t.Errorf("end states differ:\n%s", strings.Join(diffs, "\n"))
 	}
 	t.Logf("compared %d facts of the end state: identical", len(kcm))
+}
+
+// openWatches counts the watches the apiserver holds open, by resource
+// ("" holds the total).
+func openWatches(ctx context.Context, t *testing.T, client kubernetes.Interface) map[string]int {
+	t.Helper()
+	body, err := client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, "apiserver_longrunning_requests{") || !strings.Contains(line, `verb="WATCH"`) {
+			continue
+		}
+		_, rest, _ := strings.Cut(line, `resource="`)
+		resource, _, _ := strings.Cut(rest, `"`)
+		n, _ := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		out[resource] += int(n)
+		out[""] += int(n)
+	}
+	return out
 }
 
 // startKCMOrFleetOfOne starts a fresh control plane with kube-scheduler and
