@@ -51,6 +51,8 @@ type size struct {
 type config struct {
 	out      string
 	keep     string
+	// profile: folder for CPU profiles of the fleet replicas during (a).
+	profile string
 	resume   bool
 	quick    bool
 	systems  []system
@@ -73,15 +75,16 @@ func main() {
 	flag.StringVar(&out, "out", "docs/benchmarks", "Folder for the results.")
 	flag.IntVar(&runs, "runs", 3, "Runs per system and limits; figures are medians.")
 	flag.StringVar(&only, "only", "", "Comma-separated system names and limit names (default, raised) to run, for experiments; empty runs the mode's full matrix.")
-	var workloads, keep string
+	var workloads, keep, profile string
 	var resume bool
 	flag.BoolVar(&resume, "resume", false, "Keep the results of an interrupted invocation (<mode>.partial.json in -out) and run only the systems and limits it had not finished.")
+	flag.StringVar(&profile, "profile", "", "Write a CPU profile of every fleet replica, taken over the first 10 s of workload (a), into this folder.")
 	flag.StringVar(&keep, "keep", "", "Keep each run's control plane folder (logs, audit log) under this folder, for diagnosis.")
 	flag.StringVar(&workloads, "workloads", "", "Comma-separated workloads (a, b, c, d, e, f, g) to run instead of the mode's, for experiments; (a) always runs first, (g) and then (f) last.")
 	klog.InitFlags(nil)
 	flag.Parse()
 
-	cfg := config{out: out, quick: quick, jobs: true, keep: keep, resume: resume, cascade: true, nsDelete: true}
+	cfg := config{out: out, quick: quick, jobs: true, keep: keep, profile: profile, resume: resume, cascade: true, nsDelete: true}
 	defaultLimits := limits{Name: "default (qps 20, burst 30)", QPS: 20, Burst: 30}
 	if quick {
 		cfg.systems = []system{{"kube-controller-manager", false, 1}, {"fleet x1", true, 1}, {"fleet x3", true, 3}}

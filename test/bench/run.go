@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -47,7 +48,7 @@ func benchRun(ctx context.Context, binDir string, s system, l limits, cfg config
 	if err != nil {
 		return nil, "", err
 	}
-	b := &bench{ctx: ctx, cluster: cluster, client: client, system: s, limits: l, binDir: binDir, size: cfg.size, figures: map[string]float64{}, ports: map[int]int{}}
+	b := &bench{ctx: ctx, cluster: cluster, client: client, system: s, limits: l, binDir: binDir, size: cfg.size, figures: map[string]float64{}, ports: map[int]int{}, profileDir: cfg.profile}
 	if err := b.startSystem(); err != nil {
 		return nil, "", err
 	}
@@ -151,6 +152,8 @@ type bench struct {
 	ports     map[int]int // fleet replica -> secure port
 	killedCPU float64
 	rssPeaks  map[string]float64
+	// profileDir: where (a) writes the replicas' CPU profiles ("": none).
+	profileDir string
 }
 
 func (b *bench) isControllerManager(name string) bool {
@@ -276,6 +279,7 @@ func (b *bench) waitDeployments(namespaces []string, ok func(*appsv1.Deployment)
 // available.
 func (b *bench) createDeployments() error {
 	start := time.Now()
+	defer b.profileReplicas(10 * time.Second)()
 	for _, ns := range b.namespaces() {
 		if err := b.createNamespace(ns); err != nil {
 			return err
@@ -835,4 +839,46 @@ func limiter(cpu map[string]float64, busy, busySeconds float64, isCM func(string
 	}
 	return fmt.Sprintf("%s: machine %.0f%% busy (/proc/stat), most in %s (%.0f%% of the machine's busy time); %.0f%% not in the processes started",
 		what, busy*100, top, share(topV), max(0, share(busySeconds-total)))
+}
+
+// profileReplicas starts a CPU profile of every fleet replica (KCM's
+// /debug/pprof, which the replica serves) and returns a function that
+// waits for them and writes them to b.profileDir.
+func (b *bench) profileReplicas(d time.Duration) func() {
+	if b.profileDir == "" || !b.system.Fleet {
+		return func() {}
+	}
+	httpClient, err := b.cluster.AdminHTTPClient()
+	if err != nil {
+		klog.Infof("profiles: %v", err)
+		return func() {}
+	}
+	httpClient.Timeout = d + 30*time.Second
+	var wg sync.WaitGroup
+	for i, port := range b.ports {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			url := fmt.Sprintf("https://127.0.0.1:%d/debug/pprof/profile?seconds=%d", port, int(d.Seconds()))
+			resp, err := httpClient.Get(url)
+			if err != nil {
+				klog.Infof("profile of fcm-%d: %v", i, err)
+				return
+			}
+			defer resp.Body.Close()
+			data, err := io.ReadAll(resp.Body)
+			if err != nil || resp.StatusCode != http.StatusOK {
+				klog.Infof("profile of fcm-%d: HTTP %d, %v", i, resp.StatusCode, err)
+				return
+			}
+			name := fmt.Sprintf("%s-%s-fcm-%d.cpu.pprof", strings.ReplaceAll(b.system.Name, " ", ""), b.limits.Name, i)
+			if err := os.MkdirAll(b.profileDir, 0o755); err == nil {
+				err = os.WriteFile(filepath.Join(b.profileDir, name), data, 0o644)
+			}
+			if err != nil {
+				klog.Infof("writing profile %s: %v", name, err)
+			}
+		}()
+	}
+	return wg.Wait
 }

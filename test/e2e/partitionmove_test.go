@@ -114,6 +114,9 @@ func TestPartitionMovesUnderLoad(t *testing.T) {
 		createMoveJob(ctx, t, client, ns, move)
 		waitMovingWorkload(ctx, t, client, ns, replicas, move+1, convergenceBound)
 		took = append(took, time.Since(moved))
+		if move%10 == 0 {
+			t.Logf("move %d (to %s): converged %v after the move", move, owner, took[len(took)-1].Round(10*time.Millisecond))
+		}
 		if owner == stay {
 			select {
 			case <-moverProc.Done():
