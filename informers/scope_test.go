@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	clientinformers "k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 )
@@ -100,26 +101,44 @@ func (r *recorder) callsIn(namespaces ...string) int {
 // partitions' objects are never re-delivered, and no handler is called by
 // two goroutines at once.
 func TestScope(t *testing.T) {
-	// Namespace "pN-x" is in partition N.
-	partitionOf := func(ns string) int {
-		n, _ := strconv.Atoi(strings.TrimPrefix(strings.SplitN(ns, "-", 2)[0], "p"))
-		return n
-	}
 	var objects []runtime.Object
-	for p := range 3 {
-		for _, suffix := range []string{"a", "b"} {
-			ns := fmt.Sprintf("p%d-%s", p, suffix)
-			objects = append(objects, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
-			for i := range 5 {
-				objects = append(objects, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%d", i), Namespace: ns}})
-			}
+	for _, ns := range scopeTestNamespaces() {
+		objects = append(objects, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+		for i := range 5 {
+			objects = append(objects, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%d", i), Namespace: ns}})
 		}
 	}
-	client := fake.NewSimpleClientset(objects...)
+	testScope(t, fake.NewSimpleClientset(objects...))
+}
+
+// scopeTestNamespaces are the namespaces testScope expects, each holding
+// ConfigMaps cm-0..cm-4: two per partition 0, 1, 2.
+func scopeTestNamespaces() []string {
+	var out []string
+	for p := range 3 {
+		for _, suffix := range []string{"a", "b"} {
+			out = append(out, fmt.Sprintf("p%d-%s", p, suffix))
+		}
+	}
+	return out
+}
+
+// testScope is TestScope's body, for a fake clientset or a real apiserver.
+// Namespace "pN-x" is in partition N; any other namespace (an apiserver's
+// default, kube-system, ...) is in partition 3, which is never gained.
+func testScope(t *testing.T, client kubernetes.Interface) {
+	partitionOf := func(ns string) int {
+		prefix, _, ok := strings.Cut(ns, "-")
+		n, err := strconv.Atoi(strings.TrimPrefix(prefix, "p"))
+		if !ok || !strings.HasPrefix(prefix, "p") || err != nil || n > 2 {
+			return 3
+		}
+		return n
+	}
 	replica, stop := context.WithCancel(context.Background())
 	defer stop()
 	shared := clientinformers.NewSharedInformerFactory(client, 0)
-	scope := NewScope(3, partitionOf)
+	scope := NewScope(4, partitionOf)
 	f, err := NewPieceFactory(PieceConfig{Mode: ModeFilteredWatch, Client: client, Shared: shared, SharedStop: replica.Done(), Mapper: testMapper(), Scope: scope})
 	if err != nil {
 		t.Fatal(err)
@@ -284,6 +303,7 @@ func TestScopeConcurrentGain(t *testing.T) {
 	}
 	rec := newRecorder()
 	informer := f.Core().V1().ConfigMaps()
+	cluster := shared.Core().V1().ConfigMaps().Informer().GetStore()
 	if _, err := informer.Informer().AddEventHandler(rec.handler()); err != nil {
 		t.Fatal(err)
 	}
@@ -296,7 +316,16 @@ func TestScopeConcurrentGain(t *testing.T) {
 			defer writers.Done()
 			for i := range 50 {
 				ns := fmt.Sprintf("ns%d", (w*50+i)%8)
-				_, _ = client.CoreV1().ConfigMaps(ns).Create(replica, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%d-%d", w, i), Namespace: ns}}, metav1.CreateOptions{})
+				name := fmt.Sprintf("cm-%d-%d", w, i)
+				_, _ = client.CoreV1().ConfigMaps(ns).Create(replica, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}, metav1.CreateOptions{})
+				// The fake clientset's watch panics when more than 100
+				// events wait in it: each writer waits for the informer
+				// to take its object before the next.
+				_ = wait.PollUntilContextTimeout(replica, time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+					// The replica's store: the view shows owned namespaces only.
+					_, ok, _ := cluster.GetByKey(ns + "/" + name)
+					return ok, nil
+				})
 			}
 		}()
 	}

@@ -49,10 +49,10 @@ type size struct {
 }
 
 type config struct {
-	out      string
-	keep     string
+	out  string
+	keep string
 	// profile: folder for CPU profiles of the fleet replicas during (a).
-	profile string
+	profile  string
 	resume   bool
 	quick    bool
 	systems  []system

@@ -29,6 +29,7 @@ var figureNames = []struct{ key, label string }{
 	{"cpu_seconds", "CPU-seconds, all controller-manager processes"},
 	{"peak_rss_mib", "peak RSS of the largest process (MiB)"},
 	{"peak_rss_sum_mib", "peak RSS summed over processes (MiB)"},
+	{"idle_goroutines", "goroutines of the largest process, idle after the workloads"},
 	{"cm_writes_create", "controller-manager creates (audit)"},
 	{"cm_writes_update", "controller-manager updates (audit)"},
 	{"cm_writes_patch", "controller-manager patches (audit)"},

@@ -34,6 +34,9 @@ import (
 // workloadTimeout bounds each wait; a system that needs longer fails the run.
 const workloadTimeout = 15 * time.Minute
 
+// idleSettle: how long after (a) converged the processes count as idle.
+const idleSettle = 10 * time.Second
+
 // benchRun starts a fresh control plane and the system, runs the
 // workloads, and returns the figures and what limited the run.
 func benchRun(ctx context.Context, binDir string, s system, l limits, cfg config, dir string) (map[string]float64, string, error) {
@@ -128,6 +131,12 @@ func benchRun(ctx context.Context, binDir string, s system, l limits, cfg config
 	if w, err := b.watches(); err == nil {
 		b.figures["watches_open"] = w
 	}
+	// Read after the accounting above, so the idle wait is not in it.
+	n, err := b.idleGoroutines()
+	if err != nil {
+		return nil, "", err
+	}
+	b.figures["idle_goroutines"] = n
 	writes, leaseWrites, err := controllerManagerWrites(cluster.AuditLog, auditFrom)
 	if err != nil {
 		return nil, "", err
@@ -172,7 +181,45 @@ func (b *bench) startOne(i int) (*localcluster.Process, error) {
 		}
 		return p, err
 	}
-	return b.cluster.StartKubeControllerManager(b.ctx, fmt.Sprintf("kcm-%d", i), b.limitArgs()...)
+	p, port, err := b.cluster.StartKubeControllerManager(b.ctx, fmt.Sprintf("kcm-%d", i), b.limitArgs()...)
+	if err == nil {
+		b.ports[i] = port
+	}
+	return p, err
+}
+
+// idleGoroutines is the largest go_goroutines of the controller-manager
+// processes, read idleSettle after the last workload finished: what a process
+// holds while nothing happens (goroutines per worker, broadcaster, queue).
+func (b *bench) idleGoroutines() (float64, error) {
+	select {
+	case <-time.After(idleSettle):
+	case <-b.ctx.Done():
+		return 0, b.ctx.Err()
+	}
+	httpClient, err := b.cluster.AdminHTTPClient()
+	if err != nil {
+		return 0, err
+	}
+	var largest float64
+	for i, port := range b.ports {
+		resp, err := httpClient.Get(fmt.Sprintf("https://127.0.0.1:%d/metrics", port))
+		if err != nil {
+			return 0, fmt.Errorf("metrics of controller manager %d: %w", i, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			return 0, fmt.Errorf("metrics of controller manager %d: HTTP %d, %v", i, resp.StatusCode, err)
+		}
+		for _, line := range strings.Split(string(body), "\n") {
+			if v, ok := strings.CutPrefix(line, "go_goroutines "); ok {
+				n, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+				largest = max(largest, n)
+			}
+		}
+	}
+	return largest, nil
 }
 
 // startSystem starts every process and waits until the system works: for

@@ -176,27 +176,28 @@ func (c *Cluster) ControllerManagerArgs(kubeconfig string) []string {
 // StartKubeControllerManager starts upstream kube-controller-manager as name
 // (several may run for leader election), configured as a production
 // control plane would: service account credentials, signing keys, leader
-// election. args are added last, so they win.
-func (c *Cluster) StartKubeControllerManager(ctx context.Context, name string, args ...string) (*Process, error) {
+// election. args are added last, so they win. It returns once /healthz
+// answers on the secure port it returns.
+func (c *Cluster) StartKubeControllerManager(ctx context.Context, name string, args ...string) (*Process, int, error) {
 	kubeconfig, err := c.Kubeconfig("kube-controller-manager", "system:kube-controller-manager")
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	port, err := freePort()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	all := append(c.ControllerManagerArgs(kubeconfig), "--secure-port="+strconv.Itoa(port), "--leader-elect=true")
 	all = append(all, args...)
 	p, err := startProcess(c.Dir, name, filepath.Join(c.BinDir, "kube-controller-manager"), all, nil)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	c.track(p)
 	if err := waitHTTP(ctx, p, fmt.Sprintf("https://127.0.0.1:%d/healthz", port), insecureClient(), componentReadyTimeout); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return p, nil
+	return p, port, nil
 }
 
 // StartFleetReplica starts one fleet-controller-manager replica named

@@ -129,7 +129,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		}
 	}
 	if opts.KubeControllerManager {
-		if c.kcm, err = c.StartKubeControllerManager(ctx, "kube-controller-manager", opts.KubeControllerManagerArgs...); err != nil {
+		if c.kcm, _, err = c.StartKubeControllerManager(ctx, "kube-controller-manager", opts.KubeControllerManagerArgs...); err != nil {
 			return c, err
 		}
 	}
