@@ -52,6 +52,9 @@ type fleet struct {
 	// killed maps an incarnation-less member name to the times it was
 	// killed or paused: its pieces cannot act after them.
 	killed map[string][]int64
+	// kubeconfigs overrides kubeconfig for a member (one that reaches the
+	// apiserver through a fault proxy).
+	kubeconfigs map[string]string
 }
 
 func newFleet(t *testing.T, extraArgs ...string) *fleet {
@@ -68,13 +71,17 @@ func newFleet(t *testing.T, extraArgs ...string) *fleet {
 		t.Fatal(err)
 	}
 	return &fleet{t: t, cluster: cluster, kubeconfig: kubeconfig, dir: t.TempDir(), args: extraArgs,
-		members: map[string]*localcluster.Process{}, killed: map[string][]int64{}}
+		members: map[string]*localcluster.Process{}, killed: map[string][]int64{}, kubeconfigs: map[string]string{}}
 }
 
 func (f *fleet) start(name string) {
 	f.t.Helper()
+	kubeconfig := f.kubeconfig
+	if k, ok := f.kubeconfigs[name]; ok {
+		kubeconfig = k
+	}
 	args := append([]string{
-		"--kubeconfig=" + f.kubeconfig,
+		"--kubeconfig=" + kubeconfig,
 		"--identity=" + name,
 		"--fleet-namespace=kube-system",
 		"--secure-port=0",
