@@ -74,17 +74,7 @@ func TestPartitionMovesUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFleetRunning(ctx, t, client, []string{stay})
-	createNamespace(ctx, t, client, ns)
-	createDeployment(ctx, t, client, ns, "web", 2)
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
-		Spec:       corev1.ServiceSpec{Selector: map[string]string{"app": "web"}, Ports: []corev1.ServicePort{{Port: 80}}},
-	}
-	if _, err := client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	createMoveJob(ctx, t, client, ns, 0)
-	waitMovingWorkload(ctx, t, client, ns, 2, 1, 2*time.Minute)
+	createMovingWorkload(ctx, t, client, ns)
 	baseline := runtimeLevels(t, httpClient, stayPort)
 	t.Logf("%s after the workload converged: %d goroutines, %d MiB live heap", stay, baseline.goroutines, baseline.heap>>20)
 
@@ -154,6 +144,24 @@ func namespaceMovingTo(member string, members []string) (string, int) {
 			return ns, p
 		}
 	}
+}
+
+// createMovingWorkload creates namespace ns with a Deployment "web" of 2
+// replicas, a Service selecting its pods and Job job-0, and waits until
+// they converge.
+func createMovingWorkload(ctx context.Context, t *testing.T, client kubernetes.Interface, ns string) {
+	t.Helper()
+	createNamespace(ctx, t, client, ns)
+	createDeployment(ctx, t, client, ns, "web", 2)
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
+		Spec:       corev1.ServiceSpec{Selector: map[string]string{"app": "web"}, Ports: []corev1.ServicePort{{Port: 80}}},
+	}
+	if _, err := client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	createMoveJob(ctx, t, client, ns, 0)
+	waitMovingWorkload(ctx, t, client, ns, 2, 1, 2*time.Minute)
 }
 
 func scaleMoving(ctx context.Context, t *testing.T, client kubernetes.Interface, ns string, replicas int32) {
