@@ -147,5 +147,8 @@ func (f fencedRoundTripper) RoundTrip(req *http.Request) (*http.Response, error)
 			defer done()
 		}
 	}
+	if f.fence != nil {
+		return abandonAtDeadline(req, f.fence, f.next)
+	}
 	return f.next.RoundTrip(req)
 }

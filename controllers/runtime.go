@@ -30,8 +30,14 @@ import (
 )
 
 // Fence is the replica's authority (membership.Member): writes are refused
-// once it is no longer valid.
-type Fence interface{ Valid() bool }
+// once it is no longer valid, and a write still unanswered when it runs
+// out is abandoned (inflight.go).
+type Fence interface {
+	Valid() bool
+	// Authority says whether the replica may act now and until when at
+	// most (renewals move it later).
+	Authority() (ok bool, until time.Time)
+}
 
 // Runtime runs pieces with Kubernetes' own controllers (it is the
 // shard.Runner of a replica). One Runtime per process.

@@ -4,10 +4,12 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -135,9 +137,11 @@ func TestNetworkCutWithControllers(t *testing.T) {
 			waitRunsPiece(ctx, t, client, cut, piece)
 			createMovingWorkload(ctx, t, client, ns)
 
-			// Work for the cut replica, then the cut while it writes.
-			scaleMoving(ctx, t, client, ns, 8)
-			time.Sleep(150 * time.Millisecond)
+			// Work for the cut replica, then the cut while it writes:
+			// 38 pod creations take the replicaset controller about two
+			// seconds at its client limits, so some are in flight.
+			scaleMoving(ctx, t, client, ns, 40)
+			time.Sleep(500 * time.Millisecond)
 			cutAt := time.Now()
 			proxy.Set(mode)
 			waitRunsPiece(ctx, t, client, stay, piece)
@@ -146,11 +150,22 @@ func TestNetworkCutWithControllers(t *testing.T) {
 			createMoveJob(ctx, t, client, ns, 1)
 			waitMovingWorkload(ctx, t, client, ns, 5, 2, time.Minute)
 
-			// The cut replica's own record of the run that the cut ended.
+			// The cut replica's own record of the run that the cut ended,
+			// and the other's run that took over.
+			var takeover time.Time
+			for _, run := range ownership(t, stayProc.LogPath, piece) {
+				if run[0].After(cutAt) {
+					takeover = run[0]
+					break
+				}
+			}
 			runs := ownership(t, cutProc.LogPath, piece)
 			for _, run := range runs {
 				if run[0].After(cutAt) || run[1].Before(cutAt) {
 					continue
+				}
+				if !run[1].Before(takeover) {
+					t.Errorf("%s ran %s until %s, %s started it at %s", cut, piece, run[1].Format("15:04:05.000000"), stay, takeover.Format("15:04:05.000000"))
 				}
 				took := run[1].Sub(cutAt)
 				t.Logf("%s: %s logged %s stopped %v after the cut", mode, cut, piece, took.Round(time.Millisecond))
@@ -162,9 +177,18 @@ func TestNetworkCutWithControllers(t *testing.T) {
 				}
 			}
 
+			if log, err := os.ReadFile(cutProc.LogPath); err == nil {
+				t.Logf("%s: %s abandoned %d writes in flight when its authority ran out", mode, cut,
+					strings.Count(string(log), "Write still in flight when this replica's authority ran out"))
+			}
 			healAt := time.Now()
 			proxy.Set(faultproxy.Pass)
-			waitRunsPiece(ctx, t, client, cut, piece)
+			// Its Lease still names the piece from before the cut: wait
+			// for its own log to start the piece again.
+			poll(ctx, t, cut+" to start "+piece+" again", 2*time.Minute, func() (bool, string) {
+				runs := ownership(t, cutProc.LogPath, piece)
+				return len(runs) > 0 && runs[len(runs)-1][0].After(healAt), fmt.Sprintf("%d runs", len(runs))
+			})
 			t.Logf("%s: %s runs %s again %v after the link came back", mode, cut, piece, time.Since(healAt).Round(time.Millisecond))
 			scaleMoving(ctx, t, client, ns, 3)
 			createMoveJob(ctx, t, client, ns, 2)

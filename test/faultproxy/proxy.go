@@ -202,14 +202,23 @@ type chunk struct {
 // current when it was read (so latency delays, it does not throttle), a
 // writer holds it until then and applies blackhole, cut and bandwidth.
 // It ends when either side closes.
+//
+// What a blackhole holds is what a real link's sender would still be
+// retransmitting: it arrives when the link comes back, unless the sender
+// reset the connection meanwhile (a RST, not a FIN), in which case the
+// sender's kernel dropped it and it never arrives.
 func (p *Proxy) copy(dst, src net.Conn) {
 	chunks := make(chan chunk, 256)
+	aborted := make(chan struct{})
 	go func() {
 		defer close(chunks)
 		var last time.Time
 		for {
 			buf := make([]byte, 32<<10)
 			n, err := src.Read(buf)
+			if err != nil && !errors.Is(err, io.EOF) {
+				close(aborted)
+			}
 			s := p.settings()
 			due := time.Now().Add(s.latency)
 			if s.jitter > 0 {
@@ -227,8 +236,12 @@ func (p *Proxy) copy(dst, src net.Conn) {
 		}
 	}()
 	for c := range chunks {
-		if len(c.data) > 0 && !p.forward(dst, c) {
-			_ = src.Close()
+		if len(c.data) > 0 && !p.forward(dst, c, aborted) {
+			resetConn(src)
+			// The receiver learns of it when the link lets its next
+			// packet through and draws a RST.
+			p.untilLinkBack()
+			resetConn(dst)
 			break
 		}
 		if c.err != nil {
@@ -237,7 +250,7 @@ func (p *Proxy) copy(dst, src net.Conn) {
 			if tc, ok := dst.(*net.TCPConn); ok && errors.Is(c.err, io.EOF) {
 				_ = tc.CloseWrite()
 			} else {
-				_ = dst.Close()
+				resetConn(dst)
 			}
 			break
 		}
@@ -247,18 +260,27 @@ func (p *Proxy) copy(dst, src net.Conn) {
 }
 
 // forward writes c to dst once the settings allow it: held while the
-// proxy is in Blackhole, dropped (and the connection ended) when Cut.
-func (p *Proxy) forward(dst net.Conn, c chunk) bool {
+// proxy is in Blackhole, dropped (and the connection ended) when Cut or
+// when the sender reset the connection before it was delivered.
+func (p *Proxy) forward(dst net.Conn, c chunk, aborted <-chan struct{}) bool {
 	for {
 		s := p.settings()
 		if s.closed {
 			return false
 		}
+		select {
+		case <-aborted:
+			return false
+		default:
+		}
 		switch s.mode {
 		case Cut:
 			return false
 		case Blackhole:
-			<-s.changed
+			select {
+			case <-s.changed:
+			case <-aborted:
+			}
 			continue
 		}
 		delay := time.Until(c.due)
@@ -271,10 +293,23 @@ func (p *Proxy) forward(dst net.Conn, c chunk) bool {
 			case <-s.changed:
 				// A fault began or ended meanwhile: decide again.
 				continue
+			case <-aborted:
+				return false
 			}
 		}
 		_, err := dst.Write(c.data)
 		return err == nil
+	}
+}
+
+// untilLinkBack returns once the proxy is not (or no longer) a blackhole.
+func (p *Proxy) untilLinkBack() {
+	for {
+		s := p.settings()
+		if s.closed || s.mode != Blackhole {
+			return
+		}
+		<-s.changed
 	}
 }
 

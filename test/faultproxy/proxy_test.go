@@ -148,3 +148,65 @@ func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
 }
+
+// TestBlackholeHeldData: what a blackhole holds arrives when the link
+// comes back if the sender only closed (FIN: its kernel still
+// retransmits), and never if it reset the connection (RST: its kernel
+// dropped it).
+func TestBlackholeHeldData(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		reset      bool
+		wantArrive bool
+	}{
+		{"sender closes", false, true},
+		{"sender resets", true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			received := make(chan int, 1)
+			go func() {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				b, _ := io.ReadAll(c)
+				received <- len(b)
+			}()
+			p, err := Start(l.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			c, err := net.Dial("tcp", p.Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.Set(Blackhole)
+			if _, err := c.Write([]byte("write sent into the blackhole")); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(100 * time.Millisecond)
+			if tc.reset {
+				resetConn(c)
+			} else {
+				_ = c.Close()
+			}
+			time.Sleep(100 * time.Millisecond)
+			p.Set(Pass)
+			select {
+			case n := <-received:
+				if arrived := n > 0; arrived != tc.wantArrive {
+					t.Fatalf("the server received %d bytes, want arrival %v", n, tc.wantArrive)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the server's connection never ended")
+			}
+		})
+	}
+}

@@ -1,0 +1,98 @@
+package controllers
+
+import (
+	"crypto/tls"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// authorityRecheck bounds how long a write in flight goes without its
+// authority being checked again: authority can also be voided before its
+// deadline (kube-controller-manager's leader Lease seen taken).
+const authorityRecheck = 500 * time.Millisecond
+
+// abandonAtDeadline sends a write and, should the replica's authority run
+// out while the write is still unanswered, resets the connection it went
+// out on.
+//
+// Why: a write sent just before a network cut is not lost, it waits. Its
+// bytes sit in this host's send buffer (TCP retransmits them for minutes)
+// or in a proxy on the way, and reach kube-apiserver when the link comes
+// back, after another replica took the partition over. Cancelling the
+// request does not help: HTTP/2 sends a reset of the stream behind the
+// request's own bytes. Closing the TCP connection with RST (linger 0)
+// makes the kernel drop whatever it has not delivered, so after the
+// deadline nothing this replica wrote can still arrive, and the piece's
+// fence, which waits for its writes in flight, is answered at once.
+// Found by TestNetworkCutWithControllers: with the link blackholed, a
+// partition piece waited for its writes until HTTP/2's health check gave
+// up on the connection, well after the other replica had started it.
+func abandonAtDeadline(req *http.Request, fence Fence, next http.RoundTripper) (*http.Response, error) {
+	var (
+		mu        sync.Mutex
+		conn      net.Conn
+		answered  bool
+		abandoned bool
+	)
+	trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
+		mu.Lock()
+		defer mu.Unlock()
+		conn = info.Conn
+		// A connection got after the reset (a retry inside the
+		// transport) goes the same way.
+		if abandoned {
+			resetConn(conn)
+		}
+	}}
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), trace))
+
+	var timer *time.Timer
+	var check func()
+	check = func() {
+		ok, until := fence.Authority()
+		mu.Lock()
+		defer mu.Unlock()
+		if answered {
+			return
+		}
+		if ok {
+			timer = time.AfterFunc(min(time.Until(until), authorityRecheck), check)
+			return
+		}
+		abandoned = true
+		if conn != nil {
+			resetConn(conn)
+		}
+		klog.InfoS("Write still in flight when this replica's authority ran out: its connection was reset so it cannot arrive later", "method", req.Method, "path", req.URL.Path)
+	}
+	_, until := fence.Authority()
+	mu.Lock()
+	timer = time.AfterFunc(min(time.Until(until), authorityRecheck), check)
+	mu.Unlock()
+
+	resp, err := next.RoundTrip(req)
+
+	mu.Lock()
+	answered = true
+	timer.Stop()
+	mu.Unlock()
+	// Answered despite a reset: the apiserver acted before the deadline.
+	return resp, err
+}
+
+// resetConn closes the TCP connection under conn (TLS or not) with RST,
+// dropping what the kernel has not delivered yet.
+func resetConn(conn net.Conn) {
+	if tc, ok := conn.(*tls.Conn); ok {
+		conn = tc.NetConn()
+	}
+	if tcp, ok := conn.(*net.TCPConn); ok {
+		_ = tcp.SetLinger(0)
+	}
+	_ = conn.Close()
+}
