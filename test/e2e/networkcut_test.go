@@ -18,7 +18,6 @@ import (
 	"github.com/fleet-controller-manager/fleet-controller-manager/membership"
 	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
 	"github.com/fleet-controller-manager/fleet-controller-manager/test/faultproxy"
-	"github.com/fleet-controller-manager/fleet-controller-manager/test/localcluster"
 )
 
 // TestNetworkCutReplica cuts one replica of three off from kube-apiserver
@@ -111,12 +110,7 @@ func TestNetworkCutWithControllers(t *testing.T) {
 		t.Run(mode.String(), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 			defer cancel()
-			cluster := startCluster(ctx, t, localcluster.Options{Scheduler: true, KwokNodes: 2, KwokPodParallelism: 32})
-			client, err := cluster.Client()
-			if err != nil {
-				t.Fatal(err)
-			}
-			bin := filepath.Join(binDir(t), "fleet-controller-manager")
+			cluster, client, bin := podCluster(ctx, t)
 			const stay, cut = "fcm-a", "fcm-b"
 			ns, p := namespaceMovingTo(cut, []string{stay, cut})
 			piece := string(shard.PartitionPiece(p))
@@ -193,7 +187,11 @@ func TestNetworkCutWithControllers(t *testing.T) {
 			scaleMoving(ctx, t, client, ns, 3)
 			createMoveJob(ctx, t, client, ns, 2)
 			waitMovingWorkload(ctx, t, client, ns, 3, 3, time.Minute)
-			checkWritesWithinOwnership(t, cluster.AuditLog, ns, piece, map[string]string{stay: stayProc.LogPath, cut: cutProc.LogPath})
+			logs := map[string]string{stay: stayProc.LogPath, cut: cutProc.LogPath}
+			checkWritesWithinOwnership(t, cluster.AuditLog, ns, piece, logs)
+			for _, v := range checkOwnership(t, cluster.AuditLog, logs, []string{ns}) {
+				t.Errorf("ownership checker: %v", v)
+			}
 		})
 	}
 }

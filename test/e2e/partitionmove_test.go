@@ -54,16 +54,11 @@ const convergenceBound = 30 * time.Second
 func TestPartitionMovesUnderLoad(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
-	cluster := startCluster(ctx, t, localcluster.Options{Scheduler: true, KwokNodes: 2, KwokPodParallelism: 32})
-	client, err := cluster.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
+	cluster, client, bin := podCluster(ctx, t)
 	httpClient, err := cluster.AdminHTTPClient()
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(binDir(t), "fleet-controller-manager")
 	const stay, mover = "fcm-a", "fcm-b"
 	ns, p := namespaceMovingTo(mover, []string{stay, mover})
 	piece := string(shard.PartitionPiece(p))
@@ -382,4 +377,17 @@ func isWriteVerb(verb string) bool {
 		return true
 	}
 	return false
+}
+
+// podCluster starts a control plane whose pods are scheduled and become
+// ready (kube-scheduler, two kwok nodes), and returns its admin client and
+// the fleet binary.
+func podCluster(ctx context.Context, t *testing.T) (*localcluster.Cluster, kubernetes.Interface, string) {
+	t.Helper()
+	cluster := startCluster(ctx, t, localcluster.Options{Scheduler: true, KwokNodes: 2, KwokPodParallelism: 32})
+	client, err := cluster.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cluster, client, filepath.Join(binDir(t), "fleet-controller-manager")
 }

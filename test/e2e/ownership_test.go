@@ -1,0 +1,148 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
+)
+
+// partitionControllerClients are the client names of the partition
+// controllers the e2e workloads exercise (Deployments, Jobs, Services):
+// their namespaced writes belong to the namespace's partition piece.
+// Singletons also write into namespaces (the namespace controller, the
+// garbage collector) and are not checked here.
+var partitionControllerClients = map[string]bool{
+	"deployment-controller": true, "replicaset-controller": true, "job-controller": true,
+	"endpointslice-controller": true, "endpoint-controller": true,
+}
+
+// ownershipViolation is a breach of "never two owners" the checker found.
+type ownershipViolation struct {
+	piece    string
+	replicas []string // the replicas involved
+	what     string
+	writes   []string // the offending writes, as found in the audit log
+}
+
+func (v ownershipViolation) String() string {
+	return fmt.Sprintf("%s (%s): %s; writes: %s", v.piece, strings.Join(v.replicas, ", "), v.what, strings.Join(v.writes, "; "))
+}
+
+// checkOwnership reads every replica's record of when it ran the
+// partition pieces of namespaces (its log: "Starting piece", "Piece
+// stopped") and the apiserver's audit log, and returns every breach: two
+// replicas' runs of one piece that overlap (with the writes into the
+// piece's namespaces made during the overlap), and every write by a
+// partition controller into those namespaces outside its replica's runs
+// of the namespace's piece.
+func checkOwnership(t *testing.T, auditLog string, logs map[string]string, namespaces []string) []ownershipViolation {
+	t.Helper()
+	type run struct {
+		replica    string
+		start, end time.Time
+	}
+	pieceOf := map[string]string{}
+	runs := map[string][]run{} // piece -> runs of every replica
+	for _, ns := range namespaces {
+		piece := string(shard.PartitionPiece(shard.DefaultRingConfig.NamespacePartition(ns)))
+		pieceOf[ns] = piece
+		if _, done := runs[piece]; done {
+			continue
+		}
+		runs[piece] = []run{}
+		for replica, path := range logs {
+			for _, iv := range ownership(t, path, piece) {
+				runs[piece] = append(runs[piece], run{replica, iv[0], iv[1]})
+			}
+		}
+	}
+	type write struct {
+		replica, client, text string
+		at                    time.Time
+	}
+	writesIn := map[string][]write{} // piece -> writes by partition controllers
+	readAudit(t, auditLog, func(e auditEvent) {
+		if e.ObjectRef == nil || !isWriteVerb(e.Verb) {
+			return
+		}
+		piece, ok := pieceOf[e.ObjectRef.Namespace]
+		if !ok {
+			return
+		}
+		rest, ok := strings.CutPrefix(e.UserAgent, "fleet-controller-manager/")
+		if !ok {
+			return
+		}
+		replica, client, _ := strings.Cut(rest, "/")
+		if !partitionControllerClients[client] {
+			return
+		}
+		writesIn[piece] = append(writesIn[piece], write{replica, client,
+			fmt.Sprintf("%s %s/%s/%s by %s (%s) at %s", e.Verb, e.ObjectRef.Resource, e.ObjectRef.Namespace, e.ObjectRef.Name, replica, client, e.StageTimestamp.Local().Format("15:04:05.000000")),
+			e.StageTimestamp})
+	})
+
+	var out []ownershipViolation
+	for piece, rs := range runs {
+		sort.Slice(rs, func(i, j int) bool { return rs[i].start.Before(rs[j].start) })
+		for i := range rs {
+			for j := i + 1; j < len(rs); j++ {
+				a, b := rs[i], rs[j]
+				if a.replica == b.replica || !b.start.Before(a.end) {
+					continue
+				}
+				from, to := b.start, a.end
+				if b.end.Before(to) {
+					to = b.end
+				}
+				v := ownershipViolation{piece: piece, replicas: []string{a.replica, b.replica},
+					what: fmt.Sprintf("both ran it from %s to %s", from.Format("15:04:05.000"), to.Format("15:04:05.000"))}
+				for _, w := range writesIn[piece] {
+					if !w.at.Before(from) && !w.at.After(to) {
+						v.writes = append(v.writes, w.text)
+					}
+				}
+				out = append(out, v)
+			}
+		}
+		for _, w := range writesIn[piece] {
+			inside := false
+			for _, r := range rs {
+				if r.replica == w.replica && !w.at.Before(r.start) && !w.at.After(r.end) {
+					inside = true
+					break
+				}
+			}
+			if !inside {
+				out = append(out, ownershipViolation{piece: piece, replicas: []string{w.replica}, what: "a write outside its replica's runs of the piece", writes: []string{w.text}})
+			}
+		}
+	}
+	return out
+}
+
+// writesChecked counts the partition controllers' writes into namespaces
+// in the audit log, so a check that found nothing can show it looked.
+func writesChecked(t *testing.T, auditLog string, namespaces []string) int {
+	t.Helper()
+	want := map[string]bool{}
+	for _, ns := range namespaces {
+		want[ns] = true
+	}
+	n := 0
+	readAudit(t, auditLog, func(e auditEvent) {
+		if e.ObjectRef != nil && want[e.ObjectRef.Namespace] && isWriteVerb(e.Verb) && strings.HasPrefix(e.UserAgent, "fleet-controller-manager/") {
+			_, rest, _ := strings.Cut(strings.TrimPrefix(e.UserAgent, "fleet-controller-manager/"), "/")
+			if partitionControllerClients[rest] {
+				n++
+			}
+		}
+	})
+	return n
+}

@@ -1,0 +1,80 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
+)
+
+// TestCheckerCatchesTwoOwners plants the violation the ownership checker
+// exists for: beside a fleet replica, a second replica that shares none of
+// its protocol (another fleet name, kube-controller-manager's leader Lease
+// not taken) runs the same controllers for a few seconds while the
+// workload changes. The checker must name the piece, both replicas and
+// the writes made while both ran it; before the rogue started, it must
+// find nothing.
+func TestCheckerCatchesTwoOwners(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cluster, client, bin := podCluster(ctx, t)
+	const owner, rogue = "fcm-a", "rogue"
+	ns, p := namespaceMovingTo(owner, []string{owner})
+	piece := string(shard.PartitionPiece(p))
+	ownerProc, _, err := cluster.StartFleetReplica(ctx, bin, owner, "-v=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitRunsPiece(ctx, t, client, owner, piece)
+	createMovingWorkload(ctx, t, client, ns)
+	logs := map[string]string{owner: ownerProc.LogPath}
+	if found := checkOwnership(t, cluster.AuditLog, logs, []string{ns}); len(found) > 0 {
+		t.Fatalf("violations before the rogue started: %v", found)
+	}
+	t.Logf("before the rogue: %d partition controller writes into %s, no violation", writesChecked(t, cluster.AuditLog, []string{ns}), ns)
+
+	rogueProc, _, err := cluster.StartFleetReplica(ctx, bin, rogue, "--fleet-name=rogue", "--leader-elect=false", "-v=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs[rogue] = rogueProc.LogPath
+	poll(ctx, t, rogue+" to run "+piece, 2*time.Minute, func() (bool, string) {
+		return len(ownership(t, rogueProc.LogPath, piece)) > 0, "not yet"
+	})
+	// Both now hold the Deployment's expectations; a scale makes both act.
+	scaleMoving(ctx, t, client, ns, 6)
+	createMoveJob(ctx, t, client, ns, 1)
+	time.Sleep(5 * time.Second)
+	if err := rogueProc.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	<-rogueProc.Done()
+
+	found := checkOwnership(t, cluster.AuditLog, logs, []string{ns})
+	var named *ownershipViolation
+	for i, v := range found {
+		t.Logf("checker: %v", v)
+		if v.piece == piece && slices.Contains(v.replicas, owner) && slices.Contains(v.replicas, rogue) && len(v.writes) > 0 {
+			named = &found[i]
+		}
+	}
+	if named == nil {
+		t.Fatalf("the checker did not name %s run by %s and %s with the writes made meanwhile (found %d violations)", piece, owner, rogue, len(found))
+	}
+	rogueWrites := 0
+	for _, w := range named.writes {
+		if strings.Contains(w, " by "+rogue+" ") {
+			rogueWrites++
+		}
+	}
+	if rogueWrites == 0 {
+		t.Errorf("the named writes include none by %s: %v", rogue, named.writes)
+	}
+	t.Logf("the checker named %s, %v, and %d writes made while both ran it (%d by %s)", named.piece, named.replicas, len(named.writes), rogueWrites, rogue)
+}
