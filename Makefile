@@ -36,7 +36,7 @@ KUBE_TOOLS    := kube-apiserver kube-controller-manager kube-scheduler kubectl
 # Tests and the demo find every tool here.
 export FCM_BIN_DIR := $(BIN)
 
-.PHONY: all tools build test test-deps bench cluster run clean fuzz
+.PHONY: all tools build test test-deps bench cluster run clean fuzz chaos
 
 all: build
 
@@ -121,6 +121,15 @@ run: tools build
 # QUICK=1: a smaller workload at default limits, under 10 minutes.
 bench: tools build test-deps
 	$(GO) run ./test/bench -out docs/benchmarks $(if $(QUICK),-quick) $(BENCH_ARGS)
+
+# The chaos soak (TestChaos in test/e2e): DURATION minutes (default 20) of
+# seeded faults on a fleet of three running the real controllers, under a
+# changing workload; every write is checked at the end. The seed is
+# printed; SEED=<n> replays a run.
+DURATION ?= 20
+chaos: tools build
+	seed=$${SEED:-$$(date +%s)}; echo "chaos: seed $$seed"; \
+	  CHAOS_SEED=$$seed CHAOS_DURATION=$(DURATION)m $(GO) test -count=1 -tags e2e -v -run '^TestChaos$$' -timeout $$(( $(DURATION) + 25 ))m ./test/e2e/
 
 fuzz:
 	$(GO) test ./membership -run '^$$' -fuzz FuzzParseLeaseState -fuzztime 60s

@@ -167,8 +167,15 @@ func createNamespace(ctx context.Context, t *testing.T, client kubernetes.Interf
 
 func createDeployment(ctx context.Context, t *testing.T, client kubernetes.Interface, ns, name string, replicas int32) {
 	t.Helper()
+	if _, err := client.AppsV1().Deployments(ns).Create(ctx, newDeployment(ns, name, replicas), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating deployment %s/%s: %v", ns, name, err)
+	}
+}
+
+// newDeployment is a Deployment of replicas pods labelled app=name.
+func newDeployment(ns, name string, replicas int32) *appsv1.Deployment {
 	labels := map[string]string{"app": name}
-	d := &appsv1.Deployment{
+	return &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To(replicas),
@@ -178,9 +185,6 @@ func createDeployment(ctx context.Context, t *testing.T, client kubernetes.Inter
 				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.invalid/fake:1"}}},
 			},
 		},
-	}
-	if _, err := client.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("creating deployment %s/%s: %v", ns, name, err)
 	}
 }
 

@@ -34,6 +34,12 @@ func (v ownershipViolation) String() string {
 	return fmt.Sprintf("%s (%s): %s; writes: %s", v.piece, strings.Join(v.replicas, ", "), v.what, strings.Join(v.writes, "; "))
 }
 
+// pieceRun is one replica's run of a piece: the time it may act in.
+type pieceRun struct {
+	replica    string
+	start, end time.Time
+}
+
 // checkOwnership reads every replica's record of when it ran the
 // partition pieces of namespaces (its log: "Starting piece", "Piece
 // stopped") and the apiserver's audit log, and returns every breach: two
@@ -43,25 +49,36 @@ func (v ownershipViolation) String() string {
 // of the namespace's piece.
 func checkOwnership(t *testing.T, auditLog string, logs map[string]string, namespaces []string) []ownershipViolation {
 	t.Helper()
-	type run struct {
-		replica    string
-		start, end time.Time
-	}
-	pieceOf := map[string]string{}
-	runs := map[string][]run{} // piece -> runs of every replica
-	for _, ns := range namespaces {
-		piece := string(shard.PartitionPiece(shard.DefaultRingConfig.NamespacePartition(ns)))
-		pieceOf[ns] = piece
+	pieceOf := namespacePieces(namespaces)
+	runs := map[string][]pieceRun{} // piece -> runs of every replica
+	for _, piece := range pieceOf {
 		if _, done := runs[piece]; done {
 			continue
 		}
-		runs[piece] = []run{}
+		runs[piece] = []pieceRun{}
 		for replica, path := range logs {
 			for _, iv := range ownership(t, path, piece) {
-				runs[piece] = append(runs[piece], run{replica, iv[0], iv[1]})
+				runs[piece] = append(runs[piece], pieceRun{replica, iv[0], iv[1]})
 			}
 		}
 	}
+	return ownershipViolations(t, auditLog, runs, pieceOf)
+}
+
+// namespacePieces maps each namespace to its partition piece.
+func namespacePieces(namespaces []string) map[string]string {
+	pieceOf := map[string]string{}
+	for _, ns := range namespaces {
+		pieceOf[ns] = string(shard.PartitionPiece(shard.DefaultRingConfig.NamespacePartition(ns)))
+	}
+	return pieceOf
+}
+
+// ownershipViolations checks runs (piece -> every replica's runs of it)
+// against each other and against the partition controllers' writes, from
+// the audit log, into the namespaces of pieceOf.
+func ownershipViolations(t *testing.T, auditLog string, runs map[string][]pieceRun, pieceOf map[string]string) []ownershipViolation {
+	t.Helper()
 	type write struct {
 		replica, client, text string
 		at                    time.Time

@@ -169,6 +169,13 @@ func scaleMoving(ctx context.Context, t *testing.T, client kubernetes.Interface,
 
 func createMoveJob(ctx context.Context, t *testing.T, client kubernetes.Interface, ns string, i int) {
 	t.Helper()
+	if err := createJob(ctx, client, ns, i); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// createJob creates Job job-<i> in ns: one pod to complete.
+func createJob(ctx context.Context, client kubernetes.Interface, ns string, i int) error {
 	job := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("job-%d", i), Namespace: ns},
 		Spec: batchv1.JobSpec{
@@ -179,9 +186,8 @@ func createMoveJob(ctx context.Context, t *testing.T, client kubernetes.Interfac
 			}},
 		},
 	}
-	if _, err := client.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	_, err := client.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{})
+	return err
 }
 
 // waitMovingWorkload: the Deployment has replicas available and up to

@@ -118,6 +118,15 @@ func (c *Cluster) RestartAPIServer(ctx context.Context) error {
 	return c.waitAPIServer(ctx)
 }
 
+// RestartEtcd stops etcd and starts it again on the same ports and data,
+// returning when it is healthy (kube-apiserver reconnects by itself).
+func (c *Cluster) RestartEtcd(ctx context.Context) error {
+	if err := c.etcd.Restart(stopGrace); err != nil {
+		return err
+	}
+	return waitHTTP(ctx, c.etcd, c.etcdURL+"/health", nil, componentReadyTimeout)
+}
+
 func (c *Cluster) startScheduler(ctx context.Context) error {
 	kubeconfig, err := c.Kubeconfig("kube-scheduler", "system:kube-scheduler")
 	if err != nil {

@@ -1,0 +1,573 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math"
+	"math/rand"
+	"os"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/fleet-controller-manager/fleet-controller-manager/membership"
+	"github.com/fleet-controller-manager/fleet-controller-manager/test/faultproxy"
+	"github.com/fleet-controller-manager/fleet-controller-manager/test/localcluster"
+)
+
+// The chaos soak: a fleet running the real controllers, each replica
+// reaching kube-apiserver through its own fault proxy, under a changing
+// workload, while a seeded schedule injects one fault at a time. After
+// every fault the workload must converge within the lease duration plus
+// 30 s; at the end every replica's record of the pieces it ran is checked
+// against the others' and against every partition controller write in the
+// audit log.
+//
+// CHAOS_DURATION (a Go duration, default 3m) and CHAOS_SEED (default 1)
+// choose the run; `make chaos` runs 20 minutes with a random seed, which
+// it prints so that a failing run can be replayed.
+
+// chaosFault is a kind of fault the soak injects.
+type chaosFault string
+
+const (
+	faultCut          chaosFault = "cut"           // the replica's connections reset, new ones refused
+	faultBlackhole    chaosFault = "blackhole"     // the replica's link goes silent
+	faultLatency      chaosFault = "latency"       // 150-400 ms each way, with jitter
+	faultBandwidth    chaosFault = "bandwidth"     // 16-64 KiB/s each way per connection
+	faultKill         chaosFault = "kill"          // SIGKILL, started again a few seconds later
+	faultPause        chaosFault = "pause"         // SIGSTOP, SIGCONT 5-22 s later
+	faultAPIServer    chaosFault = "apiserver"     // kube-apiserver restarted
+	faultEtcd         chaosFault = "etcd"          // etcd restarted
+	faultLeaseDeleted chaosFault = "lease-deleted" // a live replica's Lease deleted
+	faultLeaseGarbage chaosFault = "lease-garbage" // a live replica's state overwritten with garbage
+)
+
+var chaosFaults = []chaosFault{faultCut, faultBlackhole, faultLatency, faultBandwidth, faultKill, faultPause,
+	faultAPIServer, faultEtcd, faultLeaseDeleted, faultLeaseGarbage}
+
+// chaosConvergeBound is how soon after a fault is healed the workload
+// must have converged: a lost replica's pieces wait out its lease, then
+// the new owner has the rest to catch up.
+const chaosConvergeBound = membership.DefaultLeaseDuration + 30*time.Second
+
+// chaosGrace is how long after SIGKILL or SIGSTOP a write the replica had
+// already sent may still be answered by the apiserver: the replica can
+// send nothing after it, and no other replica can take its pieces before
+// its lease runs out.
+const chaosGrace = 2 * time.Second
+
+type chaosReplica struct {
+	name       string
+	proxy      *faultproxy.Proxy
+	kubeconfig string
+	proc       *localcluster.Process
+}
+
+// chaosNamespace is what the workload asked of one namespace.
+type chaosNamespace struct {
+	replicas int32
+	jobs     int
+}
+
+type chaosRun struct {
+	t       *testing.T
+	ctx     context.Context
+	cluster *localcluster.Cluster
+	client  kubernetes.Interface
+	bin     string
+	rng     *rand.Rand
+
+	replicas []*chaosReplica
+	// deaths and pauses, by process id: when a replica stopped being able
+	// to act (the checker ends its runs there).
+	deaths map[int]time.Time
+	pauses map[int][][2]time.Time
+
+	live    map[string]*chaosNamespace
+	deleted []string
+	used    []string
+	nextNS  int
+}
+
+func TestChaos(t *testing.T) {
+	duration := 3 * time.Minute
+	if s := os.Getenv("CHAOS_DURATION"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			t.Fatalf("CHAOS_DURATION=%q: %v", s, err)
+		}
+		duration = d
+	}
+	seed := int64(1)
+	if s := os.Getenv("CHAOS_SEED"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			t.Fatalf("CHAOS_SEED=%q: %v", s, err)
+		}
+		seed = n
+	}
+	t.Logf("chaos: seed %d, %v of faults (replay: CHAOS_SEED=%d CHAOS_DURATION=%v)", seed, duration, seed, duration)
+
+	ctx, cancel := context.WithTimeout(context.Background(), duration+15*time.Minute)
+	defer cancel()
+	cluster, client, bin := podCluster(ctx, t)
+	c := &chaosRun{t: t, ctx: ctx, cluster: cluster, client: client, bin: bin, rng: rand.New(rand.NewSource(seed)),
+		deaths: map[int]time.Time{}, pauses: map[int][][2]time.Time{}, live: map[string]*chaosNamespace{}}
+
+	kubeconfig, err := cluster.Kubeconfig("fleet-controller-manager", "system:kube-controller-manager", "system:masters")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"fcm-a", "fcm-b", "fcm-c"} {
+		proxy, proxied := proxiedKubeconfig(t, cluster.URL, kubeconfig, t.TempDir())
+		r := &chaosReplica{name: name, proxy: proxy, kubeconfig: proxied}
+		c.replicas = append(c.replicas, r)
+		c.startReplica(r)
+	}
+	for i := 0; i < 5; i++ {
+		c.createNamespace()
+	}
+	if took, ok := c.waitConverged(3 * time.Minute); !ok {
+		t.Fatalf("the starting workload did not converge within %v", took)
+	}
+
+	counts := map[chaosFault]int{}
+	var converge []time.Duration
+	late := 0
+	deadline := time.Now().Add(duration)
+	var bag []chaosFault
+	for n := 1; time.Now().Before(deadline); n++ {
+		// Every kind once per round, in a seeded order.
+		if len(bag) == 0 {
+			bag = append(bag, chaosFaults...)
+			c.rng.Shuffle(len(bag), func(i, j int) { bag[i], bag[j] = bag[j], bag[i] })
+		}
+		fault := bag[0]
+		bag = bag[1:]
+		for i := 1 + c.rng.Intn(3); i > 0; i-- {
+			c.changeWorkload()
+		}
+		victim := c.replicas[c.rng.Intn(len(c.replicas))]
+		what := c.inject(fault, victim)
+		counts[fault]++
+		took, ok := c.waitConverged(chaosConvergeBound + 2*time.Minute)
+		t.Logf("chaos: fault %d: %s; workload converged %v after it was healed", n, what, took.Round(time.Millisecond))
+		converge = append(converge, took)
+		if !ok {
+			t.Fatalf("fault %d (%s): the workload did not converge within %v of the heal", n, what, took)
+		}
+		if took > chaosConvergeBound {
+			late++
+			t.Errorf("fault %d (%s): the workload converged %v after the heal, past %v", n, what, took, chaosConvergeBound)
+		}
+		time.Sleep(time.Duration(2+c.rng.Intn(4)) * time.Second)
+	}
+
+	// Every replica still runs (a crash would hide behind the restarts).
+	for _, r := range c.replicas {
+		if exited, err := r.proc.Exited(); exited {
+			t.Errorf("%s exited: %v\n%s", r.name, err, r.proc.LogTail(30))
+		}
+	}
+	runs := c.pieceRuns()
+	violations := ownershipViolations(t, cluster.AuditLog, runs, namespacePieces(c.used))
+	for i, v := range violations {
+		if i == 20 {
+			t.Errorf("... and %d more", len(violations)-20)
+			break
+		}
+		t.Errorf("ownership checker: %v", v)
+	}
+	checked := writesChecked(t, cluster.AuditLog, c.used)
+	if checked == 0 {
+		t.Fatal("no partition controller writes in the audit log: the checker looked at nothing")
+	}
+	nruns := 0
+	for _, rs := range runs {
+		nruns += len(rs)
+	}
+
+	total := 0
+	var kinds []string
+	for _, f := range chaosFaults {
+		total += counts[f]
+		kinds = append(kinds, fmt.Sprintf("%s %d", f, counts[f]))
+	}
+	sort.Slice(converge, func(i, j int) bool { return converge[i] < converge[j] })
+	t.Logf("chaos: seed %d: %d faults (%s); converged after each: median %v, p90 %v, longest %v (bound %v, %d late)",
+		seed, total, strings.Join(kinds, ", "), percentile(converge, 0.5).Round(time.Millisecond),
+		percentile(converge, 0.9).Round(time.Millisecond), converge[len(converge)-1].Round(time.Millisecond), chaosConvergeBound, late)
+	t.Logf("chaos: %d partition controller writes into %d namespaces checked against %d runs of %d pieces: %d violations; %d namespaces live and converged, %d deleted and gone",
+		checked, len(c.used), nruns, len(runs), len(violations), len(c.live), len(c.deleted))
+}
+
+func (c *chaosRun) startReplica(r *chaosReplica) {
+	c.t.Helper()
+	p, _, err := c.cluster.StartFleetReplicaAs(c.ctx, c.bin, r.name, r.kubeconfig, "-v=2")
+	if err != nil {
+		c.t.Fatalf("starting %s: %v", r.name, err)
+	}
+	r.proc = p
+}
+
+// inject applies fault to victim, holds it, heals it, and says what it did.
+func (c *chaosRun) inject(fault chaosFault, victim *chaosReplica) string {
+	c.t.Helper()
+	hold := func(min, max int) time.Duration {
+		d := time.Duration(min+c.rng.Intn(max-min+1)) * time.Second
+		time.Sleep(d)
+		return d
+	}
+	switch fault {
+	case faultCut, faultBlackhole:
+		mode := faultproxy.Cut
+		if fault == faultBlackhole {
+			mode = faultproxy.Blackhole
+		}
+		victim.proxy.Set(mode)
+		d := hold(3, 25)
+		victim.proxy.Set(faultproxy.Pass)
+		return fmt.Sprintf("%s %s for %v", victim.name, fault, d)
+	case faultLatency:
+		latency := time.Duration(150+c.rng.Intn(250)) * time.Millisecond
+		victim.proxy.SetLatency(latency, latency/2)
+		d := hold(10, 25)
+		victim.proxy.SetLatency(0, 0)
+		return fmt.Sprintf("%s latency %v (jitter %v) for %v", victim.name, latency, latency/2, d)
+	case faultBandwidth:
+		rate := (16 + c.rng.Intn(49)) << 10
+		victim.proxy.SetBandwidth(rate)
+		d := hold(10, 25)
+		victim.proxy.SetBandwidth(0)
+		return fmt.Sprintf("%s bandwidth %d KiB/s for %v", victim.name, rate>>10, d)
+	case faultKill:
+		pid := victim.proc.Pid()
+		c.deaths[pid] = time.Now()
+		if err := victim.proc.Signal(syscall.SIGKILL); err != nil {
+			c.t.Fatal(err)
+		}
+		<-victim.proc.Done()
+		d := hold(1, 8)
+		c.startReplica(victim)
+		return fmt.Sprintf("%s killed (pid %d), started again %v later", victim.name, pid, d)
+	case faultPause:
+		pid := victim.proc.Pid()
+		from := time.Now()
+		if err := victim.proc.Signal(syscall.SIGSTOP); err != nil {
+			c.t.Fatal(err)
+		}
+		d := hold(5, 22)
+		if err := victim.proc.Signal(syscall.SIGCONT); err != nil {
+			c.t.Fatal(err)
+		}
+		c.pauses[pid] = append(c.pauses[pid], [2]time.Time{from, time.Now()})
+		return fmt.Sprintf("%s paused for %v", victim.name, d)
+	case faultAPIServer:
+		start := time.Now()
+		if err := c.cluster.RestartAPIServer(c.ctx); err != nil {
+			c.t.Fatalf("restarting kube-apiserver: %v", err)
+		}
+		return fmt.Sprintf("kube-apiserver restarted (%v)", time.Since(start).Round(time.Millisecond))
+	case faultEtcd:
+		start := time.Now()
+		if err := c.cluster.RestartEtcd(c.ctx); err != nil {
+			c.t.Fatalf("restarting etcd: %v", err)
+		}
+		return fmt.Sprintf("etcd restarted (%v)", time.Since(start).Round(time.Millisecond))
+	case faultLeaseDeleted:
+		c.retry("deleting "+victim.name+"'s Lease", func() error {
+			err := c.client.CoordinationV1().Leases("kube-system").Delete(c.ctx, victim.name, metav1.DeleteOptions{})
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return err
+		})
+		return fmt.Sprintf("%s's Lease deleted", victim.name)
+	case faultLeaseGarbage:
+		c.retry("overwriting "+victim.name+"'s Lease", func() error {
+			return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				l, err := c.client.CoordinationV1().Leases("kube-system").Get(c.ctx, victim.name, metav1.GetOptions{})
+				if apierrors.IsNotFound(err) {
+					return nil
+				}
+				if err != nil {
+					return err
+				}
+				if l.Annotations == nil {
+					l.Annotations = map[string]string{}
+				}
+				l.Annotations["fleet-controller-manager.io/state"] = fmt.Sprintf("{garbage %d", c.rng.Int())
+				_, err = c.client.CoordinationV1().Leases("kube-system").Update(c.ctx, l, metav1.UpdateOptions{})
+				return err
+			})
+		})
+		return fmt.Sprintf("%s's Lease state overwritten with garbage", victim.name)
+	}
+	c.t.Fatalf("unknown fault %q", fault)
+	return ""
+}
+
+// changeWorkload makes one seeded change: scale a Deployment, add a Job,
+// delete a namespace or create one.
+func (c *chaosRun) changeWorkload() {
+	c.t.Helper()
+	names := c.liveNames()
+	switch roll := c.rng.Intn(100); {
+	case len(names) < 3 || roll < 12:
+		c.createNamespace()
+	case roll < 24 && len(names) > 3:
+		ns := names[c.rng.Intn(len(names))]
+		c.retry("deleting namespace "+ns, func() error {
+			err := c.client.CoreV1().Namespaces().Delete(c.ctx, ns, metav1.DeleteOptions{})
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return err
+		})
+		delete(c.live, ns)
+		c.deleted = append(c.deleted, ns)
+	case roll < 60:
+		ns := names[c.rng.Intn(len(names))]
+		replicas := int32(1 + c.rng.Intn(6))
+		c.retry("scaling "+ns+"/web", func() error {
+			_, err := c.client.AppsV1().Deployments(ns).Patch(c.ctx, "web", types.MergePatchType, []byte(fmt.Sprintf(`{"spec":{"replicas":%d}}`, replicas)), metav1.PatchOptions{})
+			return err
+		})
+		c.live[ns].replicas = replicas
+	default:
+		ns := names[c.rng.Intn(len(names))]
+		job := c.live[ns].jobs
+		c.retry("creating a Job in "+ns, func() error {
+			err := createJob(c.ctx, c.client, ns, job)
+			if apierrors.IsAlreadyExists(err) {
+				return nil
+			}
+			return err
+		})
+		c.live[ns].jobs++
+	}
+}
+
+func (c *chaosRun) liveNames() []string {
+	var names []string
+	for ns := range c.live {
+		names = append(names, ns)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// createNamespace creates the next namespace with a Deployment "web" of 2
+// replicas, a Service for it and one Job.
+func (c *chaosRun) createNamespace() {
+	c.t.Helper()
+	ns := fmt.Sprintf("chaos-%d", c.nextNS)
+	c.nextNS++
+	c.retry("creating namespace "+ns, func() error {
+		_, err := c.client.CoreV1().Namespaces().Create(c.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	})
+	c.retry("creating "+ns+"/web", func() error {
+		_, err := c.client.AppsV1().Deployments(ns).Create(c.ctx, newDeployment(ns, "web", 2), metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	})
+	c.retry("creating the Service "+ns+"/web", func() error {
+		svc := &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
+			Spec:       corev1.ServiceSpec{Selector: map[string]string{"app": "web"}, Ports: []corev1.ServicePort{{Port: 80}}},
+		}
+		_, err := c.client.CoreV1().Services(ns).Create(c.ctx, svc, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	})
+	c.retry("creating a Job in "+ns, func() error {
+		err := createJob(c.ctx, c.client, ns, 0)
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	})
+	c.live[ns] = &chaosNamespace{replicas: 2, jobs: 1}
+	c.used = append(c.used, ns)
+}
+
+// retry repeats a workload call through an apiserver that may be
+// restarting.
+func (c *chaosRun) retry(what string, call func() error) {
+	c.t.Helper()
+	var last error
+	err := wait.PollUntilContextTimeout(c.ctx, 500*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		last = call()
+		return last == nil, nil
+	})
+	if err != nil {
+		c.t.Fatalf("%s: %v (last error: %v)", what, err, last)
+	}
+}
+
+// waitConverged waits until every live namespace's Deployment is available
+// at its replicas, its Jobs succeeded and its Service's EndpointSlices
+// list exactly its ready pods, and every deleted namespace is gone. It
+// returns how long that took and whether it happened within timeout.
+func (c *chaosRun) waitConverged(timeout time.Duration) (time.Duration, bool) {
+	c.t.Helper()
+	start := time.Now()
+	var last string
+	err := wait.PollUntilContextTimeout(c.ctx, 250*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		last = c.converged()
+		return last == "", nil
+	})
+	if err != nil {
+		c.t.Logf("not converged after %v: %s", time.Since(start).Round(time.Millisecond), last)
+		return time.Since(start), false
+	}
+	return time.Since(start), true
+}
+
+// converged says what is not yet as asked ("" when everything is).
+func (c *chaosRun) converged() string {
+	for _, ns := range c.liveNames() {
+		want := c.live[ns]
+		d, err := c.client.AppsV1().Deployments(ns).Get(c.ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		if !deploymentDone(d, want.replicas) {
+			return fmt.Sprintf("%s/web: %+v, want %d", ns, d.Status, want.replicas)
+		}
+		jobs, err := c.client.BatchV1().Jobs(ns).List(c.ctx, metav1.ListOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		succeeded := 0
+		for _, j := range jobs.Items {
+			if j.Status.Succeeded == 1 {
+				succeeded++
+			}
+		}
+		if succeeded != want.jobs {
+			return fmt.Sprintf("%s: %d of %d Jobs succeeded", ns, succeeded, want.jobs)
+		}
+		slices, err := c.client.DiscoveryV1().EndpointSlices(ns).List(c.ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=web"})
+		if err != nil {
+			return err.Error()
+		}
+		ready := 0
+		for _, s := range slices.Items {
+			for _, e := range s.Endpoints {
+				if e.Conditions.Ready != nil && *e.Conditions.Ready {
+					ready++
+				}
+			}
+		}
+		if ready != int(want.replicas) {
+			return fmt.Sprintf("%s: %d ready endpoints, want %d", ns, ready, want.replicas)
+		}
+	}
+	for _, ns := range c.deleted {
+		_, err := c.client.CoreV1().Namespaces().Get(c.ctx, ns, metav1.GetOptions{})
+		if err == nil {
+			return fmt.Sprintf("namespace %s not yet gone", ns)
+		}
+		if !apierrors.IsNotFound(err) {
+			return err.Error()
+		}
+	}
+	return ""
+}
+
+// klogPieceByPid is klogPiece with the writing process's id, which tells a
+// replica's incarnations apart in its log (they append to one file).
+var klogPieceByPid = regexp.MustCompile(`^I(\d{4} \d{2}:\d{2}:\d{2}\.\d{6})\s+(\d+) \S+\] "(Starting piece|Piece stopped)" piece="([^"]+)"`)
+
+// pieceRuns reads every replica's runs of every piece from its log. A run
+// its process never logged the end of ends where the process was killed;
+// a run through a pause of the process ends where the pause began, if the
+// pause outlasted the renew deadline (the replica cannot act after it
+// until its pieces are started again).
+func (c *chaosRun) pieceRuns() map[string][]pieceRun {
+	c.t.Helper()
+	runs := map[string][]pieceRun{}
+	year := time.Now().Year()
+	forever := time.Unix(0, math.MaxInt64)
+	for _, r := range c.replicas {
+		f, err := os.Open(r.proc.LogPath)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		type open struct {
+			pid   int
+			start time.Time
+		}
+		opened := map[string]open{}
+		end := func(piece string, o open, at time.Time) {
+			if died, ok := c.deaths[o.pid]; ok && died.Add(chaosGrace).Before(at) {
+				at = died.Add(chaosGrace)
+			}
+			for _, p := range c.pauses[o.pid] {
+				if p[1].Sub(p[0]) >= membership.DefaultRenewDeadline && p[0].After(o.start) && p[0].Before(at) {
+					at = p[0].Add(chaosGrace)
+					break
+				}
+			}
+			runs[piece] = append(runs[piece], pieceRun{r.name, o.start, at})
+		}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 1<<20), 16<<20)
+		for sc.Scan() {
+			m := klogPieceByPid.FindStringSubmatch(sc.Text())
+			if m == nil {
+				continue
+			}
+			at, err := time.ParseInLocation("2006 0102 15:04:05.000000", fmt.Sprintf("%d %s", year, m[1]), time.Local)
+			if err != nil {
+				c.t.Fatal(err)
+			}
+			pid, _ := strconv.Atoi(m[2])
+			piece := m[4]
+			if o, ok := opened[piece]; ok && (m[3] == "Starting piece" || o.pid != pid) {
+				// The incarnation that started it died without stopping it.
+				end(piece, o, at)
+				delete(opened, piece)
+			}
+			if m[3] == "Starting piece" {
+				opened[piece] = open{pid, at}
+			} else if o, ok := opened[piece]; ok {
+				end(piece, o, at)
+				delete(opened, piece)
+			}
+		}
+		f.Close()
+		if err := sc.Err(); err != nil {
+			c.t.Fatalf("reading %s: %v", r.proc.LogPath, err)
+		}
+		for piece, o := range opened {
+			end(piece, o, forever)
+		}
+	}
+	return runs
+}
