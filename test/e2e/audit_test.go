@@ -26,7 +26,11 @@ type auditEvent struct {
 	ResponseStatus *struct {
 		Code int `json:"code"`
 	} `json:"responseStatus"`
-	StageTimestamp time.Time `json:"stageTimestamp"`
+	// RequestReceivedTimestamp is when the apiserver had the request;
+	// StageTimestamp, at ResponseComplete, when it had answered it: a
+	// write takes effect between the two.
+	RequestReceivedTimestamp time.Time `json:"requestReceivedTimestamp"`
+	StageTimestamp           time.Time `json:"stageTimestamp"`
 }
 
 func readAudit(t *testing.T, path string, fn func(auditEvent)) {

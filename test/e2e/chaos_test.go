@@ -50,8 +50,8 @@ const (
 	faultBlackhole    chaosFault = "blackhole"     // the replica's link goes silent
 	faultLatency      chaosFault = "latency"       // 150-400 ms each way, with jitter
 	faultBandwidth    chaosFault = "bandwidth"     // 16-64 KiB/s each way per connection
-	faultKill         chaosFault = "kill"          // SIGKILL, started again a few seconds later
-	faultPause        chaosFault = "pause"         // SIGSTOP, SIGCONT 5-22 s later
+	faultKill         chaosFault = "kill"          // SIGKILL, started again 1-6 s later
+	faultPause        chaosFault = "pause"         // SIGSTOP, SIGCONT 5-20 s later
 	faultAPIServer    chaosFault = "apiserver"     // kube-apiserver restarted
 	faultEtcd         chaosFault = "etcd"          // etcd restarted
 	faultLeaseDeleted chaosFault = "lease-deleted" // a live replica's Lease deleted
@@ -176,7 +176,7 @@ func TestChaos(t *testing.T) {
 			late++
 			t.Errorf("fault %d (%s): the workload converged %v after the heal, past %v", n, what, took, chaosConvergeBound)
 		}
-		time.Sleep(time.Duration(2+c.rng.Intn(4)) * time.Second)
+		time.Sleep(time.Duration(1+c.rng.Intn(3)) * time.Second)
 	}
 
 	// Every replica still runs (a crash would hide behind the restarts).
@@ -187,6 +187,8 @@ func TestChaos(t *testing.T) {
 	}
 	runs := c.pieceRuns()
 	violations := ownershipViolations(t, cluster.AuditLog, runs, namespacePieces(c.used))
+	singletonBreaches, singletonWrites := singletonViolations(t, cluster.AuditLog, runs)
+	violations = append(violations, singletonBreaches...)
 	for i, v := range violations {
 		if i == 20 {
 			t.Errorf("... and %d more", len(violations)-20)
@@ -213,8 +215,8 @@ func TestChaos(t *testing.T) {
 	t.Logf("chaos: seed %d: %d faults (%s); converged after each: median %v, p90 %v, longest %v (bound %v, %d late)",
 		seed, total, strings.Join(kinds, ", "), percentile(converge, 0.5).Round(time.Millisecond),
 		percentile(converge, 0.9).Round(time.Millisecond), converge[len(converge)-1].Round(time.Millisecond), chaosConvergeBound, late)
-	t.Logf("chaos: %d partition controller writes into %d namespaces checked against %d runs of %d pieces: %d violations; %d namespaces live and converged, %d deleted and gone",
-		checked, len(c.used), nruns, len(runs), len(violations), len(c.live), len(c.deleted))
+	t.Logf("chaos: %d partition controller writes into %d namespaces and %d singleton controller writes checked against %d runs of %d pieces: %d violations; %d namespaces live and converged, %d deleted and gone",
+		checked, len(c.used), singletonWrites, nruns, len(runs), len(violations), len(c.live), len(c.deleted))
 }
 
 func (c *chaosRun) startReplica(r *chaosReplica) {
@@ -241,19 +243,19 @@ func (c *chaosRun) inject(fault chaosFault, victim *chaosReplica) string {
 			mode = faultproxy.Blackhole
 		}
 		victim.proxy.Set(mode)
-		d := hold(3, 25)
+		d := hold(3, 20)
 		victim.proxy.Set(faultproxy.Pass)
 		return fmt.Sprintf("%s %s for %v", victim.name, fault, d)
 	case faultLatency:
 		latency := time.Duration(150+c.rng.Intn(250)) * time.Millisecond
 		victim.proxy.SetLatency(latency, latency/2)
-		d := hold(10, 25)
+		d := hold(8, 20)
 		victim.proxy.SetLatency(0, 0)
 		return fmt.Sprintf("%s latency %v (jitter %v) for %v", victim.name, latency, latency/2, d)
 	case faultBandwidth:
 		rate := (16 + c.rng.Intn(49)) << 10
 		victim.proxy.SetBandwidth(rate)
-		d := hold(10, 25)
+		d := hold(8, 20)
 		victim.proxy.SetBandwidth(0)
 		return fmt.Sprintf("%s bandwidth %d KiB/s for %v", victim.name, rate>>10, d)
 	case faultKill:
@@ -263,7 +265,7 @@ func (c *chaosRun) inject(fault chaosFault, victim *chaosReplica) string {
 			c.t.Fatal(err)
 		}
 		<-victim.proc.Done()
-		d := hold(1, 8)
+		d := hold(1, 6)
 		c.startReplica(victim)
 		return fmt.Sprintf("%s killed (pid %d), started again %v later", victim.name, pid, d)
 	case faultPause:
@@ -272,7 +274,7 @@ func (c *chaosRun) inject(fault chaosFault, victim *chaosReplica) string {
 		if err := victim.proc.Signal(syscall.SIGSTOP); err != nil {
 			c.t.Fatal(err)
 		}
-		d := hold(5, 22)
+		d := hold(5, 20)
 		if err := victim.proc.Signal(syscall.SIGCONT); err != nil {
 			c.t.Fatal(err)
 		}
