@@ -33,6 +33,9 @@ type sharedLimiterBuilder struct {
 	// and sharing would merge budgets KCM keeps apart (node-ipam and
 	// node-lifecycle both build "node-controller" clients).
 	perClient bool
+	// run, for a singleton piece's clients: writes end with the run (see
+	// runSingleton).
+	run *partitionFence
 }
 
 // limiterPool is what the builders of one replica share.
@@ -75,6 +78,12 @@ func (b *sharedLimiterBuilder) forSingletons() *sharedLimiterBuilder {
 	return &sharedLimiterBuilder{limiterPool: b.limiterPool, perClient: true}
 }
 
+// forSingletonRun is the singleton builder whose clients write only while
+// run is open.
+func (b *sharedLimiterBuilder) forSingletonRun(run *partitionFence) *sharedLimiterBuilder {
+	return &sharedLimiterBuilder{limiterPool: b.limiterPool, perClient: b.perClient, run: run}
+}
+
 // Config returns a config whose rate limiter is chosen when a client is
 // built from it, from the QPS and burst the config has then. client-go
 // ignores QPS and Burst when a config carries a RateLimiter, so a limiter
@@ -106,7 +115,7 @@ func (b *sharedLimiterBuilder) Config(name string) (*restclient.Config, error) {
 		cfg.RateLimiter = budget
 	}
 	cfg.UserAgent = "fleet-controller-manager/" + b.identity + "/" + name
-	fence, partitions := b.fence, b.partitions
+	fence, partitions, run := b.fence, b.partitions, b.run
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		// Called once per client built from cfg (or a copy of it), after
 		// the controller has set the limits it wants.
@@ -116,7 +125,7 @@ func (b *sharedLimiterBuilder) Config(name string) (*restclient.Config, error) {
 		case cfg.RateLimiter == nil:
 			b.recordOwnLimiter(name, cfg.QPS, cfg.Burst)
 		}
-		return fencedRoundTripper{next: rt, fence: fence, partitions: partitions}
+		return fencedRoundTripper{next: rt, fence: fence, partitions: partitions, run: run}
 	})
 	return cfg, nil
 }

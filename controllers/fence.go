@@ -124,7 +124,14 @@ type fencedRoundTripper struct {
 	next       http.RoundTripper
 	fence      Fence
 	partitions *partitionFence
+	// run is a singleton piece's run: every write, namespaced or not, is
+	// admitted only while it is open (one "partition", 0).
+	run *partitionFence
 }
+
+// ErrPieceStopped is returned for a write by a singleton controller whose
+// piece has stopped on this replica.
+var ErrPieceStopped = errors.New("this replica no longer runs the controller's piece; write refused")
 
 // ErrNoAuthority is returned for a write attempted without authority.
 var ErrNoAuthority = fmt.Errorf("this replica's fleet authority has run out; write refused")
@@ -135,6 +142,13 @@ func (f fencedRoundTripper) RoundTrip(req *http.Request) (*http.Response, error)
 	}
 	if f.fence != nil && !f.fence.Valid() {
 		return nil, ErrNoAuthority
+	}
+	if f.run != nil {
+		done, ok := f.run.admit("")
+		if !ok {
+			return nil, fmt.Errorf("%w: %s %s", ErrPieceStopped, req.Method, req.URL.Path)
+		}
+		defer done()
 	}
 	if f.partitions != nil {
 		if ns := requestNamespace(req.URL.Path); ns != "" {

@@ -130,3 +130,51 @@ func TestPartitionFence(t *testing.T) {
 	}
 	close(release2)
 }
+
+func TestSingletonRunFence(t *testing.T) {
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) }))
+	defer server.Close()
+	run := newPartitionFence(func(string) int { return 0 })
+	client := &http.Client{Transport: fencedRoundTripper{next: http.DefaultTransport, run: run}}
+	do := func(method, path string) error {
+		req, err := http.NewRequest(method, server.URL+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+	requests := []struct {
+		name, method, path string
+		write              bool
+	}{
+		{"namespaced write", http.MethodPost, "/api/v1/namespaces/a/events", true},
+		{"cluster-scoped write", http.MethodPatch, "/api/v1/nodes/n", true},
+		{"read", http.MethodGet, "/api/v1/nodes/n", false},
+	}
+	for _, phase := range []struct {
+		name string
+		set  func()
+		open bool
+	}{
+		{"before the run", func() {}, false},
+		{"while it runs", func() { run.Open(0) }, true},
+		{"after it ended", func() {
+			if err := run.Close(context.Background(), 0); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+	} {
+		phase.set()
+		for _, tc := range requests {
+			err := do(tc.method, tc.path)
+			wantRefused := tc.write && !phase.open
+			if refused := errors.Is(err, ErrPieceStopped); refused != wantRefused || (!refused && err != nil) {
+				t.Errorf("%s, %s: err %v, want refused %v", phase.name, tc.name, err, wantRefused)
+			}
+		}
+	}
+}

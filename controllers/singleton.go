@@ -18,8 +18,17 @@ import (
 // informers until ctx ends, and returns once it has returned: no shutdown
 // timeout, or another replica could start it while it still runs. Its
 // event handlers leave the shared informers with it.
+//
+// Its clients write only until it returns: an upstream controller's event
+// broadcaster sends asynchronously and can outlive the controller, and the
+// chaos soak caught one (node-lifecycle's Event POSTed 3.5 ms after its
+// 16 ms run ended, answered after another replica had started the piece).
+// Closing waits for the writes already sent to be answered.
 func (r *Runtime) runSingleton(ctx context.Context, piece shard.Piece) error {
-	cc := r.controllerContext(r.singletonBuilder)
+	run := newPartitionFence(func(string) int { return 0 })
+	run.Open(0)
+	defer run.Close(context.Background(), 0) //nolint:errcheck // a background context never ends
+	cc := r.controllerContext(r.singletonBuilder.forSingletonRun(run))
 	factory, err := informers.NewPieceFactory(informers.PieceConfig{
 		Client: r.plainClient, Shared: r.shared, SharedStop: r.sharedStop, Mapper: r.restMapper,
 		Resync: cc.ResyncPeriod(), Transform: trimManagedFields,

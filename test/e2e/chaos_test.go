@@ -504,10 +504,15 @@ func (c *chaosRun) converged() string {
 
 // klogPieceByPid is klogPiece with the writing process's id, which tells a
 // replica's incarnations apart in its log (they append to one file).
-var klogPieceByPid = regexp.MustCompile(`^I(\d{4} \d{2}:\d{2}:\d{2}\.\d{6})\s+(\d+) \S+\] "(Starting piece|Piece stopped)" piece="([^"]+)"`)
+var klogPieceByPid = regexp.MustCompile(`^I(\d{4} \d{2}:\d{2}:\d{2}\.\d{6})\s+(\d+) \S+\] "(Starting piece|Stopping piece|Piece stopped)" piece="([^"]+)"(?: authority=(true|false))?`)
 
 // pieceRuns reads every replica's runs of every piece from its log. A run
-// its process never logged the end of ends where the process was killed;
+// stopped because the replica's authority ran out ends where the replica
+// logged that ("Stopping piece" authority=false): its writes are refused
+// from its authority deadline on, which the audit check verifies, while a
+// controller may take seconds more to return (the garbage collector took
+// 7 s in a chaos run). A run its process never logged the end of ends
+// where the process was killed;
 // a run through a pause of the process ends where the pause began, if the
 // pause outlasted the renew deadline (the replica cannot act after it
 // until its pieces are started again).
@@ -522,11 +527,15 @@ func (c *chaosRun) pieceRuns() map[string][]pieceRun {
 			c.t.Fatal(err)
 		}
 		type open struct {
-			pid   int
-			start time.Time
+			pid    int
+			start  time.Time
+			lostAt time.Time // authority ran out; zero if not
 		}
 		opened := map[string]open{}
 		end := func(piece string, o open, at time.Time) {
+			if !o.lostAt.IsZero() && o.lostAt.Before(at) {
+				at = o.lostAt
+			}
 			if died, ok := c.deaths[o.pid]; ok && died.Add(chaosGrace).Before(at) {
 				at = died.Add(chaosGrace)
 			}
@@ -551,13 +560,20 @@ func (c *chaosRun) pieceRuns() map[string][]pieceRun {
 			}
 			pid, _ := strconv.Atoi(m[2])
 			piece := m[4]
+			if m[3] == "Stopping piece" {
+				if o, ok := opened[piece]; ok && o.pid == pid && m[5] == "false" {
+					o.lostAt = at
+					opened[piece] = o
+				}
+				continue
+			}
 			if o, ok := opened[piece]; ok && (m[3] == "Starting piece" || o.pid != pid) {
 				// The incarnation that started it died without stopping it.
 				end(piece, o, at)
 				delete(opened, piece)
 			}
 			if m[3] == "Starting piece" {
-				opened[piece] = open{pid, at}
+				opened[piece] = open{pid: pid, start: at}
 			} else if o, ok := opened[piece]; ok {
 				end(piece, o, at)
 				delete(opened, piece)
