@@ -52,18 +52,7 @@ func TestPartitionFence(t *testing.T) {
 		return 2
 	}
 	fence := newPartitionFence(partitionOf)
-	client := &http.Client{Transport: fencedRoundTripper{next: http.DefaultTransport, partitions: fence}}
-	do := func(method, path string) error {
-		req, err := http.NewRequest(method, server.URL+path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := client.Do(req)
-		if err == nil {
-			resp.Body.Close()
-		}
-		return err
-	}
+	do := requester(t, fencedRoundTripper{next: http.DefaultTransport, partitions: fence}, server.URL)
 
 	for _, tc := range []struct {
 		name, method, path string
@@ -135,18 +124,7 @@ func TestSingletonRunFence(t *testing.T) {
 	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) }))
 	defer server.Close()
 	run := newPartitionFence(func(string) int { return 0 })
-	client := &http.Client{Transport: fencedRoundTripper{next: http.DefaultTransport, run: run}}
-	do := func(method, path string) error {
-		req, err := http.NewRequest(method, server.URL+path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := client.Do(req)
-		if err == nil {
-			resp.Body.Close()
-		}
-		return err
-	}
+	do := requester(t, fencedRoundTripper{next: http.DefaultTransport, run: run}, server.URL)
 	requests := []struct {
 		name, method, path string
 		write              bool
@@ -176,5 +154,22 @@ func TestSingletonRunFence(t *testing.T) {
 				t.Errorf("%s, %s: err %v, want refused %v", phase.name, tc.name, err, wantRefused)
 			}
 		}
+	}
+}
+
+// requester sends requests through transport to base and returns their
+// errors.
+func requester(t *testing.T, transport http.RoundTripper, base string) func(method, path string) error {
+	client := &http.Client{Transport: transport}
+	return func(method, path string) error {
+		req, err := http.NewRequest(method, base+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
 	}
 }

@@ -453,41 +453,8 @@ func (c *chaosRun) waitConverged(timeout time.Duration) (time.Duration, bool) {
 // converged says what is not yet as asked ("" when everything is).
 func (c *chaosRun) converged() string {
 	for _, ns := range c.liveNames() {
-		want := c.live[ns]
-		d, err := c.client.AppsV1().Deployments(ns).Get(c.ctx, "web", metav1.GetOptions{})
-		if err != nil {
-			return err.Error()
-		}
-		if !deploymentDone(d, want.replicas) {
-			return fmt.Sprintf("%s/web: %+v, want %d", ns, d.Status, want.replicas)
-		}
-		jobs, err := c.client.BatchV1().Jobs(ns).List(c.ctx, metav1.ListOptions{})
-		if err != nil {
-			return err.Error()
-		}
-		succeeded := 0
-		for _, j := range jobs.Items {
-			if j.Status.Succeeded == 1 {
-				succeeded++
-			}
-		}
-		if succeeded != want.jobs {
-			return fmt.Sprintf("%s: %d of %d Jobs succeeded", ns, succeeded, want.jobs)
-		}
-		slices, err := c.client.DiscoveryV1().EndpointSlices(ns).List(c.ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=web"})
-		if err != nil {
-			return err.Error()
-		}
-		ready := 0
-		for _, s := range slices.Items {
-			for _, e := range s.Endpoints {
-				if e.Conditions.Ready != nil && *e.Conditions.Ready {
-					ready++
-				}
-			}
-		}
-		if ready != int(want.replicas) {
-			return fmt.Sprintf("%s: %d ready endpoints, want %d", ns, ready, want.replicas)
+		if missing := movingWorkloadMissing(c.ctx, c.client, ns, c.live[ns].replicas, c.live[ns].jobs); missing != "" {
+			return missing
 		}
 	}
 	for _, ns := range c.deleted {

@@ -196,40 +196,52 @@ func createJob(ctx context.Context, client kubernetes.Interface, ns string, i in
 func waitMovingWorkload(ctx context.Context, t *testing.T, client kubernetes.Interface, ns string, replicas int32, jobs int, timeout time.Duration) {
 	t.Helper()
 	poll(ctx, t, "the moving partition's workload", timeout, func() (bool, string) {
-		d, err := client.AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		if !deploymentDone(d, replicas) {
-			return false, fmt.Sprintf("deployment: %+v, want %d", d.Status, replicas)
-		}
-		list, err := client.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		succeeded := 0
-		for _, j := range list.Items {
-			if j.Status.Succeeded == 1 {
-				succeeded++
-			}
-		}
-		if succeeded != jobs {
-			return false, fmt.Sprintf("%d of %d jobs succeeded", succeeded, jobs)
-		}
-		slices, err := client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=web"})
-		if err != nil {
-			return false, err.Error()
-		}
-		endpoints := 0
-		for _, s := range slices.Items {
-			for _, e := range s.Endpoints {
-				if e.Conditions.Ready != nil && *e.Conditions.Ready {
-					endpoints++
-				}
-			}
-		}
-		return endpoints == int(replicas), fmt.Sprintf("%d ready endpoints, want %d", endpoints, replicas)
+		missing := movingWorkloadMissing(ctx, client, ns, replicas, jobs)
+		return missing == "", missing
 	})
+}
+
+// movingWorkloadMissing says what of ns's workload is not yet as asked
+// ("" when nothing): Deployment "web" available and up to date at
+// replicas, jobs Jobs succeeded, and the Service's EndpointSlices listing
+// exactly the Deployment's ready pods.
+func movingWorkloadMissing(ctx context.Context, client kubernetes.Interface, ns string, replicas int32, jobs int) string {
+	d, err := client.AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	if !deploymentDone(d, replicas) {
+		return fmt.Sprintf("%s/web: %+v, want %d", ns, d.Status, replicas)
+	}
+	list, err := client.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	succeeded := 0
+	for _, j := range list.Items {
+		if j.Status.Succeeded == 1 {
+			succeeded++
+		}
+	}
+	if succeeded != jobs {
+		return fmt.Sprintf("%s: %d of %d jobs succeeded", ns, succeeded, jobs)
+	}
+	slices, err := client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=web"})
+	if err != nil {
+		return err.Error()
+	}
+	endpoints := 0
+	for _, s := range slices.Items {
+		for _, e := range s.Endpoints {
+			if e.Conditions.Ready != nil && *e.Conditions.Ready {
+				endpoints++
+			}
+		}
+	}
+	if endpoints != int(replicas) {
+		return fmt.Sprintf("%s: %d ready endpoints, want %d", ns, endpoints, replicas)
+	}
+	return ""
 }
 
 func deploymentDone(d *appsv1.Deployment, replicas int32) bool {
