@@ -29,18 +29,12 @@ func testMapper() meta.RESTMapper {
 	return m
 }
 
-// TestPieceFactoryLifecycle starts and stops a piece's informers 100 times
-// against one shared factory, in each mode a fake clientset can serve: the
-// piece sees only its namespaces, its handlers only their events, shared
-// informers keep running, and no goroutine nor handler is left behind.
-// (namespace-watch needs a real apiserver: TestNamespaceWatch.)
+// TestPieceFactoryLifecycle starts and stops a partition view's informers
+// 100 times against one shared factory: the view sees only its scope's
+// namespaces, its handlers only their events, shared informers keep
+// running, and no goroutine nor handler is left behind. (The owned cache
+// needs a real apiserver: TestOwnedCache.)
 func TestPieceFactoryLifecycle(t *testing.T) {
-	for _, mode := range []Mode{ModeShardedWatch, ModeFilteredWatch} {
-		t.Run(string(mode), func(t *testing.T) { testPieceFactoryLifecycle(t, mode) })
-	}
-}
-
-func testPieceFactoryLifecycle(t *testing.T, mode Mode) {
 	mine := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "d", Namespace: "mine"}}
 	client := fake.NewSimpleClientset(
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "mine"}},
@@ -49,20 +43,23 @@ func testPieceFactoryLifecycle(t *testing.T, mode Mode) {
 		mine,
 		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "d", Namespace: "theirs"}},
 	)
-	// What a server honouring the piece's shard selector returns.
-	sharded := fake.NewSimpleClientset(mine.DeepCopy())
 	replica, stopReplica := context.WithCancel(context.Background())
 	defer stopReplica()
 	shared := clientinformers.NewSharedInformerFactory(client, 0)
-	inPiece := func(ns string) bool { return ns == "mine" }
+	scope := NewScope(2, func(ns string) int {
+		if ns == "mine" {
+			return 0
+		}
+		return 1
+	})
+	scope.Gain(0)
 	var stoppedPieceEvents, foreignEvents, earlyEvents atomic.Int64
 	var stopped, started atomic.Bool
-	wantHandlers := map[Mode]int{ModeShardedWatch: 1, ModeFilteredWatch: 2}[mode]
+	const wantHandlers = 2
 
 	cycle := func() *PieceFactory {
 		ctx, cancel := context.WithCancel(context.Background())
-		f, err := NewPieceFactory(PieceConfig{Mode: mode, Client: client, ShardedClient: sharded, Shared: shared,
-			SharedStop: replica.Done(), Mapper: testMapper(), InPiece: inPiece})
+		f, err := NewPieceFactory(PieceConfig{Shared: shared, SharedStop: replica.Done(), Mapper: testMapper(), Scope: scope})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -109,7 +106,7 @@ func testPieceFactoryLifecycle(t *testing.T, mode Mode) {
 		if err != nil || len(all) != 1 || all[0].Name != "mine" {
 			t.Fatalf("the piece's Namespaces view must hold only its namespace, got %v (%v)", all, err)
 		}
-		if got := deployments.GetStore().ListKeys(); len(got) != 1 || got[0] != "mine/d" {
+		if got := deployments.GetIndexer().ListKeys(); len(got) != 1 || got[0] != "mine/d" {
 			t.Fatalf("the piece's Deployments must be only mine/d, got %v", got)
 		}
 		cancel()

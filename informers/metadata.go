@@ -34,7 +34,7 @@ func (m *metadataView) ForResource(gvr schema.GroupVersionResource) informers.Ge
 // clusterScoped: an unknown resource counts as namespaced, so a partition
 // view filters it rather than leak other namespaces.
 func (m *metadataView) clusterScoped(gvr schema.GroupVersionResource) bool {
-	if m.factory.InPiece == nil && m.factory.Scope == nil {
+	if m.factory.Scope == nil {
 		return true
 	}
 	gvk, err := m.factory.Mapper.KindFor(gvr)

@@ -139,7 +139,7 @@ func testScope(t *testing.T, client kubernetes.Interface) {
 	defer stop()
 	shared := clientinformers.NewSharedInformerFactory(client, 0)
 	scope := NewScope(4, partitionOf)
-	f, err := NewPieceFactory(PieceConfig{Mode: ModeFilteredWatch, Client: client, Shared: shared, SharedStop: replica.Done(), Mapper: testMapper(), Scope: scope})
+	f, err := NewPieceFactory(PieceConfig{Shared: shared, SharedStop: replica.Done(), Mapper: testMapper(), Scope: scope})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +297,7 @@ func TestScopeConcurrentGain(t *testing.T) {
 	defer stop()
 	shared := clientinformers.NewSharedInformerFactory(client, 0)
 	scope := NewScope(4, partitionOf)
-	f, err := NewPieceFactory(PieceConfig{Mode: ModeFilteredWatch, Client: client, Shared: shared, SharedStop: replica.Done(), Mapper: testMapper(), Scope: scope})
+	f, err := NewPieceFactory(PieceConfig{Shared: shared, SharedStop: replica.Done(), Mapper: testMapper(), Scope: scope})
 	if err != nil {
 		t.Fatal(err)
 	}

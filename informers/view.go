@@ -11,9 +11,8 @@ import (
 
 // sharedView is how a piece sees an informer of the replica's shared
 // factory: handlers it adds are recorded so they can be removed when the
-// piece stops (controllers never remove their own), and, when inPiece is
-// set (a partition piece in filtered-watch mode, or the partition set's
-// Scope), handlers and store see only the piece's namespaces.
+// piece stops (controllers never remove their own), and, in the partition
+// set's view (Scope), handlers and store see only owned namespaces.
 type sharedView struct {
 	cache.SharedIndexInformer
 	factory *PieceFactory
@@ -30,11 +29,8 @@ type sharedView struct {
 // (byName: of Namespaces).
 func (f *PieceFactory) view(informer cache.SharedIndexInformer, byName bool) *sharedView {
 	v := &sharedView{SharedIndexInformer: informer, factory: f, byName: byName}
-	switch {
-	case f.Scope != nil:
+	if f.Scope != nil {
 		v.scope, v.inPiece = f.Scope, f.Scope.HasNamespace
-	case f.InPiece != nil:
-		v.inPiece = f.InPiece
 	}
 	return v
 }
@@ -48,14 +44,11 @@ func (v *sharedView) keep(obj any) bool {
 }
 
 func (v *sharedView) filtered(h cache.ResourceEventHandler) (cache.ResourceEventHandler, *scopedHandler) {
-	switch {
-	case v.scope != nil:
-		sh := &scopedHandler{scope: v.scope, handler: h, indexer: v.SharedIndexInformer.GetIndexer(), byName: v.byName}
-		return sh, sh
-	case v.inPiece == nil:
+	if v.scope == nil {
 		return h, nil
 	}
-	return cache.FilteringResourceEventHandler{FilterFunc: v.keep, Handler: h}, nil
+	sh := &scopedHandler{scope: v.scope, handler: h, indexer: v.SharedIndexInformer.GetIndexer(), byName: v.byName}
+	return sh, sh
 }
 
 func (v *sharedView) AddEventHandler(h cache.ResourceEventHandler) (cache.ResourceEventHandlerRegistration, error) {

@@ -1,0 +1,44 @@
+package informers
+
+import (
+	"sync"
+
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
+)
+
+var (
+	ownedNamespaces = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace: "fleet", Name: "owned_cache_namespaces",
+		Help:           "Namespaces whose objects the replica's owned cache holds (those of the partitions it has loaded).",
+		StabilityLevel: metrics.ALPHA,
+	})
+	ownedPartitions = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace: "fleet", Name: "owned_cache_partitions",
+		Help:           "Partitions loaded into the replica's owned cache.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	ownedSources = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Namespace: "fleet", Name: "owned_cache_sources",
+		Help:           "List/watch requests the owned cache keeps open per resource: a shard selector naming up to --shard-selector-max-terms namespaces each, or one per namespace.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource"})
+	selectorIgnored = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "fleet", Name: "owned_cache_selector_ignored_total",
+		Help:           "Sharded list pages the apiserver answered without applying the shard selector (the client filtered them).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource"})
+	sourceRelists = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "fleet", Name: "owned_cache_source_relists_total",
+		Help:           "Sources of the owned cache that listed their namespaces again because their resourceVersion expired.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource"})
+)
+
+var registerOnce sync.Once
+
+func registerMetrics() {
+	registerOnce.Do(func() {
+		legacyregistry.MustRegister(ownedNamespaces, ownedPartitions, ownedSources, selectorIgnored, sourceRelists)
+	})
+}

@@ -1,0 +1,299 @@
+package informers
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"sort"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+)
+
+// OwnedCacheConfig is what an OwnedCache is made from.
+type OwnedCacheConfig struct {
+	// Sharded: list and watch with shard selectors (the apiserver serves
+	// ShardedListAndWatch); else one namespace-scoped request per
+	// namespace.
+	Sharded bool
+	// MaxTerms: the most namespaces one selector names (sharded).
+	MaxTerms    int
+	RESTClients *RESTClients
+	Mapper      meta.RESTMapper
+	// Namespaces is the replica's informer of all Namespaces; it must run.
+	Namespaces  cache.SharedIndexInformer
+	PartitionOf func(namespace string) int
+	Resync      time.Duration
+	Transform   cache.TransformFunc
+}
+
+// OwnedCache is the replica's cache of namespaced kinds for its partition
+// controllers: one informer per kind, holding only the objects of the
+// namespaces of the partitions the replica has loaded. Load(p) adds p's
+// namespaces to every informer and returns once each holds them; Unload(p)
+// removes them. Neither relists the other partitions. A namespace created
+// in a loaded partition is added as it appears.
+type OwnedCache struct {
+	config OwnedCacheConfig
+
+	mu         sync.Mutex
+	informers  map[reflect.Type]*ownedInformer
+	partitions map[int]bool
+	stop       <-chan struct{}
+	// joining: namespaces created in loaded partitions, added together
+	// after a short wait so a burst of them shares a request.
+	joining []string
+}
+
+type ownedInformer struct {
+	informer cache.SharedIndexInformer
+	lw       *ownedListWatch
+}
+
+// joinDelay gathers namespaces created together into one source.
+const joinDelay = 200 * time.Millisecond
+
+// NewOwnedCache makes an empty cache (no partition loaded).
+func NewOwnedCache(c OwnedCacheConfig) (*OwnedCache, error) {
+	if c.MaxTerms < 1 || c.MaxTerms > MaxSelectorTerms {
+		return nil, fmt.Errorf("shard selector terms must be between 1 and %d, got %d", MaxSelectorTerms, c.MaxTerms)
+	}
+	registerMetrics()
+	o := &OwnedCache{config: c, informers: map[reflect.Type]*ownedInformer{}, partitions: map[int]bool{}}
+	if _, err := c.Namespaces.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: o.namespaceAdded}); err != nil {
+		return nil, fmt.Errorf("following namespaces: %w", err)
+	}
+	return o, nil
+}
+
+func (o *OwnedCache) namespaceAdded(obj any) {
+	ns, ok := obj.(*corev1.Namespace)
+	if !ok {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.partitions[o.config.PartitionOf(ns.Name)] {
+		return
+	}
+	o.joining = append(o.joining, ns.Name)
+	if len(o.joining) == 1 {
+		time.AfterFunc(joinDelay, o.join)
+	}
+}
+
+func (o *OwnedCache) join() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var namespaces []string
+	for _, ns := range o.joining {
+		if o.partitions[o.config.PartitionOf(ns)] {
+			namespaces = append(namespaces, ns)
+		}
+	}
+	o.joining = nil
+	for _, i := range o.informers {
+		i.lw.load(namespaces, false)
+	}
+	ownedNamespaces.Add(float64(len(namespaces)))
+}
+
+// InformerFor gives the cache's informer of obj's kind, which must be a
+// namespaced built-in kind.
+func (o *OwnedCache) InformerFor(obj runtime.Object) cache.SharedIndexInformer {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	t := reflect.TypeOf(obj)
+	if i, ok := o.informers[t]; ok {
+		return i.informer
+	}
+	lw := newOwnedListWatch(targetOf(o.config.RESTClients, o.config.Mapper, obj), o.config.Sharded, o.config.MaxTerms)
+	informer := cache.NewSharedIndexInformer(lw, obj, o.config.Resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	if o.config.Transform != nil {
+		_ = informer.SetTransform(o.config.Transform)
+	}
+	lw.indexer = informer.GetIndexer
+	lw.load(o.namespacesOf(o.partitions), false)
+	o.informers[t] = &ownedInformer{informer: informer, lw: lw}
+	if o.stop != nil {
+		go informer.Run(o.stop)
+	}
+	return informer
+}
+
+// Start runs the informers (and any made later) until stop closes.
+func (o *OwnedCache) Start(stop <-chan struct{}) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.stop != nil {
+		return
+	}
+	o.stop = stop
+	for _, i := range o.informers {
+		go i.informer.Run(stop)
+	}
+}
+
+// HasSynced: every informer has listed.
+func (o *OwnedCache) HasSynced() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, i := range o.informers {
+		if !i.informer.HasSynced() {
+			return false
+		}
+	}
+	return true
+}
+
+// namespacesOf lists the namespaces of partitions. Called with mu held.
+func (o *OwnedCache) namespacesOf(partitions map[int]bool) []string {
+	var out []string
+	for _, name := range o.config.Namespaces.GetStore().ListKeys() {
+		if partitions[o.config.PartitionOf(name)] {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// waitNamespaces waits for the Namespaces informer's first list.
+func (o *OwnedCache) waitNamespaces(ctx context.Context) error {
+	if !cache.WaitForCacheSync(ctx.Done(), o.config.Namespaces.HasSynced) {
+		return fmt.Errorf("namespaces not synced: %w", context.Cause(ctx))
+	}
+	return nil
+}
+
+// Include marks p loaded without waiting: for partitions the informers'
+// first list brings (before Start).
+func (o *OwnedCache) Include(ctx context.Context, p int) error {
+	return o.load(ctx, p, false)
+}
+
+// Load adds p's namespaces and returns once every informer holds what
+// their lists handed over, so that controllers handed p next see its
+// objects together, as after an informer's sync.
+func (o *OwnedCache) Load(ctx context.Context, p int) error {
+	return o.load(ctx, p, true)
+}
+
+func (o *OwnedCache) load(ctx context.Context, p int, await bool) error {
+	if err := o.waitNamespaces(ctx); err != nil {
+		return err
+	}
+	o.mu.Lock()
+	if o.partitions[p] {
+		o.mu.Unlock()
+		return nil
+	}
+	o.partitions[p] = true
+	namespaces := o.namespacesOf(map[int]bool{p: true})
+	var lws []*ownedListWatch
+	for _, i := range o.informers {
+		i.lw.load(namespaces, await)
+		lws = append(lws, i.lw)
+	}
+	o.mu.Unlock()
+	ownedNamespaces.Add(float64(len(namespaces)))
+	ownedPartitions.Inc()
+	if !await {
+		return nil
+	}
+	err := wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) {
+		for _, lw := range lws {
+			if !lw.loadedInto(namespaces) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("loading partition %d: %w", p, err)
+	}
+	return nil
+}
+
+// Unload removes p's namespaces: their objects leave every informer (as
+// deletions their handlers see; scoped handlers drop them once p is out of
+// scope).
+func (o *OwnedCache) Unload(p int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.partitions[p] {
+		return
+	}
+	delete(o.partitions, p)
+	var namespaces []string
+	for _, i := range o.informers {
+		for _, ns := range i.lw.namespaces() {
+			if o.config.PartitionOf(ns) == p {
+				namespaces = append(namespaces, ns)
+			}
+		}
+		break
+	}
+	if len(o.informers) == 0 {
+		namespaces = o.namespacesOf(map[int]bool{p: true})
+	}
+	for _, i := range o.informers {
+		i.lw.unload(namespaces)
+	}
+	ownedNamespaces.Add(-float64(len(namespaces)))
+	ownedPartitions.Dec()
+	klog.V(4).InfoS("Unloaded a partition from the owned cache", "partition", p, "namespaces", len(namespaces))
+}
+
+// Keys lists the keys each informer holds, by resource (tests, debug).
+func (o *OwnedCache) Keys() map[string][]string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := map[string][]string{}
+	for _, i := range o.informers {
+		t, err := i.lw.target()
+		if err != nil {
+			continue
+		}
+		keys := i.informer.GetStore().ListKeys()
+		sort.Strings(keys)
+		out[t.resource] = keys
+	}
+	return out
+}
+
+// targetOf resolves obj's resource on first use, so a RESTMapper that is
+// not ready yet is an error the reflector retries.
+func targetOf(clients *RESTClients, mapper meta.RESTMapper, obj runtime.Object) func() (*listWatchTarget, error) {
+	var mu sync.Mutex
+	var target *listWatchTarget
+	return func() (*listWatchTarget, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if target != nil {
+			return target, nil
+		}
+		gvks, _, err := scheme.Scheme.ObjectKinds(obj)
+		if err != nil {
+			return nil, fmt.Errorf("kind of %T: %w", obj, err)
+		}
+		gvk := gvks[0]
+		mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			return nil, fmt.Errorf("resource of %s: %w", gvk, err)
+		}
+		client, err := clients.forGroupVersion(gvk.GroupVersion())
+		if err != nil {
+			return nil, err
+		}
+		target = &listWatchTarget{client: client, resource: mapping.Resource.Resource, listKind: gvk.GroupVersion().WithKind(gvk.Kind + "List")}
+		return target, nil
+	}
+}

@@ -1,0 +1,234 @@
+//go:build e2e
+
+package informers
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery/cached/memory"
+	clientinformers "k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/component-base/metrics/testutil"
+
+	"github.com/fleet-controller-manager/fleet-controller-manager/test/localcluster"
+)
+
+// TestOwnedCache runs the owned cache against real apiservers, with shard
+// selectors (gate on, and gate off where the client's filter must do the
+// work) and with namespace-scoped requests: the cache holds exactly the
+// objects of the loaded partitions' namespaces, compared with a full list,
+// after loading a partition (at once: Load returns when it is cached),
+// unloading one, namespaces created and deleted, and objects changed in
+// and out of them; loading a partition lists only its namespaces. The
+// selectors name at most 2 namespaces, so a partition's namespaces are
+// split across requests (the fallback of a replica owning more namespaces
+// than a selector holds).
+func TestOwnedCache(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		sharded bool
+		gateOff bool
+		// lists is how many list requests loading a partition of two
+		// namespaces makes.
+		lists int
+	}{
+		{"sharded", true, false, 1},
+		{"sharded, gate off", true, true, 1},
+		{"namespace", false, false, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			options := localcluster.Options{}
+			if tc.gateOff {
+				options.APIServerArgs = []string{"--feature-gates=ShardedListAndWatch=false"}
+			}
+			cluster, err := localcluster.Start(ctx, options)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cluster.Stop()
+			config, err := cluster.RESTConfig()
+			if err != nil {
+				t.Fatal(err)
+			}
+			testOwnedCache(ctx, t, config, tc.sharded, tc.lists)
+			if ignored, err := testutil.GetCounterMetricValue(selectorIgnored.WithLabelValues("configmaps")); tc.gateOff && (err != nil || ignored == 0) {
+				t.Fatal("the apiserver ignored the selectors and fleet_owned_cache_selector_ignored_total did not count it")
+			}
+		})
+	}
+}
+
+// listCounter counts the list requests (not watches) for configmaps.
+type listCounter struct {
+	next http.RoundTripper
+	mu   sync.Mutex
+	n    int
+}
+
+func (c *listCounter) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/configmaps") && r.URL.Query().Get("watch") != "true" {
+		c.mu.Lock()
+		c.n++
+		c.mu.Unlock()
+	}
+	return c.next.RoundTrip(r)
+}
+
+func (c *listCounter) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+func testOwnedCache(ctx context.Context, t *testing.T, config *rest.Config, sharded bool, loadLists int) {
+	client, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	createNamespace := func(name string) {
+		t.Helper()
+		if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	createConfigMap := func(ns, name string) {
+		t.Helper()
+		if _, err := client.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Namespace "pN-x" is in partition N, every other in partition 9.
+	partitionOf := func(ns string) int {
+		var p int
+		var suffix string
+		if n, _ := fmt.Sscanf(ns, "p%d-%s", &p, &suffix); n != 2 {
+			return 9
+		}
+		return p
+	}
+	for p := range 3 {
+		for _, suffix := range []string{"a", "b", "c"} {
+			ns := fmt.Sprintf("p%d-%s", p, suffix)
+			createNamespace(ns)
+			for i := range 3 {
+				createConfigMap(ns, fmt.Sprintf("cm-%d", i))
+			}
+		}
+	}
+
+	counter := &listCounter{}
+	counted := rest.CopyConfig(config)
+	counted.Wrap(func(rt http.RoundTripper) http.RoundTripper { counter.next = rt; return counter })
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(client.Discovery()))
+	replica, stop := context.WithCancel(ctx)
+	defer stop()
+	shared := clientinformers.NewSharedInformerFactory(client, 0)
+	namespaces := shared.Core().V1().Namespaces().Informer()
+	shared.Start(replica.Done())
+	owned, err := NewOwnedCache(OwnedCacheConfig{Sharded: sharded, MaxTerms: 2, RESTClients: NewRESTClients(counted), Mapper: mapper,
+		Namespaces: namespaces, PartitionOf: partitionOf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := owned.Include(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	informer := owned.InformerFor(&corev1.ConfigMap{})
+	owned.Start(replica.Done())
+	if !waitSynced(ctx, owned.HasSynced) {
+		t.Fatal("the owned cache did not sync")
+	}
+
+	// expected is a full list's keys in the loaded partitions.
+	expected := func(loaded ...int) []string {
+		t.Helper()
+		all, err := client.CoreV1().ConfigMaps(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var keys []string
+		for _, cm := range all.Items {
+			for _, p := range loaded {
+				if partitionOf(cm.Namespace) == p {
+					keys = append(keys, cm.Namespace+"/"+cm.Name)
+				}
+			}
+		}
+		sort.Strings(keys)
+		return keys
+	}
+	cached := func() []string {
+		keys := informer.GetStore().ListKeys()
+		sort.Strings(keys)
+		return keys
+	}
+	waitExact := func(what string, loaded ...int) {
+		t.Helper()
+		var got, want []string
+		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			got, want = cached(), expected(loaded...)
+			return strings.Join(got, ",") == strings.Join(want, ","), nil
+		})
+		if err != nil {
+			t.Fatalf("%s: the cache holds %v, want %v", what, got, want)
+		}
+	}
+	waitExact("first list", 0)
+
+	before := counter.count()
+	if err := owned.Load(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := cached(), expected(0, 1); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("right after Load(1) the cache holds %v, want %v", got, want)
+	}
+	// Partition 1 has three namespaces: with 2 per selector, 2 lists; one
+	// per namespace, 3. Partition 0 is not listed again.
+	if got := counter.count() - before; got != loadLists+1 {
+		t.Fatalf("loading partition 1 made %d list requests, want %d", got, loadLists+1)
+	}
+
+	owned.Unload(0)
+	waitExact("after unloading partition 0", 1)
+
+	createConfigMap("p0-a", "after-unload")
+	createConfigMap("p1-a", "new")
+	if err := client.CoreV1().ConfigMaps("p1-b").Delete(ctx, "cm-0", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	createNamespace("p1-d")
+	createConfigMap("p1-d", "in-new-namespace")
+	createNamespace("p2-d")
+	createConfigMap("p2-d", "unloaded")
+	waitExact("after changes in and out of the loaded namespaces", 1)
+
+	if err := client.CoreV1().Namespaces().Delete(ctx, "p1-c", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitExact("after a namespace was deleted", 1)
+
+	if err := owned.Load(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := cached(), expected(0, 1); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("right after loading partition 0 again the cache holds %v, want %v", got, want)
+	}
+}
+
+func waitSynced(ctx context.Context, synced func() bool) bool {
+	return wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) { return synced(), nil }) == nil
+}

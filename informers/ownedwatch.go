@@ -1,0 +1,690 @@
+package informers
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+)
+
+// ownedListWatch lists and watches one namespaced kind in the namespaces
+// the replica has loaded (those of the partitions it owns) and hands one
+// informer one stream. The namespaces are split into sources, each with
+// its own request and resume version: with shard selectors a source is
+// one cluster-wide request naming at most maxTerms namespaces; without,
+// one namespace-scoped request. Loading namespaces adds sources (listed,
+// then watched); unloading narrows or stops the sources that hold them and
+// deletes their objects from the informer: no other source is listed
+// again. The stream never fails, since any error the reflector sees makes
+// it relist every namespace: a source retries on its own and, when its
+// version has expired, lists its namespaces again and hands over the
+// difference. Every object is filtered on the client as well, so a server
+// that ignores the selector (or an FNV collision) costs bandwidth, never
+// a foreign object in the cache.
+type ownedListWatch struct {
+	target   func() (*listWatchTarget, error)
+	sharded  bool
+	maxTerms int
+	// indexer is the informer's store, for the objects a purge deletes.
+	indexer func() cache.Indexer
+
+	// sendMu orders what reaches the reflector: an event is checked
+	// against the loaded set, sent and recorded in the ledger under it, so
+	// a purge never misses an object on its way in.
+	sendMu sync.Mutex
+
+	mu      sync.Mutex
+	loaded  map[string]bool
+	sources map[*source]struct{}
+	// ledger: per namespace, the names of the objects handed to the
+	// informer and not deleted since.
+	ledger map[string]map[string]struct{}
+	// purge: deletions waiting for the next stream.
+	purge  []watch.Event
+	stream *ownedStream
+	// awaited: namespaces a Load waits for, with the objects (key and
+	// version) their first list handed over once it has; nil until then.
+	awaited map[string][]keyVersion
+}
+
+// source is one request's worth of namespaces and its resume version
+// ("": list first).
+type source struct {
+	namespaces []string // sorted
+	version    string
+}
+
+func (s *source) has(ns string) bool {
+	i := sort.SearchStrings(s.namespaces, ns)
+	return i < len(s.namespaces) && s.namespaces[i] == ns
+}
+
+type keyVersion struct{ key, version string }
+
+func newOwnedListWatch(target func() (*listWatchTarget, error), sharded bool, maxTerms int) *ownedListWatch {
+	return &ownedListWatch{target: target, sharded: sharded, maxTerms: maxTerms,
+		loaded: map[string]bool{}, sources: map[*source]struct{}{}, ledger: map[string]map[string]struct{}{}, awaited: map[string][]keyVersion{}}
+}
+
+var _ cache.ListerWatcherWithContext = &ownedListWatch{}
+var _ cache.ListerWatcher = &ownedListWatch{}
+
+func (lw *ownedListWatch) List(options metav1.ListOptions) (runtime.Object, error) {
+	return lw.ListWithContext(context.Background(), options)
+}
+
+func (lw *ownedListWatch) Watch(options metav1.ListOptions) (watch.Interface, error) {
+	return lw.WatchWithContext(context.Background(), options)
+}
+
+// IsWatchListSemanticsUnSupported: the reflector must list, then watch; the
+// sources' lists are ours to make.
+func (lw *ownedListWatch) IsWatchListSemanticsUnSupported() bool { return true }
+
+// newSources makes the sources of namespaces (sorted). Called with mu held.
+func (lw *ownedListWatch) newSources(namespaces []string) []*source {
+	size := 1
+	if lw.sharded {
+		size = lw.maxTerms
+	}
+	var out []*source
+	for _, group := range chunks(namespaces, size) {
+		s := &source{namespaces: group}
+		lw.sources[s] = struct{}{}
+		out = append(out, s)
+	}
+	return out
+}
+
+// ListWithContext lists every loaded namespace, in new sources, as one
+// list (the reflector's first list, or its relist after a failure).
+func (lw *ownedListWatch) ListWithContext(ctx context.Context, _ metav1.ListOptions) (runtime.Object, error) {
+	t, err := lw.target()
+	if err != nil {
+		return nil, err
+	}
+	lw.sendMu.Lock()
+	defer lw.sendMu.Unlock()
+	lw.mu.Lock()
+	var namespaces []string
+	for ns := range lw.loaded {
+		namespaces = append(namespaces, ns)
+	}
+	sort.Strings(namespaces)
+	lw.sources = map[*source]struct{}{}
+	sources := lw.newSources(namespaces)
+	lw.mu.Unlock()
+
+	var all []runtime.Object
+	highest := "0"
+	listed := map[*source]string{}
+	for _, s := range sources {
+		items, version, err := lw.listSource(ctx, t, s.namespaces)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, items...)
+		listed[s] = version
+		if newerVersion(version, highest) {
+			highest = version
+		}
+	}
+	ledger := map[string]map[string]struct{}{}
+	lw.mu.Lock()
+	for s, version := range listed {
+		s.version = version
+	}
+	var kept []runtime.Object
+	for _, item := range all {
+		m, err := meta.Accessor(item)
+		if err != nil || !lw.loaded[m.GetNamespace()] {
+			continue
+		}
+		kept = append(kept, item)
+		record(ledger, m.GetNamespace(), m.GetName())
+	}
+	lw.ledger = ledger
+	lw.purge = nil
+	lw.noteListed(namespaces, kept)
+	lw.mu.Unlock()
+	return t.newList(kept, highest)
+}
+
+// listSource lists the objects of namespaces: one paged cluster-wide list
+// with their selector, or one list per namespace. Objects of other
+// namespaces are dropped here.
+func (lw *ownedListWatch) listSource(ctx context.Context, t *listWatchTarget, namespaces []string) ([]runtime.Object, string, error) {
+	want := map[string]bool{}
+	for _, ns := range namespaces {
+		want[ns] = true
+	}
+	if !lw.sharded {
+		var out []runtime.Object
+		version := "0"
+		for _, ns := range namespaces {
+			items, v, err := t.listNamespace(ctx, ns, metav1.ListOptions{})
+			if err != nil {
+				return nil, "", err
+			}
+			out = append(out, items...)
+			version = v
+		}
+		return out, version, nil
+	}
+	selector := namespaceSelector(namespaces)
+	var out []runtime.Object
+	options := metav1.ListOptions{ShardSelector: selector, Limit: 500}
+	for {
+		list, err := t.client.Get().Resource(t.resource).VersionedParams(&options, scheme.ParameterCodec).Do(ctx).Get()
+		if err != nil {
+			return nil, "", fmt.Errorf("listing %s in %d namespaces: %w", t.resource, len(namespaces), err)
+		}
+		listMeta, err := meta.ListAccessor(list)
+		if err != nil {
+			return nil, "", fmt.Errorf("listing %s: %w", t.resource, err)
+		}
+		if sharded, ok := listMeta.(metav1.ShardedListInterface); !ok || sharded.GetShardInfo() == nil {
+			selectorIgnored.WithLabelValues(t.resource).Inc()
+		}
+		items, err := meta.ExtractListWithAlloc(list)
+		if err != nil {
+			return nil, "", fmt.Errorf("listing %s: %w", t.resource, err)
+		}
+		for _, item := range items {
+			if m, err := meta.Accessor(item); err == nil && want[m.GetNamespace()] {
+				out = append(out, item)
+			}
+		}
+		if listMeta.GetContinue() == "" {
+			return out, listMeta.GetResourceVersion(), nil
+		}
+		options.Continue = listMeta.GetContinue()
+	}
+}
+
+func record(ledger map[string]map[string]struct{}, ns, name string) {
+	names := ledger[ns]
+	if names == nil {
+		names = map[string]struct{}{}
+		ledger[ns] = names
+	}
+	names[name] = struct{}{}
+}
+
+// noteListed records, for the namespaces a Load waits for, what their
+// list handed over. Called with mu held.
+func (lw *ownedListWatch) noteListed(namespaces []string, items []runtime.Object) {
+	var waiting bool
+	for _, ns := range namespaces {
+		if _, ok := lw.awaited[ns]; ok {
+			waiting = true
+			lw.awaited[ns] = []keyVersion{}
+		}
+	}
+	if !waiting {
+		return
+	}
+	for _, item := range items {
+		m, err := meta.Accessor(item)
+		if err != nil {
+			continue
+		}
+		if got, ok := lw.awaited[m.GetNamespace()]; ok {
+			lw.awaited[m.GetNamespace()] = append(got, keyVersion{key: m.GetNamespace() + "/" + m.GetName(), version: m.GetResourceVersion()})
+		}
+	}
+}
+
+// namespaces lists the loaded namespaces.
+func (lw *ownedListWatch) namespaces() []string {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	out := make([]string, 0, len(lw.loaded))
+	for ns := range lw.loaded {
+		out = append(out, ns)
+	}
+	return out
+}
+
+// load adds namespaces; with await, loaded reports when the informer
+// holds what their lists handed over.
+func (lw *ownedListWatch) load(namespaces []string, await bool) {
+	lw.sendMu.Lock()
+	defer lw.sendMu.Unlock()
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	var added []string
+	for _, ns := range namespaces {
+		if lw.loaded[ns] {
+			continue
+		}
+		lw.loaded[ns] = true
+		added = append(added, ns)
+		if await {
+			lw.awaited[ns] = nil
+		}
+	}
+	sort.Strings(added)
+	sources := lw.newSources(added)
+	if lw.stream != nil {
+		for _, s := range sources {
+			lw.stream.start(s)
+		}
+	}
+}
+
+// loaded says whether the informer holds every object the lists of
+// namespaces (being loaded with await) handed over, at least as new, or
+// has been told of its deletion since; namespaces not awaited count as
+// loaded.
+func (lw *ownedListWatch) loadedInto(namespaces []string) bool {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	indexer := lw.indexer()
+	for _, ns := range namespaces {
+		items, ok := lw.awaited[ns]
+		if !ok {
+			continue
+		}
+		if items == nil {
+			return false
+		}
+		for _, kv := range items {
+			_, name, _ := cache.SplitMetaNamespaceKey(kv.key)
+			if _, inLedger := lw.ledger[ns][name]; !inLedger {
+				continue
+			}
+			obj, exists, err := indexer.GetByKey(kv.key)
+			if err != nil || !exists {
+				return false
+			}
+			m, err := meta.Accessor(obj)
+			if err != nil || newerVersion(kv.version, m.GetResourceVersion()) {
+				return false
+			}
+		}
+		delete(lw.awaited, ns)
+	}
+	return true
+}
+
+// unload removes namespaces: their sources stop or narrow (resuming from
+// their own version, a subset of the same stream), then every object the
+// informer holds of them is deleted from it.
+func (lw *ownedListWatch) unload(namespaces []string) {
+	lw.sendMu.Lock()
+	defer lw.sendMu.Unlock()
+	lw.mu.Lock()
+	gone := map[string]bool{}
+	for _, ns := range namespaces {
+		if lw.loaded[ns] {
+			gone[ns] = true
+			delete(lw.loaded, ns)
+		}
+		delete(lw.awaited, ns)
+	}
+	if len(gone) == 0 {
+		lw.mu.Unlock()
+		return
+	}
+	for s := range lw.sources {
+		var keep []string
+		for _, ns := range s.namespaces {
+			if !gone[ns] {
+				keep = append(keep, ns)
+			}
+		}
+		if len(keep) == len(s.namespaces) {
+			continue
+		}
+		delete(lw.sources, s)
+		if lw.stream != nil {
+			lw.stream.stop(s)
+		}
+		if len(keep) > 0 {
+			narrowed := &source{namespaces: keep, version: s.version}
+			lw.sources[narrowed] = struct{}{}
+			if lw.stream != nil {
+				lw.stream.start(narrowed)
+			}
+		}
+	}
+	indexer := lw.indexer()
+	var deletions []watch.Event
+	for ns := range gone {
+		for name := range lw.ledger[ns] {
+			obj, exists, err := indexer.GetByKey(ns + "/" + name)
+			if err != nil || !exists {
+				obj = lw.placeholder(ns, name)
+			}
+			if obj != nil {
+				deletions = append(deletions, watch.Event{Type: watch.Deleted, Object: obj.(runtime.Object)})
+			}
+		}
+		delete(lw.ledger, ns)
+	}
+	stream := lw.stream
+	lw.mu.Unlock()
+	lw.sendPurge(stream, deletions)
+}
+
+// placeholder is an object with only the key, for deleting one the
+// informer has not stored yet (its addition is still queued).
+func (lw *ownedListWatch) placeholder(ns, name string) any {
+	t, err := lw.target()
+	if err != nil {
+		return nil
+	}
+	obj, err := scheme.Scheme.New(t.listKind.GroupVersion().WithKind(t.listKind.Kind[:len(t.listKind.Kind)-len("List")]))
+	if err != nil {
+		return nil
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return nil
+	}
+	m.SetNamespace(ns)
+	m.SetName(name)
+	return obj
+}
+
+// sendPurge sends deletions on stream, or keeps what it could not send
+// for the next one. Called with sendMu held.
+func (lw *ownedListWatch) sendPurge(stream *ownedStream, deletions []watch.Event) {
+	for i, e := range deletions {
+		if stream == nil || !stream.send(e) {
+			lw.mu.Lock()
+			lw.purge = append(lw.purge, deletions[i:]...)
+			lw.mu.Unlock()
+			return
+		}
+	}
+}
+
+// WatchWithContext opens the one stream: every source resumes from its
+// own version (the reflector's is ignored: events of different sources
+// arrive out of order) and keeps going until the reflector stops the
+// stream.
+func (lw *ownedListWatch) WatchWithContext(ctx context.Context, options metav1.ListOptions) (watch.Interface, error) {
+	t, err := lw.target()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	s := &ownedStream{lw: lw, target: t, ctx: ctx, cancel: cancel, out: make(chan watch.Event), timeout: options.TimeoutSeconds, producers: map[*source]context.CancelFunc{}}
+	lw.sendMu.Lock()
+	lw.mu.Lock()
+	if lw.stream != nil {
+		lw.stream.Stop()
+	}
+	lw.stream = s
+	purge := lw.purge
+	lw.purge = nil
+	lw.mu.Unlock()
+	go func() {
+		defer lw.sendMu.Unlock()
+		lw.sendPurge(s, purge)
+		lw.mu.Lock()
+		defer lw.mu.Unlock()
+		if lw.stream != s {
+			return
+		}
+		for src := range lw.sources {
+			s.start(src)
+		}
+	}()
+	go func() {
+		<-ctx.Done()
+		lw.mu.Lock()
+		if lw.stream == s {
+			lw.stream = nil
+		}
+		lw.mu.Unlock()
+		s.wg.Wait()
+		close(s.out)
+	}()
+	return s, nil
+}
+
+// ownedStream is one stream of an ownedListWatch: a producer per source.
+type ownedStream struct {
+	lw      *ownedListWatch
+	target  *listWatchTarget
+	ctx     context.Context
+	cancel  context.CancelFunc
+	out     chan watch.Event
+	timeout *int64
+	wg      sync.WaitGroup
+
+	// producers, guarded by lw.mu.
+	producers map[*source]context.CancelFunc
+}
+
+func (s *ownedStream) Stop()                          { s.cancel() }
+func (s *ownedStream) ResultChan() <-chan watch.Event { return s.out }
+
+// start runs src's producer. Called with lw.mu held.
+func (s *ownedStream) start(src *source) {
+	if s.ctx.Err() != nil {
+		return
+	}
+	if _, ok := s.producers[src]; ok {
+		return
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	s.producers[src] = cancel
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.produce(ctx, src)
+	}()
+}
+
+// stop ends src's producer; whatever it sends from now on is dropped,
+// since src is no longer a source. Called with lw.mu held.
+func (s *ownedStream) stop(src *source) {
+	if cancel, ok := s.producers[src]; ok {
+		cancel()
+		delete(s.producers, src)
+	}
+}
+
+// send hands e to the reflector (false: the stream ended first). Called
+// with lw.sendMu held.
+func (s *ownedStream) send(e watch.Event) bool {
+	select {
+	case s.out <- e:
+		return true
+	case <-s.ctx.Done():
+		return false
+	}
+}
+
+// emit sends events of src, if src is still a source, each if its
+// namespace is loaded, and records them in the ledger; then src resumes
+// from version ("": unchanged). Deletions of objects src's namespaces no
+// longer have (a relist) are computed here, against the ledger.
+func (s *ownedStream) emit(ctx context.Context, src *source, events []watch.Event, version string, relist bool) bool {
+	lw := s.lw
+	lw.sendMu.Lock()
+	defer lw.sendMu.Unlock()
+	lw.mu.Lock()
+	if _, current := lw.sources[src]; !current || ctx.Err() != nil {
+		lw.mu.Unlock()
+		return false
+	}
+	if relist {
+		present := map[string]bool{}
+		for _, e := range events {
+			if m, err := meta.Accessor(e.Object); err == nil {
+				present[m.GetNamespace()+"/"+m.GetName()] = true
+			}
+		}
+		indexer := lw.indexer()
+		for _, ns := range src.namespaces {
+			for name := range lw.ledger[ns] {
+				if present[ns+"/"+name] {
+					continue
+				}
+				obj, exists, err := indexer.GetByKey(ns + "/" + name)
+				if err != nil || !exists {
+					obj = lw.placeholder(ns, name)
+				}
+				if obj != nil {
+					events = append(events, watch.Event{Type: watch.Deleted, Object: obj.(runtime.Object)})
+				}
+			}
+		}
+	}
+	lw.mu.Unlock()
+	var listed []runtime.Object
+	for _, e := range events {
+		m, err := meta.Accessor(e.Object)
+		if err != nil {
+			continue
+		}
+		ns := m.GetNamespace()
+		lw.mu.Lock()
+		loaded := lw.loaded[ns]
+		lw.mu.Unlock()
+		if !loaded || !src.has(ns) {
+			continue
+		}
+		if !s.send(e) {
+			return false
+		}
+		lw.mu.Lock()
+		if e.Type == watch.Deleted {
+			delete(lw.ledger[ns], m.GetName())
+		} else {
+			record(lw.ledger, ns, m.GetName())
+		}
+		lw.mu.Unlock()
+		if relist && e.Type == watch.Added {
+			listed = append(listed, e.Object)
+		}
+	}
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	if version != "" {
+		src.version = version
+	}
+	if relist {
+		lw.noteListed(src.namespaces, listed)
+	}
+	return true
+}
+
+// produce lists src when it has no version, then watches it until ctx
+// ends, resuming after every close and backing off after failures.
+func (s *ownedStream) produce(ctx context.Context, src *source) {
+	lw := s.lw
+	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 7, Cap: 30 * time.Second}
+	pause := func() bool {
+		select {
+		case <-time.After(backoff.Step()):
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	logger := klog.FromContext(s.ctx).WithValues("resource", s.target.resource, "namespaces", len(src.namespaces))
+	for ctx.Err() == nil {
+		lw.mu.Lock()
+		version := src.version
+		lw.mu.Unlock()
+		if version == "" {
+			items, listVersion, err := lw.listSource(ctx, s.target, src.namespaces)
+			if err != nil {
+				if ctx.Err() == nil {
+					logger.Error(err, "Listing a source of the owned cache; retrying")
+					pause()
+				}
+				continue
+			}
+			events := make([]watch.Event, 0, len(items))
+			for _, item := range items {
+				events = append(events, watch.Event{Type: watch.Added, Object: item})
+			}
+			if !s.emit(ctx, src, events, listVersion, true) {
+				return
+			}
+			version = listVersion
+		}
+		options := metav1.ListOptions{ResourceVersion: version, Watch: true, AllowWatchBookmarks: true, TimeoutSeconds: s.timeout}
+		request := s.target.client.Get().Resource(s.target.resource)
+		if lw.sharded {
+			options.ShardSelector = namespaceSelector(src.namespaces)
+		} else {
+			request = request.Namespace(src.namespaces[0])
+		}
+		w, err := request.VersionedParams(&options, scheme.ParameterCodec).Watch(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+				s.relist(src)
+				continue
+			}
+			logger.V(2).Info("Watching a source of the owned cache failed; retrying", "err", err)
+			pause()
+			continue
+		}
+		if expired := s.follow(ctx, src, w); expired {
+			s.relist(src)
+		}
+	}
+}
+
+// relist makes src list its namespaces again on its next round.
+func (s *ownedStream) relist(src *source) {
+	s.lw.mu.Lock()
+	src.version = ""
+	s.lw.mu.Unlock()
+	sourceRelists.WithLabelValues(s.target.resource).Inc()
+}
+
+// follow passes w's events on until w ends; true if the server said src's
+// version has expired.
+func (s *ownedStream) follow(ctx context.Context, src *source, w watch.Interface) (expired bool) {
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case e, ok := <-w.ResultChan():
+			if !ok {
+				return false
+			}
+			switch e.Type {
+			case watch.Error:
+				err := apierrors.FromObject(e.Object)
+				return apierrors.IsResourceExpired(err) || apierrors.IsGone(err)
+			case watch.Bookmark:
+				if m, err := meta.Accessor(e.Object); err == nil {
+					s.emit(ctx, src, nil, m.GetResourceVersion(), false)
+				}
+			default:
+				m, err := meta.Accessor(e.Object)
+				if err != nil {
+					continue
+				}
+				if !s.emit(ctx, src, []watch.Event{e}, m.GetResourceVersion(), false) {
+					return false
+				}
+			}
+		}
+	}
+}
