@@ -1,11 +1,13 @@
 package controllers
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
 
 	"k8s.io/controller-manager/controller"
+	"k8s.io/klog/v2"
 	kcmapp "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 )
 
@@ -58,4 +60,30 @@ func (r *Runtime) registerDebug(built []kcmapp.Controller) func() {
 			delete(r.debug, n)
 		}
 	}
+}
+
+// CachePath serves what the replica caches for its partition controllers.
+const CachePath = "/debug/fleet/cache"
+
+// OwnedCacheStatus is CachePath's answer: the informer mode, and, with an
+// owned cache, the partitions loaded into it and the keys of every object
+// it holds, by resource.
+type OwnedCacheStatus struct {
+	Mode       string              `json:"mode"`
+	Partitions []int               `json:"partitions,omitempty"`
+	Keys       map[string][]string `json:"keys,omitempty"`
+}
+
+// CacheHandler serves CachePath.
+func (r *Runtime) CacheHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		status := OwnedCacheStatus{Mode: string(r.mode)}
+		if r.owned != nil {
+			status.Partitions, status.Keys = r.owned.Partitions(), r.owned.Keys()
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if err := json.NewEncoder(w).Encode(status); err != nil {
+			klog.ErrorS(err, "Writing the cache status")
+		}
+	})
 }

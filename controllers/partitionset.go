@@ -14,19 +14,22 @@ import (
 	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
 )
 
-// partitionSet is the replica's one instance of each partition controller
-// (filtered-watch mode). It is built when the replica first gains a
-// partition and runs for the replica's lifetime; which namespaces it
-// serves is its Scope. A partition piece that runs here is a scope change:
+// partitionSet is the replica's one instance of each partition controller.
+// It is built when the replica first gains a partition and runs for the
+// replica's lifetime; which namespaces it serves is its Scope. A partition
+// piece that runs here is a scope change:
 //
-//   - gaining p adds p to the scope and hands p's cached objects to the
-//     controllers' handlers as additions, as a starting informer would,
-//     then opens p's write fence (a sync that read "not found" while p was
-//     away has less time to land its write: docs/controllers.md);
+//   - gaining p loads p's namespaces into the owned cache (when the
+//     informer mode has one) and waits until it holds them, adds p to the
+//     scope and hands p's cached objects to the controllers' handlers as
+//     additions, as a starting informer would, then opens p's write fence
+//     (a sync that read "not found" while p was away has less time to land
+//     its write: docs/controllers.md);
 //   - losing p closes p's write fence and waits for p's writes in flight
 //     (after that nothing the controllers do reaches p's namespaces), then
 //     hands p's objects over as deletions, so every controller drops its
-//     per-object state and its queued keys resolve to "not found".
+//     per-object state and its queued keys resolve to "not found", and
+//     then unloads them from the owned cache.
 //
 // The objects of the replica's other partitions are not touched and their
 // work never pauses.
@@ -84,7 +87,16 @@ func (s *partitionSet) gain(ctx context.Context, p int) (bool, error) {
 	defer s.mu.Unlock()
 	start := time.Now()
 	if !s.running {
-		return true, s.start(p)
+		return true, s.start(ctx, p)
+	}
+	if owned := s.runtime.owned; owned != nil {
+		if err := owned.Load(ctx, p); err != nil {
+			owned.Unload(p)
+			if ctx.Err() != nil {
+				return false, nil
+			}
+			return false, err
+		}
 	}
 	n := s.scope.Gain(p)
 	s.runtime.partitions.Open(p)
@@ -102,6 +114,9 @@ func (s *partitionSet) lose(ctx context.Context, p int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := s.scope.Lose(p)
+	if owned := s.runtime.owned; owned != nil {
+		owned.Unload(p)
+	}
 	s.lostAt[p] = time.Now()
 	klog.FromContext(ctx).V(2).Info("Partition released", "partition", p, "delivered", n, "took", time.Since(start).Round(time.Millisecond))
 	return nil
@@ -110,12 +125,18 @@ func (s *partitionSet) lose(ctx context.Context, p int) error {
 // start builds the controllers and starts them with partition p in scope.
 // They run on the replica's context: a partition that moves away only
 // leaves their scope. Called with s.mu held.
-func (s *partitionSet) start(p int) error {
+func (s *partitionSet) start(ctx context.Context, p int) error {
 	r := s.runtime
-	ctx := klog.NewContext(r.ctx, withoutReregistrationErrors(klog.FromContext(r.ctx)))
+	if r.owned != nil {
+		// Loaded before the informers exist: their first lists bring p.
+		if err := r.owned.Include(ctx, p); err != nil {
+			return err
+		}
+	}
+	ctx = klog.NewContext(r.ctx, withoutReregistrationErrors(klog.FromContext(r.ctx)))
 	cc := r.controllerContext(r.partitionBuilder)
 	factory, err := informers.NewPieceFactory(informers.PieceConfig{
-		Mode: informers.ModeFilteredWatch, Client: r.plainClient, Shared: r.shared, SharedStop: r.sharedStop,
+		Shared: r.shared, SharedStop: r.sharedStop, Owned: r.owned,
 		Mapper: r.restMapper, Scope: s.scope, Resync: cc.ResyncPeriod(), Transform: trimManagedFields,
 	})
 	if err != nil {

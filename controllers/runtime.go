@@ -56,25 +56,20 @@ type Runtime struct {
 	// the partition write fence.
 	partitions                             *partitionFence
 	partitionRootBuilder, partitionBuilder *sharedLimiterBuilder
-	// draining (per-piece modes): partitions whose last instance on this
-	// replica released them (fence closed) while some of its controllers
-	// still return; closed when they have.
-	drainingMu     sync.Mutex
-	draining       map[int]chan struct{}
-	informerConfig *restclient.Config
 	restClients    *informers.RESTClients
 	plainClient    kubernetes.Interface
 	metadataClient metadata.Interface
 	restMapper     *restmapper.DeferredDiscoveryRESTMapper
 	// shared and sharedMetadata are the replica's one cache: every piece
-	// sees them through informers.PieceFactory views.
+	// sees them through informers.PieceFactory views; owned, when the mode
+	// has one, caches the partition controllers' namespaced kinds instead.
 	shared         clientinformers.SharedInformerFactory
+	owned          *informers.OwnedCache
 	sharedMetadata metadatainformer.SharedInformerFactory
 	sharedStop     <-chan struct{}
 	// ctx is the replica's lifetime.
 	ctx context.Context
-	// partitionSet runs the partition controllers in filtered-watch mode
-	// (nil in the per-piece modes).
+	// partitionSet runs the partition controllers.
 	partitionSet *partitionSet
 	metrics      *controllers.ControllerManagerMetrics
 
@@ -89,7 +84,7 @@ type Runtime struct {
 // partition controller set see (in the per-piece modes, partition pieces
 // watch their namespaced kinds themselves), and, in filtered-watch mode,
 // the partition controller set. mode must be resolved (informers.Resolve).
-func NewRuntime(ctx context.Context, c *kcmconfig.CompletedConfig, identity string, ring shard.RingConfig, mode informers.Mode, fence Fence) (*Runtime, error) {
+func NewRuntime(ctx context.Context, c *kcmconfig.CompletedConfig, identity string, ring shard.RingConfig, mode informers.Mode, selectorTerms int, fence Fence) (*Runtime, error) {
 	descriptors := Descriptors()
 	if err := Check(descriptors); err != nil {
 		return nil, err
@@ -138,11 +133,10 @@ func NewRuntime(ctx context.Context, c *kcmconfig.CompletedConfig, identity stri
 	memberInfo.WithLabelValues(identity, string(mode)).Set(1)
 	r := &Runtime{
 		config: c, identity: identity, descriptors: descriptors, ring: ring, mode: mode,
-		rootBuilder: rootBuilder, singletonBuilder: builder.forSingletons(), informerConfig: informerConfig,
+		rootBuilder: rootBuilder, singletonBuilder: builder.forSingletons(),
 		partitions:           partitions,
 		partitionRootBuilder: rootBuilder.forPartitions(partitions),
 		partitionBuilder:     builder.forPartitions(partitions),
-		draining:             map[int]chan struct{}{},
 		restClients:          informers.NewRESTClients(informerConfig),
 		plainClient:          plain, metadataClient: metadataClient, restMapper: restMapper,
 		shared:         clientinformers.NewSharedInformerFactoryWithOptions(plain, kcmapp.ResyncPeriod(c)(), clientinformers.WithTransform(trimManagedFields)),
@@ -151,9 +145,20 @@ func NewRuntime(ctx context.Context, c *kcmconfig.CompletedConfig, identity stri
 		ctx:            ctx,
 		metrics:        controllers.NewControllerManagerMetrics("kube-controller-manager"),
 	}
-	if mode == informers.ModeFilteredWatch {
-		r.partitionSet = newPartitionSet(r)
+	// Every Namespace is cached (they are few and small): the owned cache
+	// places namespaces by them, and they run from now so that the first
+	// partition can be loaded before any informer starts.
+	namespaces := r.shared.Core().V1().Namespaces().Informer()
+	r.shared.Start(ctx.Done())
+	if mode != informers.ModeFilteredWatch {
+		if r.owned, err = informers.NewOwnedCache(informers.OwnedCacheConfig{
+			Sharded: mode == informers.ModeShardedWatch, MaxTerms: selectorTerms, RESTClients: r.restClients, Mapper: restMapper,
+			Namespaces: namespaces, PartitionOf: ring.NamespacePartition, Resync: kcmapp.ResyncPeriod(c)(), Transform: trimManagedFields,
+		}); err != nil {
+			return nil, fmt.Errorf("owned cache: %w", err)
+		}
 	}
+	r.partitionSet = newPartitionSet(r)
 	go func() {
 		<-ctx.Done()
 		r.shared.Shutdown()
@@ -218,13 +223,10 @@ func trimManagedFields(obj any) (any, error) {
 // answered (its controllers, fenced, may still be winding down).
 func (r *Runtime) Run(ctx context.Context, piece shard.Piece, _ shard.Fence) error {
 	ctx = klog.NewContext(ctx, withoutReregistrationErrors(klog.FromContext(ctx)))
-	switch {
-	case !piece.IsPartition():
+	if !piece.IsPartition() {
 		return r.runSingleton(ctx, piece)
-	case r.partitionSet != nil:
-		return r.partitionSet.run(ctx, piece)
 	}
-	return r.runPartitionPiece(ctx, piece)
+	return r.partitionSet.run(ctx, piece)
 }
 
 // partitionControllers are the partition controllers the flags enable,

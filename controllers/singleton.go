@@ -30,7 +30,7 @@ func (r *Runtime) runSingleton(ctx context.Context, piece shard.Piece) error {
 	defer run.Close(context.Background(), 0) //nolint:errcheck // a background context never ends
 	cc := r.controllerContext(r.singletonBuilder.forSingletonRun(run))
 	factory, err := informers.NewPieceFactory(informers.PieceConfig{
-		Client: r.plainClient, Shared: r.shared, SharedStop: r.sharedStop, Mapper: r.restMapper,
+		Shared: r.shared, SharedStop: r.sharedStop, Mapper: r.restMapper,
 		Resync: cc.ResyncPeriod(), Transform: trimManagedFields,
 	})
 	if err != nil {

@@ -9,28 +9,29 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// Mode is how a partition piece's informers of namespaced kinds see only
-// the piece's namespaces.
+// Mode is how the replica caches the namespaced objects its partition
+// controllers read.
 type Mode string
 
 const (
-	// ModeAuto picks ModeShardedWatch when the fleet places namespaces by
-	// the apiserver's hash and the apiserver honours shard selectors, and
-	// ModeFilteredWatch otherwise.
+	// ModeAuto picks ModeShardedWatch when the apiserver honours shard
+	// selectors, and ModeNamespaceWatch otherwise.
 	ModeAuto Mode = "auto"
-	// ModeShardedWatch: one list/watch per kind and piece, filtered by the
-	// apiserver (ListOptions.ShardSelector, feature gate ShardedListAndWatch).
-	// Each replica receives and caches only its own namespaces' objects.
+	// ModeShardedWatch: the owned cache, one list/watch per kind naming the
+	// owned namespaces in a shard selector (ListOptions.ShardSelector,
+	// feature gate ShardedListAndWatch), split when they are more than a
+	// selector holds. Each replica receives and caches only its own
+	// namespaces' objects.
 	ModeShardedWatch Mode = "sharded-watch"
-	// ModeNamespaceWatch: one namespace-scoped list/watch per kind and
-	// namespace of the piece. Works on every apiserver and each replica
-	// caches only its own namespaces, at the price of one watch per
-	// namespace and kind across the fleet.
+	// ModeNamespaceWatch: the owned cache, one namespace-scoped list/watch
+	// per kind and owned namespace. Works on every apiserver and each
+	// replica caches only its own namespaces, at the price of one watch
+	// per namespace and kind across the fleet.
 	ModeNamespaceWatch Mode = "namespace-watch"
 	// ModeFilteredWatch: one cluster-wide list/watch per kind and replica,
-	// shared by all the replica's pieces, each piece seeing it through a
-	// filter on its namespaces. Works on every apiserver with as few
-	// watches as KCM per replica; every replica caches every object, as KCM.
+	// the partition controllers seeing it through a filter on the owned
+	// namespaces. As few watches as KCM per replica; every replica caches
+	// every object, as KCM.
 	ModeFilteredWatch Mode = "filtered-watch"
 )
 
@@ -59,8 +60,8 @@ func Resolve(ctx context.Context, mode Mode, config *rest.Config) (Mode, error) 
 		case err == nil:
 			return ModeShardedWatch, nil
 		case mode == ModeAuto && errors.Is(err, ErrShardedWatchUnsupported):
-			klog.InfoS("The apiserver does not shard lists; each replica watches every namespace and filters", "informerMode", ModeFilteredWatch, "reason", err.Error())
-			return ModeFilteredWatch, nil
+			klog.InfoS("The apiserver does not shard lists; the replica watches each namespace it owns", "informerMode", ModeNamespaceWatch, "reason", err.Error())
+			return ModeNamespaceWatch, nil
 		default:
 			return "", fmt.Errorf("informer mode %s: %w", mode, err)
 		}

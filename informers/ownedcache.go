@@ -252,6 +252,18 @@ func (o *OwnedCache) Unload(p int) {
 	klog.V(4).InfoS("Unloaded a partition from the owned cache", "partition", p, "namespaces", len(namespaces))
 }
 
+// Partitions lists the loaded partitions.
+func (o *OwnedCache) Partitions() []int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := make([]int, 0, len(o.partitions))
+	for p := range o.partitions {
+		out = append(out, p)
+	}
+	sort.Ints(out)
+	return out
+}
+
 // Keys lists the keys each informer holds, by resource (tests, debug).
 func (o *OwnedCache) Keys() map[string][]string {
 	o.mu.Lock()

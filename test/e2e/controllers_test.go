@@ -45,9 +45,7 @@ func TestFleetWorkload(t *testing.T) {
 		sharing int
 		args    []string
 	}{
-		// The apiserver shards by ranges of the FNV hash; work-00..work-19
-		// all fall in one FNV partition, so here one replica does the work.
-		{"sharded-watch", 1, []string{"--informer-mode=sharded-watch", "--namespace-hash=fnv"}},
+		{"sharded-watch", 3, []string{"--informer-mode=sharded-watch"}},
 		{"namespace-watch", 3, []string{"--informer-mode=namespace-watch"}},
 		{"filtered-watch", 3, []string{"--informer-mode=filtered-watch"}},
 	} {
@@ -461,51 +459,3 @@ func TestFleetFailover(t *testing.T) {
 	step("three-again")
 }
 
-// TestInformerModeWithoutShardedWatch runs the fleet on an apiserver whose
-// ShardedListAndWatch gate is off, as on most clusters today: the default
-// (auto) falls back to filtered-watch and controllers work; asking for
-// sharded-watch explicitly is refused with a clear error.
-func TestInformerModeWithoutShardedWatch(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	cluster := startCluster(ctx, t, localcluster.Options{Scheduler: true, KwokNodes: 2,
-		APIServerArgs: []string{"--feature-gates=ShardedListAndWatch=false"}})
-	client, err := cluster.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(binDir(t), "fleet-controller-manager")
-
-	if _, _, err := cluster.StartFleetReplica(ctx, bin, "fcm-explicit", "--informer-mode=sharded-watch", "--namespace-hash=fnv"); err == nil {
-		t.Fatal("a replica asking for sharded-watch started on an apiserver without it")
-	}
-	log, _ := os.ReadFile(filepath.Join(cluster.Dir, "fcm-explicit.log"))
-	if !strings.Contains(string(log), "ShardedListAndWatch") {
-		t.Fatalf("the refusal does not name the feature gate:\n%s", log)
-	}
-
-	replicas := []string{"fcm-0", "fcm-1"}
-	procs := map[string]*localcluster.Process{}
-	for _, r := range replicas {
-		if procs[r], _, err = cluster.StartFleetReplica(ctx, bin, r); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitFleetRunning(ctx, t, client, replicas)
-	for _, r := range replicas {
-		log, _ := os.ReadFile(procs[r].LogPath)
-		if !strings.Contains(string(log), `informerMode="filtered-watch"`) {
-			t.Fatalf("%s did not choose filtered-watch:\n%s", r, procs[r].LogTail(30))
-		}
-	}
-	start := time.Now()
-	for i := range 6 {
-		ns := fmt.Sprintf("plain-%d", i)
-		createNamespace(ctx, t, client, ns)
-		createDeployment(ctx, t, client, ns, "web", 2)
-	}
-	for i := range 6 {
-		waitDeploymentReady(ctx, t, client, fmt.Sprintf("plain-%d", i), "web", 2, 3*time.Minute)
-	}
-	t.Logf("auto mode on a plain apiserver: a Deployment in each of 6 namespaces available %v after creation", time.Since(start).Round(time.Millisecond))
-}

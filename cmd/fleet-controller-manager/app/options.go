@@ -24,8 +24,10 @@ type FleetOptions struct {
 	Identity                                  string
 	LeaseDuration, RenewDeadline, RetryPeriod pflagDuration
 	Ring                                      shard.RingConfig
-	// InformerMode is how partition pieces watch their namespaces.
+	// InformerMode is how the replica caches its partitions' namespaces.
 	InformerMode informers.Mode
+	// SelectorTerms: the most namespaces one shard selector names.
+	SelectorTerms int
 
 	// Dummy pieces: a test mode that runs recording pieces instead of
 	// controllers (the handover e2e tests use it).
@@ -44,6 +46,7 @@ func NewFleetOptions() *FleetOptions {
 		RetryPeriod:   pflagDuration(membership.DefaultRetryPeriod),
 		Ring:          shard.DefaultRingConfig,
 		InformerMode:  informers.ModeAuto,
+		SelectorTerms: informers.DefaultSelectorTerms,
 	}
 }
 
@@ -57,9 +60,10 @@ func (o *FleetOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.Var(&o.RetryPeriod, "retry-period", "Interval between Lease renewals.")
 	fs.IntVar(&o.Ring.Partitions, "partitions", o.Ring.Partitions, "Number of namespace partitions. Every replica of a fleet must use the same value.")
 	fs.IntVar(&o.Ring.ReplicationFactor, "ring-replication-factor", o.Ring.ReplicationFactor, "Virtual nodes per replica on the consistent-hash ring. Same on every replica.")
-	fs.StringVar(&o.Ring.NamespaceHash, "namespace-hash", o.Ring.NamespaceHash, "Hash that places namespaces in partitions: xxhash (even spread) or fnv (the apiserver's shard hash, needed by --informer-mode=sharded-watch; it puts names that differ only in their last characters in one partition). Same on every replica.")
+	fs.StringVar(&o.Ring.NamespaceHash, "namespace-hash", o.Ring.NamespaceHash, "Hash that places namespaces in partitions: xxhash (even spread) or fnv (the apiserver's shard hash; it puts names that differ only in their last characters in one partition). Same on every replica.")
 	fs.Float64Var(&o.Ring.Load, "ring-load", o.Ring.Load, "Bounded-load factor of the ring: no replica owns more than this times the average. Same on every replica.")
-	fs.Var(&informerModeValue{&o.InformerMode}, "informer-mode", fmt.Sprintf("How partition pieces watch their namespaces: %s. auto = sharded-watch when the apiserver filters by shard selector (feature gate ShardedListAndWatch), else filtered-watch. namespace-watch opens one watch per namespace and kind, so each replica caches only its own namespaces on any apiserver.", informers.Modes))
+	fs.Var(&informerModeValue{&o.InformerMode}, "informer-mode", fmt.Sprintf("How the replica caches the namespaced objects its partition controllers read: %s. sharded-watch: only the owned partitions' namespaces, named in shard selectors (feature gate ShardedListAndWatch). namespace-watch: only those namespaces, one watch per namespace and kind (any apiserver). filtered-watch: every namespace, as kube-controller-manager. auto = sharded-watch when the apiserver filters by shard selector, else namespace-watch.", informers.Modes))
+	fs.IntVar(&o.SelectorTerms, "shard-selector-max-terms", o.SelectorTerms, fmt.Sprintf("Most namespaces one shard selector names (sharded-watch); a replica that owns more splits them across requests. At most %d, the apiserver's limit; the default keeps request URLs near 7 KB.", informers.MaxSelectorTerms))
 	fs.BoolVar(&o.DummyPieces, "dummy-pieces", false, "Test mode: run pieces that only record when they start and stop, instead of controllers.")
 	fs.StringSliceVar(&o.DummySingletons, "dummy-singletons", []string{"garbagecollector", "namespace", "nodelifecycle", "podgc"}, "Test mode: names of the singleton pieces.")
 	fs.StringVar(&o.DummyRecordFile, "dummy-record-file", "", "Test mode: file the pieces append their records to.")
@@ -107,8 +111,8 @@ func (o *FleetOptions) Validate() error {
 			}
 		}
 	}
-	if o.InformerMode == informers.ModeShardedWatch && o.Ring.NamespaceHash != shard.HashFNV {
-		errs = append(errs, fmt.Errorf("--informer-mode=%s needs --namespace-hash=%s: the apiserver shards by ranges of the FNV hash", informers.ModeShardedWatch, shard.HashFNV))
+	if o.SelectorTerms < 1 || o.SelectorTerms > informers.MaxSelectorTerms {
+		errs = append(errs, fmt.Errorf("--shard-selector-max-terms must be between 1 and %d (the apiserver's limit), got %d", informers.MaxSelectorTerms, o.SelectorTerms))
 	}
 	if o.DummyPieces && o.DummyRecordFile == "" {
 		errs = append(errs, errors.New("--dummy-pieces needs --dummy-record-file"))

@@ -119,19 +119,14 @@ func run(ctx context.Context, kcm *options.KubeControllerManagerOptions, fleet *
 		}
 		runner, pieces = dummy, shard.AllPieces(fleet.Ring.Partitions, fleet.DummySingletons)
 	} else {
-		mode := fleet.InformerMode
-		if mode == informers.ModeAuto && fleet.Ring.NamespaceHash != shard.HashFNV {
-			// Server-side shard ranges are ranges of the FNV hash.
-			mode = informers.ModeFilteredWatch
-		}
 		probeCtx, cancel := context.WithTimeout(ctx, time.Minute)
-		mode, err = informers.Resolve(probeCtx, mode, c.Kubeconfig)
+		mode, err := informers.Resolve(probeCtx, fleet.InformerMode, c.Kubeconfig)
 		cancel()
 		if err != nil {
 			return fmt.Errorf("--informer-mode: %w", err)
 		}
-		klog.InfoS("Informers of partition pieces", "informerMode", mode)
-		rt, err := controllers.NewRuntime(memberCtx, c, fleet.Identity, fleet.Ring, mode, member)
+		klog.InfoS("Informers of the partition controllers", "informerMode", mode)
+		rt, err := controllers.NewRuntime(memberCtx, c, fleet.Identity, fleet.Ring, mode, fleet.SelectorTerms, member)
 		if err != nil {
 			return err
 		}
@@ -163,6 +158,7 @@ func run(ctx context.Context, kcm *options.KubeControllerManagerOptions, fleet *
 		}))
 		if rt, ok := runner.(*controllers.Runtime); ok {
 			serveMux.UnlistedHandlePrefix("/debug/controllers/", rt.DebugHandler())
+			serveMux.UnlistedHandle(controllers.CachePath, rt.CacheHandler())
 		}
 		// Not the membership client: page views must not delay renewals.
 		serveMux.Handle("/debug/fleet", shard.FleetPage(func(ctx context.Context) (shard.FleetStatus, error) {

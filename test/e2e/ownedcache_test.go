@@ -1,0 +1,253 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/fleet-controller-manager/fleet-controller-manager/membership"
+	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
+	"github.com/fleet-controller-manager/fleet-controller-manager/test/localcluster"
+)
+
+// TestReplicaCachesOwnedNamespaces runs the fleet in its default informer
+// mode on an apiserver with the ShardedListAndWatch gate on (auto picks
+// sharded-watch) and off (auto picks namespace-watch; sharded-watch asked
+// for is refused with an error naming the gate). Each replica's cache
+// holds exactly the objects of the namespaces of the partitions it runs,
+// compared with full lists: once the fleet of two settled, after a third
+// replica joined and partitions moved, and after namespaces were created
+// and deleted; a Deployment in a namespace created while the fleet runs
+// becomes available.
+func TestReplicaCachesOwnedNamespaces(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		gateOff bool
+		mode    string
+	}{
+		{"gate on", false, "sharded-watch"},
+		{"gate off", true, "namespace-watch"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+			defer cancel()
+			opts := localcluster.Options{Scheduler: true, KwokNodes: 2}
+			if tc.gateOff {
+				opts.APIServerArgs = []string{"--feature-gates=ShardedListAndWatch=false"}
+			}
+			cluster := startCluster(ctx, t, opts)
+			client, err := cluster.Client()
+			if err != nil {
+				t.Fatal(err)
+			}
+			httpClient, err := cluster.AdminHTTPClient()
+			if err != nil {
+				t.Fatal(err)
+			}
+			bin := filepath.Join(binDir(t), "fleet-controller-manager")
+			if tc.gateOff {
+				if _, _, err := cluster.StartFleetReplica(ctx, bin, "fcm-explicit", "--informer-mode=sharded-watch"); err == nil {
+					t.Fatal("a replica asking for sharded-watch started on an apiserver without it")
+				}
+				log, _ := os.ReadFile(filepath.Join(cluster.Dir, "fcm-explicit.log"))
+				if !strings.Contains(string(log), "ShardedListAndWatch") {
+					t.Fatalf("the refusal does not name the feature gate:\n%s", log)
+				}
+			}
+			for i := range 8 {
+				ns := fmt.Sprintf("team-%02d", i)
+				createNamespace(ctx, t, client, ns)
+				createDeployment(ctx, t, client, ns, "web", 1)
+			}
+			ports := map[string]int{}
+			start := func(name string) {
+				proc, port, err := cluster.StartFleetReplica(ctx, bin, name, "--shard-selector-max-terms=3")
+				if err != nil {
+					t.Fatal(err)
+				}
+				ports[name] = port
+				log, _ := os.ReadFile(proc.LogPath)
+				if !strings.Contains(string(log), fmt.Sprintf("informerMode=%q", tc.mode)) {
+					t.Fatalf("%s did not choose %s:\n%s", name, tc.mode, proc.LogTail(30))
+				}
+			}
+			start("fcm-0")
+			start("fcm-1")
+			waitFleetRunning(ctx, t, client, []string{"fcm-0", "fcm-1"})
+			waitCachesExact(ctx, t, client, httpClient, ports, "a fleet of two")
+
+			start("fcm-2")
+			waitFleetRunning(ctx, t, client, []string{"fcm-0", "fcm-1", "fcm-2"})
+			waitCachesExact(ctx, t, client, httpClient, ports, "after a third replica joined")
+
+			createNamespace(ctx, t, client, "late-arrival")
+			createDeployment(ctx, t, client, "late-arrival", "web", 2)
+			if err := client.CoreV1().Namespaces().Delete(ctx, "team-00", metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			waitDeploymentReady(ctx, t, client, "late-arrival", "web", 2, 3*time.Minute)
+			poll(ctx, t, "team-00 to be deleted", 3*time.Minute, func() (bool, string) {
+				_, err := client.CoreV1().Namespaces().Get(ctx, "team-00", metav1.GetOptions{})
+				return err != nil, fmt.Sprint(err)
+			})
+			waitCachesExact(ctx, t, client, httpClient, ports, "after namespaces were created and deleted")
+		})
+	}
+}
+
+// waitCachesExact waits until every replica's cache holds exactly the
+// ConfigMaps, Deployments, ReplicaSets and Pods of the namespaces of the
+// partitions it runs, by a full list of each, and the replicas' loaded
+// partitions are those they run: all partitions, each once.
+func waitCachesExact(ctx context.Context, t *testing.T, client kubernetes.Interface, httpClient *http.Client, ports map[string]int, when string) {
+	t.Helper()
+	ring := shard.DefaultRingConfig
+	start := time.Now()
+	var sizes []string
+	poll(ctx, t, "caches to hold exactly the owned namespaces "+when, 2*time.Minute, func() (bool, string) {
+		all, err := fullLists(ctx, client)
+		if err != nil {
+			return false, err.Error()
+		}
+		seen := map[int]string{}
+		sizes = nil
+		for name, port := range ports {
+			running, err := runningPartitions(ctx, client, name)
+			if err != nil {
+				return false, err.Error()
+			}
+			status, err := cacheStatus(httpClient, port)
+			if err != nil {
+				return false, err.Error()
+			}
+			if fmt.Sprint(status.Partitions) != fmt.Sprint(running) {
+				return false, fmt.Sprintf("%s runs partitions %v, has loaded %v", name, running, status.Partitions)
+			}
+			owned := map[int]bool{}
+			for _, p := range status.Partitions {
+				if other, ok := seen[p]; ok {
+					return false, fmt.Sprintf("partition %d loaded by %s and %s", p, other, name)
+				}
+				seen[p] = name
+				owned[p] = true
+			}
+			held := 0
+			for resource, keys := range all {
+				var want []string
+				for _, key := range keys {
+					ns, _, _ := strings.Cut(key, "/")
+					if owned[ring.NamespacePartition(ns)] {
+						want = append(want, key)
+					}
+				}
+				got := status.Keys[resource]
+				if strings.Join(got, ",") != strings.Join(want, ",") {
+					return false, fmt.Sprintf("%s caches %s %v, the namespaces it owns hold %v", name, resource, got, want)
+				}
+				held += len(got)
+			}
+			sizes = append(sizes, fmt.Sprintf("%s: %d partitions, %d objects", name, len(status.Partitions), held))
+		}
+		return len(seen) == ring.Partitions, fmt.Sprintf("%d partitions loaded", len(seen))
+	})
+	sort.Strings(sizes)
+	t.Logf("%s: caches exact after %v (%s)", when, time.Since(start).Round(time.Millisecond), strings.Join(sizes, "; "))
+}
+
+func fullLists(ctx context.Context, client kubernetes.Interface) (map[string][]string, error) {
+	out := map[string][]string{}
+	add := func(resource, ns, name string) { out[resource] = append(out[resource], ns+"/"+name) }
+	cms, err := client.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range cms.Items {
+		add("configmaps", o.Namespace, o.Name)
+	}
+	deployments, err := client.AppsV1().Deployments("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range deployments.Items {
+		add("deployments", o.Namespace, o.Name)
+	}
+	replicaSets, err := client.AppsV1().ReplicaSets("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range replicaSets.Items {
+		add("replicasets", o.Namespace, o.Name)
+	}
+	pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range pods.Items {
+		add("pods", o.Namespace, o.Name)
+	}
+	for _, keys := range out {
+		sort.Strings(keys)
+	}
+	return out, nil
+}
+
+func runningPartitions(ctx context.Context, client kubernetes.Interface, member string) ([]int, error) {
+	lease, err := client.CoordinationV1().Leases("kube-system").Get(ctx, member, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	st, err := membership.ParseState(lease.Annotations[membership.StateAnnotation])
+	if err != nil {
+		return nil, err
+	}
+	out := []int{}
+	for _, piece := range st.Running {
+		var p int
+		if _, err := fmt.Sscanf(piece, "partition/%d", &p); err == nil {
+			out = append(out, p)
+		}
+	}
+	sort.Ints(out)
+	return out, nil
+}
+
+// cacheStatus reads a replica's /debug/fleet/cache (controllers.CachePath;
+// this package does not import controllers, which links all of KCM).
+func cacheStatus(client *http.Client, port int) (ownedCacheStatus, error) {
+	const cachePath = "/debug/fleet/cache"
+	var status ownedCacheStatus
+	resp, err := client.Get(fmt.Sprintf("https://127.0.0.1:%d%s", port, cachePath))
+	if err != nil {
+		return status, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return status, fmt.Errorf("GET %s: HTTP %d", cachePath, resp.StatusCode)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&status); err != nil {
+		return status, fmt.Errorf("GET %s: %w", cachePath, err)
+	}
+	if status.Partitions == nil {
+		status.Partitions = []int{}
+	}
+	return status, nil
+}
+
+// ownedCacheStatus is controllers.OwnedCacheStatus.
+type ownedCacheStatus struct {
+	Mode       string              `json:"mode"`
+	Partitions []int               `json:"partitions"`
+	Keys       map[string][]string `json:"keys"`
+}
