@@ -52,6 +52,10 @@ const (
 	// NeedsCloud: does nothing without a cloud provider (returns no
 	// controller, as in KCM).
 	NeedsCloud Need = "cloud-provider"
+	// NeedsClusterWidePods: caches every Pod or PersistentVolumeClaim of
+	// the cluster (typed). Such singletons are placed together
+	// (ColocatedSingletons): one replica holds that cache, not each.
+	NeedsClusterWidePods Need = "cluster-wide-pods"
 )
 
 // Entry is the fleet's placement of one upstream controller.
@@ -90,20 +94,20 @@ var Catalog = map[string]Entry{
 	"root-ca-certificate-publisher-controller":       {Partition, []Need{NeedsNamespaces}, "Creates kube-root-ca.crt in each namespace it sees."},
 	"serviceaccount-token-controller":                {Partition, []Need{NeedsRootClient}, "Token Secrets for ServiceAccounts, per namespace; KCM builds it by hand with the root client and starts it first."},
 
-	"persistentvolume-expander-controller":                           {Singleton, nil, "Resizes PVCs and patches the bound, cluster-scoped PV, a write the partition fence cannot attribute to a namespace; one instance cluster-wide, as in KCM."},
-	"device-taint-eviction-controller":                               {Singleton, []Need{NeedsNodes}, "Evicts Pods using tainted devices and writes cluster-scoped DeviceTaintRule status, which the partition fence cannot attribute to a namespace; one instance cluster-wide, as in KCM."},
-	"resourceclaim-controller":                                       {Singleton, nil, "Remembers the Pods it saw deleted (an LRU of UIDs) and frees their claims' devices later without checking again; a partition's objects handed over as deletions when it moves away would free the devices of running Pods when it comes back (docs/controllers.md). One instance cluster-wide, as in KCM."},
+	"persistentvolume-expander-controller":                           {Singleton, []Need{NeedsClusterWidePods}, "Resizes PVCs and patches the bound, cluster-scoped PV, a write the partition fence cannot attribute to a namespace; one instance cluster-wide, as in KCM."},
+	"device-taint-eviction-controller":                               {Singleton, []Need{NeedsNodes, NeedsClusterWidePods}, "Evicts Pods using tainted devices and writes cluster-scoped DeviceTaintRule status, which the partition fence cannot attribute to a namespace; one instance cluster-wide, as in KCM."},
+	"resourceclaim-controller":                                       {Singleton, []Need{NeedsClusterWidePods}, "Remembers the Pods it saw deleted (an LRU of UIDs) and frees their claims' devices later without checking again; a partition's objects handed over as deletions when it moves away would free the devices of running Pods when it comes back (docs/controllers.md). One instance cluster-wide, as in KCM."},
 	"garbage-collector-controller":                                   {Singleton, []Need{NeedsRESTMapper, NeedsMetadataInformers}, "Owner references cross namespaces and cluster scope; one graph of everything."},
 	"namespace-controller":                                           {Singleton, []Need{NeedsRESTMapper, NeedsMetadataInformers}, "Deletes everything in terminating namespaces, across all resources."},
-	"resourcequota-controller":                                       {Singleton, []Need{NeedsRESTMapper, NeedsMetadataInformers}, "Counts every resource by discovery; not yet proven safe per partition."},
-	"pod-garbage-collector-controller":                               {Singleton, []Need{NeedsNodes}, "Its terminated-pod threshold is cluster-wide."},
-	"node-lifecycle-controller":                                      {Singleton, []Need{NeedsNodes}, "Writes Node status and taints."},
+	"resourcequota-controller":                                       {Singleton, []Need{NeedsRESTMapper, NeedsMetadataInformers, NeedsClusterWidePods}, "Counts every resource by discovery; not yet proven safe per partition."},
+	"pod-garbage-collector-controller":                               {Singleton, []Need{NeedsNodes, NeedsClusterWidePods}, "Its terminated-pod threshold is cluster-wide."},
+	"node-lifecycle-controller":                                      {Singleton, []Need{NeedsNodes, NeedsClusterWidePods}, "Writes Node status and taints."},
 	"node-ipam-controller":                                           {Singleton, []Need{NeedsNodes}, "Allocates Node pod CIDRs."},
 	"ttl-controller":                                                 {Singleton, []Need{NeedsNodes}, "Annotates Nodes."},
-	"persistentvolume-binder-controller":                             {Singleton, nil, "Binds cluster-scoped PersistentVolumes to claims of any namespace."},
-	"persistentvolume-attach-detach-controller":                      {Singleton, []Need{NeedsNodes}, "Writes Node volume status for Pods of every namespace."},
+	"persistentvolume-binder-controller":                             {Singleton, []Need{NeedsClusterWidePods}, "Binds cluster-scoped PersistentVolumes to claims of any namespace."},
+	"persistentvolume-attach-detach-controller":                      {Singleton, []Need{NeedsNodes, NeedsClusterWidePods}, "Writes Node volume status for Pods of every namespace."},
 	"persistentvolume-protection-controller":                         {Singleton, nil, "Finalizers on cluster-scoped PersistentVolumes."},
-	"volumeattributesclass-protection-controller":                    {Singleton, nil, "Finalizers on cluster-scoped VolumeAttributesClasses."},
+	"volumeattributesclass-protection-controller":                    {Singleton, []Need{NeedsClusterWidePods}, "Finalizers on cluster-scoped VolumeAttributesClasses."},
 	"certificatesigningrequest-signing-controller":                   {Singleton, nil, "CertificateSigningRequests are cluster-scoped."},
 	"certificatesigningrequest-approving-controller":                 {Singleton, nil, "CertificateSigningRequests are cluster-scoped."},
 	"certificatesigningrequest-cleaner-controller":                   {Singleton, nil, "CertificateSigningRequests are cluster-scoped."},
@@ -114,14 +118,29 @@ var Catalog = map[string]Entry{
 	"storage-version-migrator-controller":                            {Singleton, []Need{NeedsRESTMapper}, "Migrates whole resources across namespaces. Its gate StorageVersionMigrator is off by default (its constructor then builds nothing); with the gate on the fleet does not run it: see below."},
 	"storageversion-garbage-collector-controller":                    {Singleton, nil, "StorageVersions and apiserver Leases are cluster state."},
 	"kube-apiserver-serving-clustertrustbundle-publisher-controller": {Singleton, nil, "ClusterTrustBundles are cluster-scoped."},
-	"podgroup-protection-controller":                                 {Singleton, nil, "Feature-gated; not yet proven safe per partition."},
+	"podgroup-protection-controller":                                 {Singleton, []Need{NeedsClusterWidePods}, "Feature-gated; not yet proven safe per partition."},
 	"resourcepoolstatusrequest-controller":                           {Singleton, nil, "Feature-gated; cluster-scoped requests."},
 	"bootstrap-signer-controller":                                    {Singleton, nil, "Off by default, as in KCM. Signs the kube-public cluster-info ConfigMap."},
 	"token-cleaner-controller":                                       {Singleton, nil, "Off by default, as in KCM. Bootstrap tokens live in kube-system."},
-	"selinux-warning-controller":                                     {Singleton, nil, "Off by default, as in KCM. Compares Pods across namespaces."},
+	"selinux-warning-controller":                                     {Singleton, []Need{NeedsClusterWidePods}, "Off by default, as in KCM. Compares Pods across namespaces."},
 	"cloud-node-lifecycle-controller":                                {Singleton, []Need{NeedsCloud}, "Cloud-only: nothing runs without a cloud provider, as in KCM."},
 	"node-route-controller":                                          {Singleton, []Need{NeedsCloud}, "Cloud-only: nothing runs without a cloud provider, as in KCM."},
 	"service-lb-controller":                                          {Singleton, []Need{NeedsCloud}, "Cloud-only: nothing runs without a cloud provider, as in KCM."},
+}
+
+// ColocatedSingletons names the singletons placed together on the ring
+// (shard.RingConfig.Colocated): those that cache every Pod or PVC. The
+// list is fixed by the binary, so every replica of one version computes
+// the same placement.
+func ColocatedSingletons() string {
+	var out []string
+	for name, e := range Catalog {
+		if e.Kind == Singleton && slices.Contains(e.Needs, NeedsClusterWidePods) {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return strings.Join(out, ",")
 }
 
 // Descriptors is KCM's own list of controllers, the single source of names,

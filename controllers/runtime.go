@@ -56,10 +56,10 @@ type Runtime struct {
 	// the partition write fence.
 	partitions                             *partitionFence
 	partitionRootBuilder, partitionBuilder *sharedLimiterBuilder
-	restClients    *informers.RESTClients
-	plainClient    kubernetes.Interface
-	metadataClient metadata.Interface
-	restMapper     *restmapper.DeferredDiscoveryRESTMapper
+	restClients                            *informers.RESTClients
+	plainClient                            kubernetes.Interface
+	metadataClient                         metadata.Interface
+	restMapper                             *restmapper.DeferredDiscoveryRESTMapper
 	// shared and sharedMetadata are the replica's one cache: every piece
 	// sees them through informers.PieceFactory views; owned, when the mode
 	// has one, caches the partition controllers' namespaced kinds instead.

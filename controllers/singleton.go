@@ -38,7 +38,12 @@ func (r *Runtime) runSingleton(ctx context.Context, piece shard.Piece) error {
 	}
 	defer factory.Shutdown()
 	cc.InformerFactory = factory
-	cc.ObjectOrMetadataInformerFactory = informerfactory.NewInformerFactory(factory, factory.Metadata(r.sharedMetadata))
+	// Typed only where handlers need the objects: resourcequota's monitors
+	// read Pods and Services; everything else the garbage collector and
+	// resourcequota watch is cached as metadata.
+	cc.ObjectOrMetadataInformerFactory = informerfactory.NewInformerFactory(
+		factory.TypedWhereNeeded(schema.GroupResource{Resource: "pods"}, schema.GroupResource{Resource: "services"}),
+		factory.Metadata(r.sharedMetadata))
 	if piece.Name() == names.GarbageCollectorController && cc.ComponentConfig.GarbageCollectorController.EnableGarbageCollector {
 		// The garbage collector's own graph, as KCM builds it before the
 		// controllers (ControllerContext.GraphBuilder).

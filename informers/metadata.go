@@ -2,6 +2,7 @@ package informers
 
 import (
 	"context"
+	"fmt"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -62,3 +63,43 @@ func (m *metadataView) Shutdown() {}
 
 // StartWithContext is Start with a context.
 func (m *metadataView) StartWithContext(ctx context.Context) { m.Start(ctx.Done()) }
+
+// typedWhereNeeded is a typed factory whose ForResource serves only
+// cluster-scoped resources and the namespaced ones listed, so that an
+// ObjectOrMetadataInformerFactory over it (which tries typed first) caches
+// every other namespaced resource as metadata only.
+type typedWhereNeeded struct {
+	*PieceFactory
+	typed map[schema.GroupResource]bool
+}
+
+// TypedWhereNeeded is f for the garbage collector's and resourcequota's
+// informers of every resource: KCM gives them its typed informers, which
+// it holds anyway; a fleet replica running them would otherwise cache
+// every ConfigMap and Secret in full for controllers that read only
+// metadata. typed lists the namespaced resources whose handlers need the
+// objects (resourcequota's Pods and Services).
+func (f *PieceFactory) TypedWhereNeeded(typed ...schema.GroupResource) informers.SharedInformerFactory {
+	t := &typedWhereNeeded{PieceFactory: f, typed: map[schema.GroupResource]bool{}}
+	for _, gr := range typed {
+		t.typed[gr] = true
+	}
+	return t
+}
+
+func (t *typedWhereNeeded) ForResource(gvr schema.GroupVersionResource) (informers.GenericInformer, error) {
+	if !t.typed[gvr.GroupResource()] {
+		gvk, err := t.Mapper.KindFor(gvr)
+		if err != nil {
+			return nil, fmt.Errorf("kind of %s: %w", gvr, err)
+		}
+		mapping, err := t.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			return nil, fmt.Errorf("scope of %s: %w", gvr, err)
+		}
+		if mapping.Scope.Name() != meta.RESTScopeNameRoot {
+			return nil, fmt.Errorf("%s is cached as metadata only", gvr)
+		}
+	}
+	return t.PieceFactory.ForResource(gvr)
+}

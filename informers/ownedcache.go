@@ -264,6 +264,21 @@ func (o *OwnedCache) Partitions() []int {
 	return out
 }
 
+// Sources counts each informer's requests, by resource (tests, debug).
+func (o *OwnedCache) Sources() map[string]int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := map[string]int{}
+	for _, i := range o.informers {
+		if t, err := i.lw.target(); err == nil {
+			i.lw.mu.Lock()
+			out[t.resource] = len(i.lw.sources)
+			i.lw.mu.Unlock()
+		}
+	}
+	return out
+}
+
 // Keys lists the keys each informer holds, by resource (tests, debug).
 func (o *OwnedCache) Keys() map[string][]string {
 	o.mu.Lock()

@@ -202,9 +202,24 @@ func testOwnedCache(ctx context.Context, t *testing.T, config *rest.Config, shar
 		t.Fatalf("loading partition 1 made %d list requests, want %d", got, loadLists+1)
 	}
 
+	if sharded {
+		// Partitions 0 and 1 were listed apart, two requests each (three
+		// namespaces, two per selector); they merge into three, from which
+		// the changes below arrive.
+		var got int
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			got = owned.Sources()["configmaps"]
+			return got == 3, nil
+		})
+		if err != nil {
+			t.Fatalf("six namespaces are in %d sources, want 3 (2 namespaces per selector)", got)
+		}
+	}
+	createConfigMap("p1-b", "after-merge")
+	waitExact("after the sources merged", 0, 1)
+
 	owned.Unload(0)
 	waitExact("after unloading partition 0", 1)
-
 	createConfigMap("p0-a", "after-unload")
 	createConfigMap("p1-a", "new")
 	if err := client.CoreV1().ConfigMaps("p1-b").Delete(ctx, "cm-0", metav1.DeleteOptions{}); err != nil {

@@ -56,6 +56,85 @@ type ownedListWatch struct {
 	// awaited: namespaces a Load waits for, with the objects (key and
 	// version) their first list handed over once it has; nil until then.
 	awaited map[string][]keyVersion
+	// compacting: a compaction is scheduled.
+	compacting bool
+}
+
+// compactDelay lets the sources of partitions gained together list before
+// they are merged.
+const compactDelay = 2 * time.Second
+
+// scheduleCompact merges sources soon (sharded mode). Called with mu held.
+func (lw *ownedListWatch) scheduleCompact() {
+	if !lw.sharded || lw.compacting {
+		return
+	}
+	lw.compacting = true
+	time.AfterFunc(compactDelay, lw.compact)
+}
+
+// compact merges the listed sources into as few as the selector size
+// allows: loading a partition adds a request per kind, and without this a
+// replica that gained partitions one by one would keep a watch per
+// partition and kind. A merged source watches from the oldest version of
+// those it replaces and drops, per namespace, the events they had
+// delivered, so nothing is lost or repeated; if that version has expired,
+// it lists its namespaces again (a local relist).
+func (lw *ownedListWatch) compact() {
+	lw.sendMu.Lock()
+	defer lw.sendMu.Unlock()
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	lw.compacting = false
+	var listed []*source
+	through := map[string]string{}
+	var namespaces []string
+	for s := range lw.sources {
+		if s.version == "" {
+			continue
+		}
+		listed = append(listed, s)
+		for _, ns := range s.namespaces {
+			through[ns] = s.delivered(ns)
+			namespaces = append(namespaces, ns)
+		}
+	}
+	if len(listed) <= (len(namespaces)+lw.maxTerms-1)/lw.maxTerms {
+		return
+	}
+	for _, s := range listed {
+		delete(lw.sources, s)
+		if lw.stream != nil {
+			lw.stream.stop(s)
+		}
+	}
+	sort.Strings(namespaces)
+	for _, group := range chunks(namespaces, lw.maxTerms) {
+		merged := &source{namespaces: group, version: through[group[0]], floors: map[string]string{}}
+		for _, ns := range group {
+			if newerVersion(merged.version, through[ns]) {
+				merged.version = through[ns]
+			}
+		}
+		for _, ns := range group {
+			if newerVersion(through[ns], merged.version) {
+				merged.floors[ns] = through[ns]
+			}
+		}
+		merged.advance(merged.version)
+		lw.sources[merged] = struct{}{}
+		if lw.stream != nil {
+			lw.stream.start(merged)
+		}
+	}
+	lw.countSources()
+}
+
+// countSources publishes how many sources there are. Called with mu held.
+func (lw *ownedListWatch) countSources() {
+	if t, err := lw.target(); err == nil {
+		ownedSources.WithLabelValues(t.resource).Set(float64(len(lw.sources)))
+	}
 }
 
 // source is one request's worth of namespaces and its resume version
@@ -63,6 +142,31 @@ type ownedListWatch struct {
 type source struct {
 	namespaces []string // sorted
 	version    string
+	// floors: per namespace, the version through which the sources this
+	// one merged had delivered its events (a merged source resumes from
+	// the oldest of theirs and drops what they delivered); nil once its
+	// own version has passed them all.
+	floors map[string]string
+}
+
+// delivered is the version through which ns's events have been handed
+// over.
+func (s *source) delivered(ns string) string {
+	if floor, ok := s.floors[ns]; ok && newerVersion(floor, s.version) {
+		return floor
+	}
+	return s.version
+}
+
+// advance records that the source has delivered through version.
+func (s *source) advance(version string) {
+	s.version = version
+	for _, floor := range s.floors {
+		if newerVersion(floor, version) {
+			return
+		}
+	}
+	s.floors = nil
 }
 
 func (s *source) has(ns string) bool {
@@ -124,6 +228,7 @@ func (lw *ownedListWatch) ListWithContext(ctx context.Context, _ metav1.ListOpti
 	sort.Strings(namespaces)
 	lw.sources = map[*source]struct{}{}
 	sources := lw.newSources(namespaces)
+	lw.countSources()
 	lw.mu.Unlock()
 
 	var all []runtime.Object
@@ -282,6 +387,7 @@ func (lw *ownedListWatch) load(namespaces []string, await bool) {
 			lw.stream.start(s)
 		}
 	}
+	lw.countSources()
 }
 
 // loaded says whether the informer holds every object the lists of
@@ -353,13 +459,15 @@ func (lw *ownedListWatch) unload(namespaces []string) {
 			lw.stream.stop(s)
 		}
 		if len(keep) > 0 {
-			narrowed := &source{namespaces: keep, version: s.version}
+			narrowed := &source{namespaces: keep, version: s.version, floors: s.floors}
 			lw.sources[narrowed] = struct{}{}
 			if lw.stream != nil {
 				lw.stream.start(narrowed)
 			}
 		}
 	}
+	lw.countSources()
+	lw.scheduleCompact()
 	indexer := lw.indexer()
 	var deletions []watch.Event
 	for ns := range gone {
@@ -561,6 +669,11 @@ func (s *ownedStream) emit(ctx context.Context, src *source, events []watch.Even
 		if !loaded || !src.has(ns) {
 			continue
 		}
+		if !relist {
+			if floor, ok := src.floors[ns]; ok && !newerVersion(m.GetResourceVersion(), floor) {
+				continue
+			}
+		}
 		if !s.send(e) {
 			return false
 		}
@@ -577,11 +690,15 @@ func (s *ownedStream) emit(ctx context.Context, src *source, events []watch.Even
 	}
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
+	if relist {
+		src.floors = nil
+	}
 	if version != "" {
-		src.version = version
+		src.advance(version)
 	}
 	if relist {
 		lw.noteListed(src.namespaces, listed)
+		lw.scheduleCompact()
 	}
 	return true
 }

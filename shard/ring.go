@@ -5,6 +5,7 @@ import (
 	"hash/fnv"
 	"math/bits"
 	"sort"
+	"strings"
 
 	"github.com/buraksezer/consistent"
 	"github.com/cespare/xxhash/v2"
@@ -28,7 +29,15 @@ type RingConfig struct {
 	// so with HashFNV namespaces that differ only there (team-01,
 	// team-02, ...) all fall in one partition, hence on one replica.
 	NamespaceHash string
+	// Colocated: comma-separated singleton names placed together, on the
+	// owner of one key, rather than each by its own name: singletons that
+	// cache the same kinds cluster-wide (every Pod, every PVC) then cost
+	// one replica that cache, not each replica that runs one of them.
+	Colocated string
 }
+
+// colocatedKey is where the Colocated singletons are placed.
+const colocatedKey = "colocated-singletons"
 
 // Namespace hashes.
 const (
@@ -135,13 +144,27 @@ func (r *Ring) PartitionOwner(p int) string {
 	return r.owners[p]
 }
 
-// SingletonOwner places a singleton piece by its name, as
-// consistent.LocateKey does: the owner of the partition its name hashes to.
+// SingletonOwner places a singleton piece by its name (or, if it is
+// Colocated, by their common key), as consistent.LocateKey does: the owner
+// of the partition the key hashes to.
 func (r *Ring) SingletonOwner(name string) string {
 	if len(r.members) == 0 {
 		return ""
 	}
-	return r.owners[xxhash.Sum64String(name)%uint64(r.config.Partitions)]
+	key := name
+	if r.config.colocated(name) {
+		key = colocatedKey
+	}
+	return r.owners[xxhash.Sum64String(key)%uint64(r.config.Partitions)]
+}
+
+func (c RingConfig) colocated(name string) bool {
+	for _, n := range strings.Split(c.Colocated, ",") {
+		if n == name {
+			return true
+		}
+	}
+	return false
 }
 
 // Owner is the member that owns piece.

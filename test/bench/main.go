@@ -64,6 +64,8 @@ type config struct {
 	rolling  bool // workload (e)
 	cascade  bool // workload (g): cascading deletion of (a)'s Deployments
 	nsDelete bool // workload (f): deletion of (a)'s namespaces
+	// memory: the memory workload (memory.go) instead of (a)-(g).
+	memory bool
 }
 
 func main() {
@@ -76,7 +78,8 @@ func main() {
 	flag.IntVar(&runs, "runs", 3, "Runs per system and limits; figures are medians.")
 	flag.StringVar(&only, "only", "", "Comma-separated system names and limit names (default, raised) to run, for experiments; empty runs the mode's full matrix.")
 	var workloads, keep, profile string
-	var resume bool
+	var resume, memory bool
+	flag.BoolVar(&memory, "memory", false, "Memory mode: what each process holds once a mid-sized cluster (200 namespaces, 20,000 ConfigMaps and Secrets of 3 KiB, 5,000 kwok pods) is cached, for KCM and fleets of 1, 3 and 5, one run each at raised limits; results in memory.md.")
 	flag.BoolVar(&resume, "resume", false, "Keep the results of an interrupted invocation (<mode>.partial.json in -out) and run only the systems and limits it had not finished.")
 	flag.StringVar(&profile, "profile", "", "Write a CPU profile of every fleet replica, taken over the first 10 s of workload (a), into this folder.")
 	flag.StringVar(&keep, "keep", "", "Keep each run's control plane folder (logs, audit log) under this folder, for diagnosis.")
@@ -97,6 +100,12 @@ func main() {
 		cfg.limits = []limits{defaultLimits, {Name: "raised (qps 1000, burst 2000)", QPS: 1000, Burst: 2000}}
 		cfg.size = size{Namespaces: 20, Deployments: 5, Replicas: 10, Jobs: 200, Runs: runs}
 		cfg.scale, cfg.failover, cfg.rolling = true, true, true
+	}
+	if memory {
+		cfg.memory = true
+		cfg.systems = []system{{"kube-controller-manager", false, 1}, {"fleet x1", true, 1}, {"fleet x3", true, 3}, {"fleet x5", true, 5}}
+		cfg.limits = []limits{{Name: "raised (qps 1000, burst 2000)", QPS: 1000, Burst: 2000}}
+		cfg.size = size{Runs: 1}
 	}
 	if workloads != "" {
 		keep := map[string]bool{}
@@ -162,7 +171,10 @@ func run(cfg config) error {
 		return err
 	}
 	mode := "full"
-	if cfg.quick {
+	switch {
+	case cfg.memory:
+		mode = "memory"
+	case cfg.quick:
 		mode = "quick"
 	}
 	rep := report{Mode: mode, Date: time.Now().UTC(), Cores: runtime.NumCPU(), MemoryGB: memoryGiB(), Size: cfg.size}
@@ -209,7 +221,11 @@ func run(cfg config) error {
 				if cfg.keep != "" {
 					dir = filepath.Join(cfg.keep, fmt.Sprintf("%s-%s-%d", strings.ReplaceAll(s.Name, " ", ""), strings.Fields(l.Name)[0], i+1))
 				}
-				figures, limiter, err := benchRun(ctx, binDir, s, l, cfg, dir)
+				run := func() (map[string]float64, string, error) { return benchRun(ctx, binDir, s, l, cfg, dir) }
+				if cfg.memory {
+					run = func() (map[string]float64, string, error) { return memoryRun(ctx, binDir, s, l, dir) }
+				}
+				figures, limiter, err := run()
 				if err != nil {
 					return fmt.Errorf("%s, %s, run %d: %w", s.Name, l.Name, i+1, err)
 				}

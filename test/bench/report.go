@@ -39,6 +39,13 @@ var figureNames = []struct{ key, label string }{
 	{"requests_get", "apiserver GETs (all clients)"},
 	{"requests_watch", "apiserver WATCH requests (all clients)"},
 	{"watches_open", "watches open at the end (all clients)"},
+	{"m_converge_s", "memory workload: Deployments available (s)"},
+	{"m_rss_median_mib", "memory: RSS of the median process (MiB)"},
+	{"m_rss_largest_mib", "memory: RSS of the largest process (MiB)"},
+	{"m_rss_sum_mib", "memory: RSS summed over processes (MiB)"},
+	{"m_heap_median_mib", "memory: Go heap in use, median process (MiB)"},
+	{"m_heap_largest_mib", "memory: Go heap in use, largest process (MiB)"},
+	{"m_apiserver_rss_mib", "memory: kube-apiserver RSS (MiB)"},
 }
 
 // lowerIsBetter: ratios are given as "fleet / KCM" for all figures; for
@@ -47,8 +54,14 @@ func markdown(rep report, charts []string, took time.Duration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Benchmark (%s mode)\n\n", rep.Mode)
 	fmt.Fprintf(&b, "Run %s on %d cores and %.0f GiB; the whole benchmark took %v. ", rep.Date.Format("2006-01-02 15:04 UTC"), rep.Cores, rep.MemoryGB, took.Round(time.Second))
-	fmt.Fprintf(&b, "Workload: %d namespaces × %d Deployments × %d replicas, %d Jobs; every figure is the median of %d runs, each on a fresh control plane (kube-apiserver, etcd, kube-scheduler at qps 1000, kwok with 64-way pod parallelism). ",
-		rep.Size.Namespaces, rep.Size.Deployments, rep.Size.Replicas, rep.Size.Jobs, rep.Size.Runs)
+	if rep.Mode == "memory" {
+		m := defaultMemorySize
+		fmt.Fprintf(&b, "Workload: %d namespaces, each with %d ConfigMaps and %d Secrets of %d KiB, a Service and %d Deployment(s) of %d kwok pods (%d pods), created on a fresh control plane; figures read %v after every Deployment was available (KCM: one instance). ",
+			m.Namespaces, m.ConfigMaps, m.Secrets, m.ObjectKiB, m.Deployments, m.Replicas, m.Namespaces*m.Deployments*m.Replicas, memorySettle)
+	} else {
+		fmt.Fprintf(&b, "Workload: %d namespaces × %d Deployments × %d replicas, %d Jobs; every figure is the median of %d runs, each on a fresh control plane (kube-apiserver, etcd, kube-scheduler at qps 1000, kwok with 64-way pod parallelism). ",
+			rep.Size.Namespaces, rep.Size.Deployments, rep.Size.Replicas, rep.Size.Jobs, rep.Size.Runs)
+	}
 	b.WriteString("Ratios are fleet / kube-controller-manager from the same invocation (for times, below 1 is faster).\n\n")
 	byLimits := map[string][]result{}
 	var order []string
@@ -171,9 +184,33 @@ func targets(results []result, kcm *result) string {
 		}
 		return "**not met**"
 	}
+	ratio := func(r *result, key string) (float64, bool) {
+		v, ok := r.Median[key]
+		k, kok := kcm.Median[key]
+		return v / k, ok && kok && k != 0
+	}
+	memoryTargets := []struct {
+		system, key, what string
+		most              float64
+	}{
+		{"fleet x3", "m_rss_median_mib", "fleet ×3: median replica RSS", 0.4},
+		{"fleet x3", "m_rss_largest_mib", "fleet ×3: largest replica RSS", 0.6},
+		{"fleet x3", "m_rss_sum_mib", "fleet ×3: summed RSS", 1.4},
+		{"fleet x5", "m_rss_median_mib", "fleet ×5: median replica RSS", 0.28},
+		{"fleet x3", "m_apiserver_rss_mib", "kube-apiserver RSS with the fleet ×3", 1.15},
+	}
+	for _, m := range memoryTargets {
+		if r := find(m.system); r != nil {
+			if v, ok := ratio(r, m.key); ok {
+				fmt.Fprintf(&b, "- memory: %s at most %.2f× KCM's: %.2f× — %s\n", m.what, m.most, v, verdict(v <= m.most))
+			}
+		}
+	}
 	if f3 := find("fleet x3"); f3 != nil {
-		speedup := kcm.Median["a_converge_s"] / f3.Median["a_converge_s"]
-		fmt.Fprintf(&b, "- (a) fleet ×3 at least 2.5× faster than KCM: %.2f× — %s\n", speedup, verdict(speedup >= 2.5))
+		if _, ok := f3.Median["a_converge_s"]; ok {
+			speedup := kcm.Median["a_converge_s"] / f3.Median["a_converge_s"]
+			fmt.Fprintf(&b, "- (a) fleet ×3 at least 2.5× faster than KCM: %.2f× — %s\n", speedup, verdict(speedup >= 2.5))
+		}
 		if o, ok := f3.Median["d_owned_s"]; ok {
 			fmt.Fprintf(&b, "- (d) namespaces the dead replica owned converge within lease duration + 3 s (18 s): %.1f s — %s (KCM: %.1f s)\n", o, verdict(o <= 18), kcm.Median["d_owned_s"])
 			fmt.Fprintf(&b, "- (d) namespaces it did not own keep converging with no gap: %.1f s (KCM: %.1f s)\n", f3.Median["d_other_s"], kcm.Median["d_other_s"])

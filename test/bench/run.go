@@ -728,21 +728,7 @@ func cpuSeconds(pid int) float64 {
 	return (utime + stime) / 100 // USER_HZ
 }
 
-func peakRSSMiB(pid int) float64 {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if v, ok := strings.CutPrefix(s.Text(), "VmHWM:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
-			return kb / 1024
-		}
-	}
-	return 0
-}
+func peakRSSMiB(pid int) float64 { return statusMiB(pid, "VmHWM:") }
 
 // apiserverRequests is apiserver_request_total by verb (every client).
 func (b *bench) apiserverRequests() (map[string]float64, error) {

@@ -119,6 +119,7 @@ func run(ctx context.Context, kcm *options.KubeControllerManagerOptions, fleet *
 		}
 		runner, pieces = dummy, shard.AllPieces(fleet.Ring.Partitions, fleet.DummySingletons)
 	} else {
+		fleet.Ring.Colocated = controllers.ColocatedSingletons()
 		probeCtx, cancel := context.WithTimeout(ctx, time.Minute)
 		mode, err := informers.Resolve(probeCtx, fleet.InformerMode, c.Kubeconfig)
 		cancel()

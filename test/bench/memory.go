@@ -1,0 +1,215 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/fleet-controller-manager/fleet-controller-manager/test/localcluster"
+)
+
+// memorySize is the memory workload: what a controller manager caches in
+// a mid-sized cluster. Per namespace: ConfigMaps and Secrets of a few KiB,
+// a Service, and Deployments of kwok pods.
+type memorySize struct {
+	Namespaces, ConfigMaps, Secrets, ObjectKiB, Deployments, Replicas int
+}
+
+var defaultMemorySize = memorySize{Namespaces: 200, ConfigMaps: 50, Secrets: 50, ObjectKiB: 3, Deployments: 1, Replicas: 25}
+
+// memorySettle is how long the processes run idle after the workload
+// converged before RSS is read: caches synced, start-up garbage collected.
+const memorySettle = 60 * time.Second
+
+// memoryRun fills a fresh cluster with the memory workload (ConfigMaps,
+// Secrets and Services before the system starts, so its caches sync them;
+// Deployments after, so its controllers make the pods), waits until every
+// Deployment is available, lets the processes settle, and reads each
+// controller-manager process's RSS and Go heap, the apiserver's RSS and
+// the watches open.
+func memoryRun(ctx context.Context, binDir string, s system, l limits, dir string) (map[string]float64, string, error) {
+	size := defaultMemorySize
+	pods := size.Namespaces * size.Deployments * size.Replicas
+	cluster, err := localcluster.Start(ctx, localcluster.Options{BinDir: binDir, Dir: dir, Scheduler: true,
+		KwokNodes: pods/100 + 2, KwokPodParallelism: 64})
+	if err != nil {
+		return nil, "", err
+	}
+	defer cluster.Stop()
+	client, err := cluster.Client()
+	if err != nil {
+		return nil, "", err
+	}
+	b := &bench{ctx: ctx, cluster: cluster, client: client, system: s, limits: l, binDir: binDir, figures: map[string]float64{}, ports: map[int]int{}}
+	payload := strings.Repeat("x", size.ObjectKiB<<10)
+	namespaces := make([]string, size.Namespaces)
+	for i := range namespaces {
+		namespaces[i] = fmt.Sprintf("mem-%03d", i)
+	}
+	created := time.Now()
+	if err := parallel(namespaces, 16, func(ns string) error {
+		if err := b.createNamespace(ns); err != nil {
+			return err
+		}
+		for i := range size.ConfigMaps {
+			if _, err := client.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%03d", i)},
+				Data: map[string]string{"payload": payload}}, metav1.CreateOptions{}); err != nil {
+				return err
+			}
+		}
+		for i := range size.Secrets {
+			if _, err := client.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("secret-%03d", i)},
+				StringData: map[string]string{"payload": payload}}, metav1.CreateOptions{}); err != nil {
+				return err
+			}
+		}
+		_, err := client.CoreV1().Services(ns).Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web"},
+			Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"}, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}}}, metav1.CreateOptions{})
+		return err
+	}); err != nil {
+		return nil, "", fmt.Errorf("creating the memory workload: %w", err)
+	}
+	b.figures["m_objects_created_s"] = time.Since(created).Seconds()
+	if err := b.startSystem(); err != nil {
+		return nil, "", err
+	}
+	started := time.Now()
+	if err := parallel(namespaces, 16, func(ns string) error {
+		for i := range size.Deployments {
+			if err := b.createDeployment(ns, fmt.Sprintf("web-%d", i), size.Replicas); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		return nil, "", err
+	}
+	if err := b.waitDeployments(namespaces, func(d *appsv1.Deployment) bool { return available(d, int32(size.Replicas)) }); err != nil {
+		return nil, "", err
+	}
+	b.figures["m_converge_s"] = time.Since(started).Seconds()
+	select {
+	case <-time.After(memorySettle):
+	case <-ctx.Done():
+		return nil, "", ctx.Err()
+	}
+	var rss, heap []float64
+	httpClient, err := cluster.AdminHTTPClient()
+	if err != nil {
+		return nil, "", err
+	}
+	for i, p := range b.procs {
+		rss = append(rss, statusMiB(p.Pid(), "VmRSS:"))
+		h, err := metricValue(httpClient, b.ports[i], "go_memstats_heap_inuse_bytes")
+		if err != nil {
+			return nil, "", err
+		}
+		heap = append(heap, h/(1<<20))
+	}
+	if !s.Fleet {
+		// KCM: the leader holds the caches; a standby holds little.
+		rss, heap = rss[:1], heap[:1]
+	}
+	b.figures["m_rss_median_mib"], b.figures["m_rss_largest_mib"], b.figures["m_rss_sum_mib"] = medianLargestSum(rss)
+	b.figures["m_heap_median_mib"], b.figures["m_heap_largest_mib"], _ = medianLargestSum(heap)
+	b.figures["m_apiserver_rss_mib"] = statusMiB(cluster.APIServer().Pid(), "VmRSS:")
+	if w, err := b.watches(); err == nil {
+		b.figures["watches_open"] = w
+	}
+	return b.figures, fmt.Sprintf("%d processes", len(rss)), nil
+}
+
+// parallel runs fn for every item, width at a time; the first error wins.
+func parallel(items []string, width int, fn func(string) error) error {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	next := make(chan string)
+	for range width {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for item := range next {
+				if err := fn(item); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for _, item := range items {
+		next <- item
+	}
+	close(next)
+	wg.Wait()
+	return first
+}
+
+func medianLargestSum(values []float64) (median, largest, sum float64) {
+	if len(values) == 0 {
+		return 0, 0, 0
+	}
+	sorted := append([]float64(nil), values...)
+	sort.Float64s(sorted)
+	for _, v := range sorted {
+		sum += v
+	}
+	n := len(sorted)
+	median = sorted[n/2]
+	if n%2 == 0 {
+		median = (sorted[n/2-1] + sorted[n/2]) / 2
+	}
+	return median, sorted[n-1], sum
+}
+
+// statusMiB reads a kB field of /proc/PID/status in MiB.
+func statusMiB(pid int, field string) float64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if v, ok := strings.CutPrefix(s.Text(), field); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+// metricValue reads an unlabelled metric of a controller manager.
+func metricValue(client *http.Client, port int, name string) (float64, error) {
+	resp, err := client.Get(fmt.Sprintf("https://127.0.0.1:%d/metrics", port))
+	if err != nil {
+		return 0, fmt.Errorf("metrics on port %d: %w", port, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("metrics on port %d: HTTP %d, %v", port, resp.StatusCode, err)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	return 0, fmt.Errorf("metrics on port %d: no %s", port, name)
+}
