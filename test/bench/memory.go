@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -40,7 +41,7 @@ const memorySettle = 60 * time.Second
 // Deployment is available, lets the processes settle, and reads each
 // controller-manager process's RSS and Go heap, the apiserver's RSS and
 // the watches open.
-func memoryRun(ctx context.Context, binDir string, s system, l limits, dir string) (map[string]float64, string, error) {
+func memoryRun(ctx context.Context, binDir string, s system, l limits, dir, profileDir string) (map[string]float64, string, error) {
 	size := defaultMemorySize
 	pods := size.Namespaces * size.Deployments * size.Replicas
 	cluster, err := localcluster.Start(ctx, localcluster.Options{BinDir: binDir, Dir: dir, Scheduler: true,
@@ -112,6 +113,11 @@ func memoryRun(ctx context.Context, binDir string, s system, l limits, dir strin
 		return nil, "", err
 	}
 	for i, p := range b.procs {
+		if profileDir != "" {
+			if err := saveHeapProfile(httpClient, b.ports[i], filepath.Join(profileDir, fmt.Sprintf("heap-%s-%s.pb.gz", strings.ReplaceAll(s.Name, " ", ""), p.Name))); err != nil {
+				return nil, "", err
+			}
+		}
 		rss = append(rss, statusMiB(p.Pid(), "VmRSS:"))
 		h, err := metricValue(httpClient, b.ports[i], "go_memstats_heap_inuse_bytes")
 		if err != nil {
@@ -130,6 +136,26 @@ func memoryRun(ctx context.Context, binDir string, s system, l limits, dir strin
 		b.figures["watches_open"] = w
 	}
 	return b.figures, fmt.Sprintf("%d processes", len(rss)), nil
+}
+
+// saveHeapProfile writes a process's heap profile (after a GC) to path.
+func saveHeapProfile(client *http.Client, port int, path string) error {
+	resp, err := client.Get(fmt.Sprintf("https://127.0.0.1:%d/debug/pprof/heap?gc=1", port))
+	if err != nil {
+		return fmt.Errorf("heap profile on port %d: %w", port, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("heap profile on port %d: HTTP %d", port, resp.StatusCode)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("heap profile on port %d: %w", port, err)
+	}
+	return os.WriteFile(path, data, 0o644)
 }
 
 // parallel runs fn for every item, width at a time; the first error wins.
