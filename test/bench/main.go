@@ -65,7 +65,10 @@ type config struct {
 	cascade  bool // workload (g): cascading deletion of (a)'s Deployments
 	nsDelete bool // workload (f): deletion of (a)'s namespaces
 	// memory: the memory workload (memory.go) instead of (a)-(g).
-	memory bool
+	memory     bool
+	memorySize memorySize
+	// fleetArgs are extra flags for every fleet replica.
+	fleetArgs []string
 }
 
 func main() {
@@ -79,6 +82,10 @@ func main() {
 	flag.StringVar(&only, "only", "", "Comma-separated system names and limit names (default, raised) to run, for experiments; empty runs the mode's full matrix.")
 	var workloads, keep, profile string
 	var resume, memory bool
+	var memoryNamespaces int
+	var fleetArgs string
+	flag.IntVar(&memoryNamespaces, "memory-namespaces", defaultMemorySize.Namespaces, "With -memory: spread the same objects and pods over this many namespaces (results in memory-<n>ns.md unless 200).")
+	flag.StringVar(&fleetArgs, "fleet-args", "", "Comma-separated extra flags for every fleet replica (e.g. --informer-mode=namespace-watch), for experiments.")
 	flag.BoolVar(&memory, "memory", false, "Memory mode: what each process holds once a mid-sized cluster (200 namespaces, 20,000 ConfigMaps and Secrets of 3 KiB, 5,000 kwok pods) is cached, for KCM and fleets of 1, 3 and 5, one run each at raised limits; results in memory.md.")
 	flag.BoolVar(&resume, "resume", false, "Keep the results of an interrupted invocation (<mode>.partial.json in -out) and run only the systems and limits it had not finished.")
 	flag.StringVar(&profile, "profile", "", "Write a CPU profile of every fleet replica, taken over the first 10 s of workload (a), into this folder (with -memory: a heap profile of every process once settled).")
@@ -102,10 +109,13 @@ func main() {
 		cfg.scale, cfg.failover, cfg.rolling = true, true, true
 	}
 	if memory {
-		cfg.memory = true
+		cfg.memory, cfg.memorySize = true, memorySizeFor(memoryNamespaces)
 		cfg.systems = []system{{"kube-controller-manager", false, 1}, {"fleet x1", true, 1}, {"fleet x3", true, 3}, {"fleet x5", true, 5}}
 		cfg.limits = []limits{{Name: "raised (qps 1000, burst 2000)", QPS: 1000, Burst: 2000}}
 		cfg.size = size{Runs: 1}
+	}
+	if fleetArgs != "" {
+		cfg.fleetArgs = strings.Split(fleetArgs, ",")
 	}
 	if workloads != "" {
 		keep := map[string]bool{}
@@ -149,6 +159,9 @@ type report struct {
 	Cores    int       `json:"cores"`
 	MemoryGB float64   `json:"memoryGiB"`
 	Size     size      `json:"size"`
+	// MemorySize: the memory workload (-memory).
+	MemorySize *memorySize `json:"memorySize,omitempty"`
+	FleetArgs  []string    `json:"fleetArgs,omitempty"`
 	// TookSeconds: wall time of every invocation that contributed.
 	TookSeconds float64  `json:"tookSeconds"`
 	Results     []result `json:"results"`
@@ -174,10 +187,19 @@ func run(cfg config) error {
 	switch {
 	case cfg.memory:
 		mode = "memory"
+		if cfg.memorySize.Namespaces != defaultMemorySize.Namespaces {
+			mode = fmt.Sprintf("memory-%dns", cfg.memorySize.Namespaces)
+		}
+		if len(cfg.fleetArgs) > 0 {
+			mode += "-" + strings.NewReplacer("--", "", "=", "-", ",", "-").Replace(strings.Join(cfg.fleetArgs, ","))
+		}
 	case cfg.quick:
 		mode = "quick"
 	}
-	rep := report{Mode: mode, Date: time.Now().UTC(), Cores: runtime.NumCPU(), MemoryGB: memoryGiB(), Size: cfg.size}
+	rep := report{Mode: mode, Date: time.Now().UTC(), Cores: runtime.NumCPU(), MemoryGB: memoryGiB(), Size: cfg.size, FleetArgs: cfg.fleetArgs}
+	if cfg.memory {
+		rep.MemorySize = &cfg.memorySize
+	}
 	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
 		return err
 	}
@@ -223,7 +245,7 @@ func run(cfg config) error {
 				}
 				run := func() (map[string]float64, string, error) { return benchRun(ctx, binDir, s, l, cfg, dir) }
 				if cfg.memory {
-					run = func() (map[string]float64, string, error) { return memoryRun(ctx, binDir, s, l, dir, cfg.profile) }
+					run = func() (map[string]float64, string, error) { return memoryRun(ctx, binDir, s, l, cfg, dir) }
 				}
 				figures, limiter, err := run()
 				if err != nil {

@@ -31,6 +31,19 @@ type memorySize struct {
 
 var defaultMemorySize = memorySize{Namespaces: 200, ConfigMaps: 50, Secrets: 50, ObjectKiB: 3, Deployments: 1, Replicas: 25}
 
+// memorySizeFor spreads the default workload's objects and pods over
+// namespaces (-memory-namespaces), to measure what a watch per namespace
+// costs.
+func memorySizeFor(namespaces int) memorySize {
+	m := defaultMemorySize
+	total := m.Namespaces
+	m.Namespaces = namespaces
+	m.ConfigMaps = max(1, m.ConfigMaps*total/namespaces)
+	m.Secrets = max(1, m.Secrets*total/namespaces)
+	m.Replicas = max(1, m.Replicas*total/namespaces)
+	return m
+}
+
 // memorySettle is how long the processes run idle after the workload
 // converged before RSS is read: caches synced, start-up garbage collected.
 const memorySettle = 60 * time.Second
@@ -41,8 +54,8 @@ const memorySettle = 60 * time.Second
 // Deployment is available, lets the processes settle, and reads each
 // controller-manager process's RSS and Go heap, the apiserver's RSS and
 // the watches open.
-func memoryRun(ctx context.Context, binDir string, s system, l limits, dir, profileDir string) (map[string]float64, string, error) {
-	size := defaultMemorySize
+func memoryRun(ctx context.Context, binDir string, s system, l limits, cfg config, dir string) (map[string]float64, string, error) {
+	size, profileDir := cfg.memorySize, cfg.profile
 	pods := size.Namespaces * size.Deployments * size.Replicas
 	cluster, err := localcluster.Start(ctx, localcluster.Options{BinDir: binDir, Dir: dir, Scheduler: true,
 		KwokNodes: pods/100 + 2, KwokPodParallelism: 64})
@@ -54,7 +67,7 @@ func memoryRun(ctx context.Context, binDir string, s system, l limits, dir, prof
 	if err != nil {
 		return nil, "", err
 	}
-	b := &bench{ctx: ctx, cluster: cluster, client: client, system: s, limits: l, binDir: binDir, figures: map[string]float64{}, ports: map[int]int{}}
+	b := &bench{ctx: ctx, cluster: cluster, client: client, system: s, limits: l, binDir: binDir, figures: map[string]float64{}, ports: map[int]int{}, fleetArgs: cfg.fleetArgs}
 	payload := strings.Repeat("x", size.ObjectKiB<<10)
 	namespaces := make([]string, size.Namespaces)
 	for i := range namespaces {
@@ -84,6 +97,7 @@ func memoryRun(ctx context.Context, binDir string, s system, l limits, dir, prof
 		return nil, "", fmt.Errorf("creating the memory workload: %w", err)
 	}
 	b.figures["m_objects_created_s"] = time.Since(created).Seconds()
+	cpuBefore := b.cpuByComponent()
 	if err := b.startSystem(); err != nil {
 		return nil, "", err
 	}
@@ -107,7 +121,7 @@ func memoryRun(ctx context.Context, binDir string, s system, l limits, dir, prof
 	case <-ctx.Done():
 		return nil, "", ctx.Err()
 	}
-	var rss, heap []float64
+	var rss, anon, heap []float64
 	httpClient, err := cluster.AdminHTTPClient()
 	if err != nil {
 		return nil, "", err
@@ -119,6 +133,7 @@ func memoryRun(ctx context.Context, binDir string, s system, l limits, dir, prof
 			}
 		}
 		rss = append(rss, statusMiB(p.Pid(), "VmRSS:"))
+		anon = append(anon, statusMiB(p.Pid(), "RssAnon:"))
 		h, err := metricValue(httpClient, b.ports[i], "go_memstats_heap_inuse_bytes")
 		if err != nil {
 			return nil, "", err
@@ -127,11 +142,13 @@ func memoryRun(ctx context.Context, binDir string, s system, l limits, dir, prof
 	}
 	if !s.Fleet {
 		// KCM: the leader holds the caches; a standby holds little.
-		rss, heap = rss[:1], heap[:1]
+		rss, anon, heap = rss[:1], anon[:1], heap[:1]
 	}
 	b.figures["m_rss_median_mib"], b.figures["m_rss_largest_mib"], b.figures["m_rss_sum_mib"] = medianLargestSum(rss)
+	b.figures["m_anon_median_mib"], b.figures["m_anon_largest_mib"], b.figures["m_anon_sum_mib"] = medianLargestSum(anon)
 	b.figures["m_heap_median_mib"], b.figures["m_heap_largest_mib"], _ = medianLargestSum(heap)
 	b.figures["m_apiserver_rss_mib"] = statusMiB(cluster.APIServer().Pid(), "VmRSS:")
+	b.figures["m_apiserver_cpu_s"] = b.cpuByComponent()[cluster.APIServer().Name] - cpuBefore[cluster.APIServer().Name]
 	if w, err := b.watches(); err == nil {
 		b.figures["watches_open"] = w
 	}

@@ -43,9 +43,13 @@ var figureNames = []struct{ key, label string }{
 	{"m_rss_median_mib", "memory: RSS of the median process (MiB)"},
 	{"m_rss_largest_mib", "memory: RSS of the largest process (MiB)"},
 	{"m_rss_sum_mib", "memory: RSS summed over processes (MiB)"},
+	{"m_anon_median_mib", "memory: anonymous RSS (RSS less the mapped binary), median process (MiB)"},
+	{"m_anon_largest_mib", "memory: anonymous RSS, largest process (MiB)"},
+	{"m_anon_sum_mib", "memory: anonymous RSS summed over processes (MiB)"},
 	{"m_heap_median_mib", "memory: Go heap in use, median process (MiB)"},
 	{"m_heap_largest_mib", "memory: Go heap in use, largest process (MiB)"},
 	{"m_apiserver_rss_mib", "memory: kube-apiserver RSS (MiB)"},
+	{"m_apiserver_cpu_s", "memory: kube-apiserver CPU-seconds, from the system's start to the reading"},
 }
 
 // lowerIsBetter: ratios are given as "fleet / KCM" for all figures; for
@@ -54,8 +58,8 @@ func markdown(rep report, charts []string, took time.Duration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Benchmark (%s mode)\n\n", rep.Mode)
 	fmt.Fprintf(&b, "Run %s on %d cores and %.0f GiB; the whole benchmark took %v. ", rep.Date.Format("2006-01-02 15:04 UTC"), rep.Cores, rep.MemoryGB, took.Round(time.Second))
-	if rep.Mode == "memory" {
-		m := defaultMemorySize
+	if rep.MemorySize != nil {
+		m := *rep.MemorySize
 		fmt.Fprintf(&b, "Workload: %d namespaces, each with %d ConfigMaps and %d Secrets of %d KiB, a Service and %d Deployment(s) of %d kwok pods (%d pods), created on a fresh control plane; figures read %v after every Deployment was available (KCM: one instance). ",
 			m.Namespaces, m.ConfigMaps, m.Secrets, m.ObjectKiB, m.Deployments, m.Replicas, m.Namespaces*m.Deployments*m.Replicas, memorySettle)
 	} else {

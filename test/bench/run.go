@@ -51,7 +51,7 @@ func benchRun(ctx context.Context, binDir string, s system, l limits, cfg config
 	if err != nil {
 		return nil, "", err
 	}
-	b := &bench{ctx: ctx, cluster: cluster, client: client, system: s, limits: l, binDir: binDir, size: cfg.size, figures: map[string]float64{}, ports: map[int]int{}, profileDir: cfg.profile}
+	b := &bench{ctx: ctx, cluster: cluster, client: client, system: s, limits: l, binDir: binDir, size: cfg.size, figures: map[string]float64{}, ports: map[int]int{}, profileDir: cfg.profile, fleetArgs: cfg.fleetArgs}
 	if err := b.startSystem(); err != nil {
 		return nil, "", err
 	}
@@ -161,6 +161,7 @@ type bench struct {
 	ports     map[int]int // fleet replica -> secure port
 	killedCPU float64
 	rssPeaks  map[string]float64
+	fleetArgs []string
 	// profileDir: where (a) writes the replicas' CPU profiles ("": none).
 	profileDir string
 }
@@ -175,7 +176,7 @@ func (b *bench) limitArgs() []string {
 
 func (b *bench) startOne(i int) (*localcluster.Process, error) {
 	if b.system.Fleet {
-		p, port, err := b.cluster.StartFleetReplica(b.ctx, filepath.Join(b.binDir, "fleet-controller-manager"), fmt.Sprintf("fcm-%d", i), b.limitArgs()...)
+		p, port, err := b.cluster.StartFleetReplica(b.ctx, filepath.Join(b.binDir, "fleet-controller-manager"), fmt.Sprintf("fcm-%d", i), append(b.limitArgs(), b.fleetArgs...)...)
 		if err == nil {
 			b.ports[i] = port
 		}
