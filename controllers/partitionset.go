@@ -3,7 +3,6 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"runtime/debug"
 	"sync"
 	"time"
 
@@ -43,8 +42,6 @@ type partitionSet struct {
 	running bool
 	// lostAt: when each partition last left the scope.
 	lostAt map[int]time.Time
-	// release returns freed memory after handovers (releaseMemorySoon).
-	release *time.Timer
 }
 
 // minOutOfScope is how long a partition stays out of the scope before it
@@ -119,33 +116,10 @@ func (s *partitionSet) lose(ctx context.Context, p int) error {
 	n := s.scope.Lose(p)
 	if owned := s.runtime.owned; owned != nil {
 		owned.Unload(p)
-		s.releaseMemorySoon()
 	}
 	s.lostAt[p] = time.Now()
 	klog.FromContext(ctx).V(2).Info("Partition released", "partition", p, "delivered", n, "took", time.Since(start).Round(time.Millisecond))
 	return nil
-}
-
-// releaseDelay: how long after the last partition left the owned cache
-// the replica returns the freed memory to the system, once the handlers
-// have worked off the deletions that still hold the objects.
-const releaseDelay = 10 * time.Second
-
-// releaseMemorySoon returns the memory of unloaded partitions to the
-// system after releaseDelay (once per burst of handovers). The Go runtime
-// would keep most of it: a replica that started alone, cached every
-// namespace and then handed two thirds away held 265 MiB RSS for a 59 MiB
-// live heap in the memory benchmark. Called with s.mu held.
-func (s *partitionSet) releaseMemorySoon() {
-	if s.release != nil {
-		s.release.Reset(releaseDelay)
-		return
-	}
-	s.release = time.AfterFunc(releaseDelay, func() {
-		start := time.Now()
-		debug.FreeOSMemory()
-		klog.V(2).InfoS("Returned the memory of released partitions to the system", "took", time.Since(start).Round(time.Millisecond))
-	})
 }
 
 // start builds the controllers and starts them with partition p in scope.
