@@ -458,4 +458,3 @@ func TestFleetFailover(t *testing.T) {
 	waitFleetRunning(ctx, t, client, replicas)
 	step("three-again")
 }
-
