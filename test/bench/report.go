@@ -223,7 +223,7 @@ func targets(results []result, kcm *result) string {
 			fmt.Fprintf(&b, "- (e) no namespace without an owner for more than 2 s during a rolling restart: longest %.2f s — %s (KCM leader gap: %.2f s)\n", e, verdict(e <= 2), kcm.Median["e_max_unowned_s"])
 		}
 	}
-	if f1 := find("fleet x1"); f1 != nil {
+	if f1 := find("fleet x1"); f1 != nil && f1.Median["a_converge_s"] > 0 {
 		t := f1.Median["a_converge_s"] / kcm.Median["a_converge_s"]
 		c := f1.Median["cpu_seconds"] / kcm.Median["cpu_seconds"]
 		m := f1.Median["peak_rss_mib"] / kcm.Median["peak_rss_mib"]
