@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	clientinformers "k8s.io/client-go/informers"
 	"k8s.io/controller-manager/pkg/informerfactory"
 	kcmapp "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 	"k8s.io/kubernetes/cmd/kube-controller-manager/names"
@@ -38,12 +39,16 @@ func (r *Runtime) runSingleton(ctx context.Context, piece shard.Piece) error {
 	}
 	defer factory.Shutdown()
 	cc.InformerFactory = factory
-	// Typed only where handlers need the objects: resourcequota's monitors
-	// read Pods and Services; everything else the garbage collector and
-	// resourcequota watch is cached as metadata.
-	cc.ObjectOrMetadataInformerFactory = informerfactory.NewInformerFactory(
-		factory.TypedWhereNeeded(schema.GroupResource{Resource: "pods"}, schema.GroupResource{Resource: "services"}),
-		factory.Metadata(r.sharedMetadata))
+	// With the owned cache, typed only where handlers need the objects:
+	// resourcequota's monitors read Pods and Services; everything else the
+	// garbage collector and resourcequota watch is cached as metadata
+	// rather than in full, cluster-wide. In filtered-watch the typed
+	// informers are cached anyway, and sharing them is what KCM does.
+	var typed clientinformers.SharedInformerFactory = factory
+	if r.owned != nil {
+		typed = factory.TypedWhereNeeded(schema.GroupResource{Resource: "pods"}, schema.GroupResource{Resource: "services"})
+	}
+	cc.ObjectOrMetadataInformerFactory = informerfactory.NewInformerFactory(typed, factory.Metadata(r.sharedMetadata))
 	if piece.Name() == names.GarbageCollectorController && cc.ComponentConfig.GarbageCollectorController.EnableGarbageCollector {
 		// The garbage collector's own graph, as KCM builds it before the
 		// controllers (ControllerContext.GraphBuilder).
