@@ -236,11 +236,27 @@ func testOwnedCache(ctx context.Context, t *testing.T, config *rest.Config, shar
 	}
 	waitExact("after a namespace was deleted", 1)
 
+	// The store's version (what the controllers' read-after-write checks
+	// compare their writes with) does not go back when a partition's list
+	// hands over older objects.
+	last, err := client.CoreV1().ConfigMaps("p1-a").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "before-reload"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitExact("after a write in a loaded namespace", 1)
 	if err := owned.Load(ctx, 0); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := cached(), expected(0, 1); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("right after loading partition 0 again the cache holds %v, want %v", got, want)
+	}
+	var stored string
+	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		stored = informer.GetStore().LastStoreSyncResourceVersion()
+		return !newerVersion(last.ResourceVersion, stored), nil
+	})
+	if err != nil {
+		t.Fatalf("after loading partition 0 again the store reads through version %s, behind the last write (%s)", stored, last.ResourceVersion)
 	}
 }
 

@@ -43,6 +43,10 @@ type ownedListWatch struct {
 	// against the loaded set, sent and recorded in the ledger under it, so
 	// a purge never misses an object on its way in.
 	sendMu sync.Mutex
+	// highest: the newest version any source has delivered; stored: the
+	// version the informer's store takes from what was sent last (an
+	// event's object's, or a bookmark's). Guarded by sendMu.
+	highest, stored string
 
 	mu      sync.Mutex
 	loaded  map[string]bool
@@ -135,6 +139,21 @@ func (lw *ownedListWatch) countSources() {
 	if t, err := lw.target(); err == nil {
 		ownedSources.WithLabelValues(t.resource).Set(float64(len(lw.sources)))
 	}
+}
+
+// bookmarkObject is an object of the informer's kind carrying only a
+// resource version, for a bookmark event.
+func (lw *ownedListWatch) bookmarkObject(version string) runtime.Object {
+	obj, ok := lw.placeholder("", "").(runtime.Object)
+	if !ok {
+		return nil
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return nil
+	}
+	m.SetResourceVersion(version)
+	return obj
 }
 
 // source is one request's worth of namespaces and its resume version
@@ -263,6 +282,8 @@ func (lw *ownedListWatch) ListWithContext(ctx context.Context, _ metav1.ListOpti
 	lw.purge = nil
 	lw.noteListed(namespaces, kept)
 	lw.mu.Unlock()
+	// The store's version is the list's (Replace).
+	lw.highest, lw.stored = highest, highest
 	return t.newList(kept, highest)
 }
 
@@ -518,6 +539,9 @@ func (lw *ownedListWatch) sendPurge(stream *ownedStream, deletions []watch.Event
 			return
 		}
 	}
+	if stream != nil {
+		stream.bookmark()
+	}
 }
 
 // WatchWithContext opens the one stream: every source resumes from its
@@ -613,6 +637,12 @@ func (s *ownedStream) stop(src *source) {
 func (s *ownedStream) send(e watch.Event) bool {
 	select {
 	case s.out <- e:
+		if m, err := meta.Accessor(e.Object); err == nil {
+			s.lw.stored = m.GetResourceVersion()
+			if newerVersion(s.lw.stored, s.lw.highest) {
+				s.lw.highest = s.lw.stored
+			}
+		}
 		return true
 	case <-s.ctx.Done():
 		return false
@@ -689,7 +719,6 @@ func (s *ownedStream) emit(ctx context.Context, src *source, events []watch.Even
 		}
 	}
 	lw.mu.Lock()
-	defer lw.mu.Unlock()
 	if relist {
 		src.floors = nil
 	}
@@ -700,7 +729,43 @@ func (s *ownedStream) emit(ctx context.Context, src *source, events []watch.Even
 		lw.noteListed(src.namespaces, listed)
 		lw.scheduleCompact()
 	}
-	return true
+	lw.mu.Unlock()
+	if version != "" && newerVersion(version, lw.highest) {
+		lw.highest = version
+	}
+	return s.bookmark()
+}
+
+// bookmark brings the store's version up to the newest any source has
+// delivered, if what was sent last left it behind. Called with lw.sendMu
+// held.
+//
+// The store reports the version of the last event it applied as the
+// version it has read through (LastStoreSyncResourceVersion), and the
+// read-after-write checks of the job, replicaset, daemonset and
+// statefulset controllers (pkg/controller/util/consistency) wait until it
+// reaches the version of their last write. One watch delivers events in
+// version order, so there the store's version only grows. Here a source's
+// list hands over objects at their own, older versions, and so do the
+// deletions of an unloaded partition: without the bookmark the store's
+// version went back and stayed there while nothing else changed, and a
+// Job whose Pod had succeeded was never synced again. The version is
+// the newest delivered, not the lowest every source has reached: a quiet
+// source reaches the present only with the apiserver's bookmark, about
+// once a minute, and every check would wait for it. So a check can pass
+// while its write's event, in another source, is still on its way: a
+// stale read, as without the checks, which the controllers' expectations
+// cover.
+func (s *ownedStream) bookmark() bool {
+	lw := s.lw
+	if lw.highest == "" || !newerVersion(lw.highest, lw.stored) {
+		return true
+	}
+	obj := lw.bookmarkObject(lw.highest)
+	if obj == nil {
+		return true
+	}
+	return s.send(watch.Event{Type: watch.Bookmark, Object: obj})
 }
 
 // produce lists src when it has no version, then watches it until ctx
