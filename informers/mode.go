@@ -2,9 +2,11 @@ package informers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 )
 
 // Mode is how the replica caches the namespaced objects its partition
@@ -12,9 +14,8 @@ import (
 type Mode string
 
 const (
-	// ModeAuto is ModeFilteredWatch for now: the owned cache modes lost a
-	// Pod update after an etcd restart in the chaos soak (docs/design.md),
-	// so they stay opt-in until that is understood.
+	// ModeAuto picks ModeShardedWatch when the apiserver honours shard
+	// selectors, and ModeNamespaceWatch otherwise.
 	ModeAuto Mode = "auto"
 	// ModeShardedWatch: the owned cache, one list/watch per kind naming the
 	// owned namespaces in a shard selector (ListOptions.ShardSelector,
@@ -47,19 +48,23 @@ func ParseMode(s string) (Mode, error) {
 	return "", fmt.Errorf("unknown informer mode %q (want one of %v)", s, Modes)
 }
 
-// Resolve turns ModeAuto into filtered-watch, and checks that
-// ModeShardedWatch is served when it is asked for.
+// Resolve turns ModeAuto into the mode the apiserver supports, and checks
+// that ModeShardedWatch is supported when it is asked for explicitly.
 func Resolve(ctx context.Context, mode Mode, config *rest.Config) (Mode, error) {
 	switch mode {
-	case ModeAuto:
-		return ModeFilteredWatch, nil
 	case ModeNamespaceWatch, ModeFilteredWatch:
 		return mode, nil
-	case ModeShardedWatch:
-		if err := ProbeShardedWatch(ctx, config); err != nil {
+	case ModeShardedWatch, ModeAuto:
+		err := ProbeShardedWatch(ctx, config)
+		switch {
+		case err == nil:
+			return ModeShardedWatch, nil
+		case mode == ModeAuto && errors.Is(err, ErrShardedWatchUnsupported):
+			klog.InfoS("The apiserver does not shard lists; the replica watches each namespace it owns", "informerMode", ModeNamespaceWatch, "reason", err.Error())
+			return ModeNamespaceWatch, nil
+		default:
 			return "", fmt.Errorf("informer mode %s: %w", mode, err)
 		}
-		return ModeShardedWatch, nil
 	}
 	return "", fmt.Errorf("unknown informer mode %q", mode)
 }
