@@ -22,10 +22,10 @@ import (
 	"github.com/fleet-controller-manager/fleet-controller-manager/test/localcluster"
 )
 
-// TestReplicaCachesOwnedNamespaces runs the fleet with the owned cache on
-// an apiserver with the ShardedListAndWatch gate on (sharded-watch) and off
-// (namespace-watch; sharded-watch asked for is refused with an error naming
-// the gate). Each replica's cache
+// TestReplicaCachesOwnedNamespaces runs the fleet in its default informer
+// mode on an apiserver with the ShardedListAndWatch gate on (auto picks
+// sharded-watch) and off (auto picks namespace-watch; sharded-watch asked
+// for is refused with an error naming the gate). Each replica's cache
 // holds exactly the objects of the namespaces of the partitions it runs,
 // compared with full lists: once the fleet of two settled, after a third
 // replica joined and partitions moved, and after namespaces were created
@@ -73,7 +73,7 @@ func TestReplicaCachesOwnedNamespaces(t *testing.T) {
 			}
 			ports := map[string]int{}
 			start := func(name string) {
-				proc, port, err := cluster.StartFleetReplica(ctx, bin, name, "--informer-mode="+tc.mode, "--shard-selector-max-terms=3")
+				proc, port, err := cluster.StartFleetReplica(ctx, bin, name, "--shard-selector-max-terms=3")
 				if err != nil {
 					t.Fatal(err)
 				}
