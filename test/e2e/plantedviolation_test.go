@@ -4,6 +4,8 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"syscall"
@@ -44,8 +46,16 @@ func TestCheckerCatchesTwoOwners(t *testing.T) {
 		t.Fatal(err)
 	}
 	logs[rogue] = rogueProc.LogPath
-	poll(ctx, t, rogue+" to run "+piece, 2*time.Minute, func() (bool, string) {
-		return len(ownership(t, rogueProc.LogPath, piece)) > 0, "not yet"
+	// Started is not yet serving: the rogue's controllers act on the
+	// partition once its objects are cached and handed to them ("Partition
+	// gained"); a scale before that is handled by the owner alone.
+	gained := fmt.Sprintf(`"Partition gained" partition=%d `, p)
+	poll(ctx, t, rogue+" to serve "+piece, 2*time.Minute, func() (bool, string) {
+		log, err := os.ReadFile(rogueProc.LogPath)
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(ownership(t, rogueProc.LogPath, piece)) > 0 && strings.Contains(string(log), gained), "not yet"
 	})
 	// Both now hold the Deployment's expectations; a scale makes both act.
 	scaleMoving(ctx, t, client, ns, 6)
