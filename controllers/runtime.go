@@ -84,7 +84,7 @@ type Runtime struct {
 // partition controller set see (in the per-piece modes, partition pieces
 // watch their namespaced kinds themselves), and, in filtered-watch mode,
 // the partition controller set. mode must be resolved (informers.Resolve).
-func NewRuntime(ctx context.Context, c *kcmconfig.CompletedConfig, identity string, ring shard.RingConfig, mode informers.Mode, selectorTerms int, fence Fence) (*Runtime, error) {
+func NewRuntime(ctx context.Context, c *kcmconfig.CompletedConfig, identity string, ring shard.RingConfig, mode informers.Mode, selectorTerms, namespaceWatchMax int, fence Fence) (*Runtime, error) {
 	descriptors := Descriptors()
 	if err := Check(descriptors); err != nil {
 		return nil, err
@@ -152,7 +152,7 @@ func NewRuntime(ctx context.Context, c *kcmconfig.CompletedConfig, identity stri
 	r.shared.Start(ctx.Done())
 	if mode != informers.ModeFilteredWatch {
 		if r.owned, err = informers.NewOwnedCache(informers.OwnedCacheConfig{
-			Sharded: mode == informers.ModeShardedWatch, MaxTerms: selectorTerms, RESTClients: r.restClients, Mapper: restMapper,
+			Sharded: mode == informers.ModeShardedWatch, MaxTerms: selectorTerms, NamespaceWatchMax: namespaceWatchMax, RESTClients: r.restClients, Mapper: restMapper,
 			Namespaces: namespaces, PartitionOf: ring.NamespacePartition, Resync: kcmapp.ResyncPeriod(c)(), Transform: trimManagedFields,
 		}); err != nil {
 			return nil, fmt.Errorf("owned cache: %w", err)

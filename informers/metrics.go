@@ -23,6 +23,11 @@ var (
 		Help:           "List/watch requests the owned cache keeps open per resource: a shard selector naming up to --shard-selector-max-terms namespaces each, or one per namespace.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"resource"})
+	ownedWideSources = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Namespace: "fleet", Name: "owned_cache_wide_sources",
+		Help:           "Owned cache sources per resource that list and watch every namespace and keep only the replica's (namespace-watch past --namespace-watch-max-namespaces).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource"})
 	selectorIgnored = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: "fleet", Name: "owned_cache_selector_ignored_total",
 		Help:           "Sharded list pages the apiserver answered without applying the shard selector (the client filtered them).",
@@ -39,6 +44,6 @@ var registerOnce sync.Once
 
 func registerMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(ownedNamespaces, ownedPartitions, ownedSources, selectorIgnored, sourceRelists)
+		legacyregistry.MustRegister(ownedNamespaces, ownedPartitions, ownedSources, ownedWideSources, selectorIgnored, sourceRelists)
 	})
 }

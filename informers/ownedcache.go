@@ -24,9 +24,13 @@ type OwnedCacheConfig struct {
 	// namespace.
 	Sharded bool
 	// MaxTerms: the most namespaces one selector names (sharded).
-	MaxTerms    int
-	RESTClients *RESTClients
-	Mapper      meta.RESTMapper
+	MaxTerms int
+	// NamespaceWatchMax: without selectors, past this many owned
+	// namespaces watch every namespace and keep only the owned ones
+	// (0: never).
+	NamespaceWatchMax int
+	RESTClients       *RESTClients
+	Mapper            meta.RESTMapper
 	// Namespaces is the replica's informer of all Namespaces; it must run.
 	Namespaces  cache.SharedIndexInformer
 	PartitionOf func(namespace string) int
@@ -64,6 +68,9 @@ const joinDelay = 200 * time.Millisecond
 func NewOwnedCache(c OwnedCacheConfig) (*OwnedCache, error) {
 	if c.MaxTerms < 1 || c.MaxTerms > MaxSelectorTerms {
 		return nil, fmt.Errorf("shard selector terms must be between 1 and %d, got %d", MaxSelectorTerms, c.MaxTerms)
+	}
+	if c.NamespaceWatchMax < 0 {
+		return nil, fmt.Errorf("namespace watches must be at least 0, got %d", c.NamespaceWatchMax)
 	}
 	registerMetrics()
 	o := &OwnedCache{config: c, informers: map[reflect.Type]*ownedInformer{}, partitions: map[int]bool{}}
@@ -114,7 +121,7 @@ func (o *OwnedCache) InformerFor(obj runtime.Object) cache.SharedIndexInformer {
 	if i, ok := o.informers[t]; ok {
 		return i.informer
 	}
-	lw := newOwnedListWatch(targetOf(o.config.RESTClients, o.config.Mapper, obj), o.config.Sharded, o.config.MaxTerms)
+	lw := newOwnedListWatch(targetOf(o.config.RESTClients, o.config.Mapper, obj), o.config.Sharded, o.config.MaxTerms, o.config.NamespaceWatchMax)
 	informer := cache.NewSharedIndexInformer(lw, obj, o.config.Resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	if o.config.Transform != nil {
 		_ = informer.SetTransform(o.config.Transform)

@@ -34,19 +34,25 @@ import (
 // and out of them; loading a partition lists only its namespaces. The
 // selectors name at most 2 namespaces, so a partition's namespaces are
 // split across requests (the fallback of a replica owning more namespaces
-// than a selector holds).
+// than a selector holds). Without selectors and past 4 namespaces, one
+// cluster-wide source carries them all, and the client keeps only its own
+// (the fallback of a replica owning more namespaces than it should watch
+// one by one).
 func TestOwnedCache(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		sharded bool
 		gateOff bool
-		// lists is how many list requests loading a partition of two
+		// wideAbove: NamespaceWatchMax.
+		wideAbove int
+		// loadLists is how many list requests loading a partition of three
 		// namespaces makes.
-		lists int
+		loadLists int
 	}{
-		{"sharded", true, false, 1},
-		{"sharded, gate off", true, true, 1},
-		{"namespace", false, false, 2},
+		{"sharded", true, false, 0, 2},
+		{"sharded, gate off", true, true, 0, 2},
+		{"namespace", false, false, 0, 3},
+		{"namespace, wide past 4 namespaces", false, false, 4, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -64,7 +70,7 @@ func TestOwnedCache(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			testOwnedCache(ctx, t, config, tc.sharded, tc.lists)
+			testOwnedCache(ctx, t, config, tc.sharded, tc.wideAbove, tc.loadLists)
 			if ignored, err := testutil.GetCounterMetricValue(selectorIgnored.WithLabelValues("configmaps")); tc.gateOff && (err != nil || ignored == 0) {
 				t.Fatal("the apiserver ignored the selectors and fleet_owned_cache_selector_ignored_total did not count it")
 			}
@@ -94,7 +100,7 @@ func (c *listCounter) count() int {
 	return c.n
 }
 
-func testOwnedCache(ctx context.Context, t *testing.T, config *rest.Config, sharded bool, loadLists int) {
+func testOwnedCache(ctx context.Context, t *testing.T, config *rest.Config, sharded bool, wideAbove, loadLists int) {
 	client, err := kubernetes.NewForConfig(config)
 	if err != nil {
 		t.Fatal(err)
@@ -139,7 +145,7 @@ func testOwnedCache(ctx context.Context, t *testing.T, config *rest.Config, shar
 	shared := clientinformers.NewSharedInformerFactory(client, 0)
 	namespaces := shared.Core().V1().Namespaces().Informer()
 	shared.Start(replica.Done())
-	owned, err := NewOwnedCache(OwnedCacheConfig{Sharded: sharded, MaxTerms: 2, RESTClients: NewRESTClients(counted), Mapper: mapper,
+	owned, err := NewOwnedCache(OwnedCacheConfig{Sharded: sharded, MaxTerms: 2, NamespaceWatchMax: wideAbove, RESTClients: NewRESTClients(counted), Mapper: mapper,
 		Namespaces: namespaces, PartitionOf: partitionOf})
 	if err != nil {
 		t.Fatal(err)
@@ -197,9 +203,10 @@ func testOwnedCache(ctx context.Context, t *testing.T, config *rest.Config, shar
 		t.Fatalf("right after Load(1) the cache holds %v, want %v", got, want)
 	}
 	// Partition 1 has three namespaces: with 2 per selector, 2 lists; one
-	// per namespace, 3. Partition 0 is not listed again.
-	if got := counter.count() - before; got != loadLists+1 {
-		t.Fatalf("loading partition 1 made %d list requests, want %d", got, loadLists+1)
+	// per namespace, 3; wide (six namespaces loaded, more than 4), 1.
+	// Partition 0 is not listed again.
+	if got := counter.count() - before; got != loadLists {
+		t.Fatalf("loading partition 1 made %d list requests, want %d", got, loadLists)
 	}
 
 	if sharded {
@@ -213,6 +220,19 @@ func testOwnedCache(ctx context.Context, t *testing.T, config *rest.Config, shar
 		})
 		if err != nil {
 			t.Fatalf("six namespaces are in %d sources, want 3 (2 namespaces per selector)", got)
+		}
+	}
+	if wideAbove > 0 {
+		// Partition 0's three namespace sources and partition 1's wide one
+		// merge into one wide source.
+		var got, wide float64
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			got = float64(owned.Sources()["configmaps"])
+			wide, _ = testutil.GetGaugeMetricValue(ownedWideSources.WithLabelValues("configmaps"))
+			return got == 1 && wide == 1, nil
+		})
+		if err != nil {
+			t.Fatalf("six namespaces, more than 4, are in %v sources (%v wide), want 1 wide", got, wide)
 		}
 	}
 	createConfigMap("p1-b", "after-merge")

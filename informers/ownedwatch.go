@@ -23,7 +23,11 @@ import (
 // informer one stream. The namespaces are split into sources, each with
 // its own request and resume version: with shard selectors a source is
 // one cluster-wide request naming at most maxTerms namespaces; without,
-// one namespace-scoped request. Loading namespaces adds sources (listed,
+// one namespace-scoped request, until the replica holds more than
+// wideAbove namespaces: then one cluster-wide request filtered on the
+// client (a *wide* source), since a watch per namespace costs the
+// apiserver more than one that carries every namespace (docs/design.md,
+// "What each mode costs"). Loading namespaces adds sources (listed,
 // then watched); unloading narrows or stops the sources that hold them and
 // deletes their objects from the informer: no other source is listed
 // again. The stream never fails, since any error the reflector sees makes
@@ -36,6 +40,12 @@ type ownedListWatch struct {
 	target   func() (*listWatchTarget, error)
 	sharded  bool
 	maxTerms int
+	// wideAbove: without selectors, past this many loaded namespaces the
+	// sources are wide (0: never).
+	wideAbove int
+	// wasWide: a wide source existed when the sources were last counted
+	// (the log says when that starts). Guarded by mu.
+	wasWide bool
 	// indexer is the informer's store, for the objects a purge deletes.
 	indexer func() cache.Indexer
 
@@ -68,9 +78,10 @@ type ownedListWatch struct {
 // they are merged.
 const compactDelay = 2 * time.Second
 
-// scheduleCompact merges sources soon (sharded mode). Called with mu held.
+// scheduleCompact merges sources soon (sharded, or wide). Called with mu
+// held.
 func (lw *ownedListWatch) scheduleCompact() {
-	if !lw.sharded || lw.compacting {
+	if !(lw.sharded || lw.wide()) || lw.compacting {
 		return
 	}
 	lw.compacting = true
@@ -83,7 +94,8 @@ func (lw *ownedListWatch) scheduleCompact() {
 // partition and kind. A merged source watches from the oldest version of
 // those it replaces and drops, per namespace, the events they had
 // delivered, so nothing is lost or repeated; if that version has expired,
-// it lists its namespaces again (a local relist).
+// it lists its namespaces again (a local relist). Without selectors,
+// once wide, every listed source merges into one wide source.
 func (lw *ownedListWatch) compact() {
 	lw.sendMu.Lock()
 	defer lw.sendMu.Unlock()
@@ -103,7 +115,14 @@ func (lw *ownedListWatch) compact() {
 			namespaces = append(namespaces, ns)
 		}
 	}
-	if len(listed) <= (len(namespaces)+lw.maxTerms-1)/lw.maxTerms {
+	size := lw.maxTerms
+	if !lw.sharded {
+		if !lw.wide() {
+			return
+		}
+		size = len(namespaces)
+	}
+	if len(namespaces) == 0 || len(listed) <= (len(namespaces)+size-1)/size {
 		return
 	}
 	for _, s := range listed {
@@ -113,8 +132,8 @@ func (lw *ownedListWatch) compact() {
 		}
 	}
 	sort.Strings(namespaces)
-	for _, group := range chunks(namespaces, lw.maxTerms) {
-		merged := &source{namespaces: group, version: through[group[0]], floors: map[string]string{}}
+	for _, group := range chunks(namespaces, size) {
+		merged := &source{namespaces: group, version: through[group[0]], floors: map[string]string{}, wide: !lw.sharded}
 		for _, ns := range group {
 			if newerVersion(merged.version, through[ns]) {
 				merged.version = through[ns]
@@ -138,6 +157,18 @@ func (lw *ownedListWatch) compact() {
 func (lw *ownedListWatch) countSources() {
 	if t, err := lw.target(); err == nil {
 		ownedSources.WithLabelValues(t.resource).Set(float64(len(lw.sources)))
+		wide := 0
+		for s := range lw.sources {
+			if s.wide {
+				wide++
+			}
+		}
+		ownedWideSources.WithLabelValues(t.resource).Set(float64(wide))
+		if wide > 0 && !lw.wasWide {
+			klog.InfoS("Owned cache watches this resource in every namespace and keeps only its own: the replica holds more namespaces than --namespace-watch-max-namespaces",
+				"resource", t.resource, "namespaces", len(lw.loaded), "limit", lw.wideAbove)
+		}
+		lw.wasWide = wide > 0
 	}
 }
 
@@ -161,6 +192,9 @@ func (lw *ownedListWatch) bookmarkObject(version string) runtime.Object {
 type source struct {
 	namespaces []string // sorted
 	version    string
+	// wide: requests every namespace (no selector); the client keeps
+	// only namespaces.
+	wide bool
 	// floors: per namespace, the version through which the sources this
 	// one merged had delivered its events (a merged source resumes from
 	// the oldest of theirs and drops what they delivered); nil once its
@@ -195,8 +229,8 @@ func (s *source) has(ns string) bool {
 
 type keyVersion struct{ key, version string }
 
-func newOwnedListWatch(target func() (*listWatchTarget, error), sharded bool, maxTerms int) *ownedListWatch {
-	return &ownedListWatch{target: target, sharded: sharded, maxTerms: maxTerms,
+func newOwnedListWatch(target func() (*listWatchTarget, error), sharded bool, maxTerms, wideAbove int) *ownedListWatch {
+	return &ownedListWatch{target: target, sharded: sharded, maxTerms: maxTerms, wideAbove: wideAbove,
 		loaded: map[string]bool{}, sources: map[*source]struct{}{}, ledger: map[string]map[string]struct{}{}, awaited: map[string][]keyVersion{}}
 }
 
@@ -215,8 +249,19 @@ func (lw *ownedListWatch) Watch(options metav1.ListOptions) (watch.Interface, er
 // sources' lists are ours to make.
 func (lw *ownedListWatch) IsWatchListSemanticsUnSupported() bool { return true }
 
+// wide says whether sources without selectors are wide now (more than
+// wideAbove namespaces loaded). Called with mu held.
+func (lw *ownedListWatch) wide() bool {
+	return !lw.sharded && lw.wideAbove > 0 && len(lw.loaded) > lw.wideAbove
+}
+
 // newSources makes the sources of namespaces (sorted). Called with mu held.
 func (lw *ownedListWatch) newSources(namespaces []string) []*source {
+	if lw.wide() && len(namespaces) > 1 {
+		s := &source{namespaces: namespaces, wide: true}
+		lw.sources[s] = struct{}{}
+		return []*source{s}
+	}
 	size := 1
 	if lw.sharded {
 		size = lw.maxTerms
@@ -254,7 +299,7 @@ func (lw *ownedListWatch) ListWithContext(ctx context.Context, _ metav1.ListOpti
 	highest := "0"
 	listed := map[*source]string{}
 	for _, s := range sources {
-		items, version, err := lw.listSource(ctx, t, s.namespaces)
+		items, version, err := lw.listSource(ctx, t, s)
 		if err != nil {
 			return nil, err
 		}
@@ -287,15 +332,16 @@ func (lw *ownedListWatch) ListWithContext(ctx context.Context, _ metav1.ListOpti
 	return t.newList(kept, highest)
 }
 
-// listSource lists the objects of namespaces: one paged cluster-wide list
-// with their selector, or one list per namespace. Objects of other
-// namespaces are dropped here.
-func (lw *ownedListWatch) listSource(ctx context.Context, t *listWatchTarget, namespaces []string) ([]runtime.Object, string, error) {
+// listSource lists the objects of src's namespaces: one paged
+// cluster-wide list with their selector (or none, wide), or one list per
+// namespace. Objects of other namespaces are dropped here.
+func (lw *ownedListWatch) listSource(ctx context.Context, t *listWatchTarget, src *source) ([]runtime.Object, string, error) {
+	namespaces := src.namespaces
 	want := map[string]bool{}
 	for _, ns := range namespaces {
 		want[ns] = true
 	}
-	if !lw.sharded {
+	if !lw.sharded && !src.wide {
 		var out []runtime.Object
 		version := "0"
 		for _, ns := range namespaces {
@@ -308,9 +354,11 @@ func (lw *ownedListWatch) listSource(ctx context.Context, t *listWatchTarget, na
 		}
 		return out, version, nil
 	}
-	selector := namespaceSelector(namespaces)
 	var out []runtime.Object
-	options := metav1.ListOptions{ShardSelector: selector, Limit: 500}
+	options := metav1.ListOptions{Limit: 500}
+	if lw.sharded {
+		options.ShardSelector = namespaceSelector(namespaces)
+	}
 	for {
 		list, err := t.client.Get().Resource(t.resource).VersionedParams(&options, scheme.ParameterCodec).Do(ctx).Get()
 		if err != nil {
@@ -320,7 +368,7 @@ func (lw *ownedListWatch) listSource(ctx context.Context, t *listWatchTarget, na
 		if err != nil {
 			return nil, "", fmt.Errorf("listing %s: %w", t.resource, err)
 		}
-		if sharded, ok := listMeta.(metav1.ShardedListInterface); !ok || sharded.GetShardInfo() == nil {
+		if sharded, ok := listMeta.(metav1.ShardedListInterface); lw.sharded && (!ok || sharded.GetShardInfo() == nil) {
 			selectorIgnored.WithLabelValues(t.resource).Inc()
 		}
 		items, err := meta.ExtractListWithAlloc(list)
@@ -480,7 +528,7 @@ func (lw *ownedListWatch) unload(namespaces []string) {
 			lw.stream.stop(s)
 		}
 		if len(keep) > 0 {
-			narrowed := &source{namespaces: keep, version: s.version, floors: s.floors}
+			narrowed := &source{namespaces: keep, version: s.version, floors: s.floors, wide: s.wide}
 			lw.sources[narrowed] = struct{}{}
 			if lw.stream != nil {
 				lw.stream.start(narrowed)
@@ -787,7 +835,7 @@ func (s *ownedStream) produce(ctx context.Context, src *source) {
 		version := src.version
 		lw.mu.Unlock()
 		if version == "" {
-			items, listVersion, err := lw.listSource(ctx, s.target, src.namespaces)
+			items, listVersion, err := lw.listSource(ctx, s.target, src)
 			if err != nil {
 				if ctx.Err() == nil {
 					logger.Error(err, "Listing a source of the owned cache; retrying")
@@ -806,9 +854,10 @@ func (s *ownedStream) produce(ctx context.Context, src *source) {
 		}
 		options := metav1.ListOptions{ResourceVersion: version, Watch: true, AllowWatchBookmarks: true, TimeoutSeconds: s.timeout}
 		request := s.target.client.Get().Resource(s.target.resource)
-		if lw.sharded {
+		switch {
+		case lw.sharded:
 			options.ShardSelector = namespaceSelector(src.namespaces)
-		} else {
+		case !src.wide:
 			request = request.Namespace(src.namespaces[0])
 		}
 		w, err := request.VersionedParams(&options, scheme.ParameterCodec).Watch(ctx)

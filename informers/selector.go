@@ -19,6 +19,13 @@ const MaxSelectorTerms = 1176
 // limits of common proxies in front of an apiserver (8 KB and up).
 const DefaultSelectorTerms = 64
 
+// DefaultNamespaceWatchMax bounds namespace-watch's watches per namespace
+// and kind: measured at 1,000 namespaces (docs/benchmarks/memory-1000ns-informer-mode-namespace-watch.md),
+// each costs kube-apiserver 115-129 KiB and the replica about 42 KiB,
+// so past 16 namespaces one cluster-wide watch per kind, filtered on the
+// client, costs both sides less.
+const DefaultNamespaceWatchMax = 16
+
 // namespaceSelector is the shard selector that matches exactly the objects
 // of namespaces (and those of any namespace whose FNV-1a hash collides with
 // one of them, which the client filters out): the union of one point range

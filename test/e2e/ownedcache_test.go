@@ -30,7 +30,10 @@ import (
 // compared with full lists: once the fleet of two settled, after a third
 // replica joined and partitions moved, and after namespaces were created
 // and deleted; a Deployment in a namespace created while the fleet runs
-// becomes available.
+// becomes available. A selector names at most 3 namespaces and a replica
+// watches at most 3 namespaces one by one, so replicas owning more take
+// the fallbacks (several selectors; one cluster-wide watch per kind,
+// filtered on the client).
 func TestReplicaCachesOwnedNamespaces(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -73,7 +76,7 @@ func TestReplicaCachesOwnedNamespaces(t *testing.T) {
 			}
 			ports := map[string]int{}
 			start := func(name string) {
-				proc, port, err := cluster.StartFleetReplica(ctx, bin, name, "--shard-selector-max-terms=3")
+				proc, port, err := cluster.StartFleetReplica(ctx, bin, name, "--shard-selector-max-terms=3", "--namespace-watch-max-namespaces=3")
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -87,6 +90,17 @@ func TestReplicaCachesOwnedNamespaces(t *testing.T) {
 			start("fcm-1")
 			waitFleetRunning(ctx, t, client, []string{"fcm-0", "fcm-1"})
 			waitCachesExact(ctx, t, client, httpClient, ports, "a fleet of two")
+			if tc.gateOff {
+				// Eight namespaces on two replicas: one owns four or more.
+				wide := false
+				for name := range ports {
+					log, _ := os.ReadFile(filepath.Join(cluster.Dir, name+".log"))
+					wide = wide || strings.Contains(string(log), "Owned cache watches this resource in every namespace")
+				}
+				if !wide {
+					t.Fatal("no replica of two owning eight namespaces watched cluster-wide past --namespace-watch-max-namespaces=3")
+				}
+			}
 
 			start("fcm-2")
 			waitFleetRunning(ctx, t, client, []string{"fcm-0", "fcm-1", "fcm-2"})

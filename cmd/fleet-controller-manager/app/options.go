@@ -28,6 +28,9 @@ type FleetOptions struct {
 	InformerMode informers.Mode
 	// SelectorTerms: the most namespaces one shard selector names.
 	SelectorTerms int
+	// NamespaceWatchMax: in namespace-watch, past this many owned
+	// namespaces watch every namespace and keep the owned ones.
+	NamespaceWatchMax int
 
 	// Dummy pieces: a test mode that runs recording pieces instead of
 	// controllers (the handover e2e tests use it).
@@ -47,6 +50,8 @@ func NewFleetOptions() *FleetOptions {
 		Ring:          shard.DefaultRingConfig,
 		InformerMode:  informers.ModeAuto,
 		SelectorTerms: informers.DefaultSelectorTerms,
+
+		NamespaceWatchMax: informers.DefaultNamespaceWatchMax,
 	}
 }
 
@@ -64,6 +69,7 @@ func (o *FleetOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.Float64Var(&o.Ring.Load, "ring-load", o.Ring.Load, "Bounded-load factor of the ring: no replica owns more than this times the average. Same on every replica.")
 	fs.Var(&informerModeValue{&o.InformerMode}, "informer-mode", fmt.Sprintf("How the replica caches the namespaced objects its partition controllers read: %s. sharded-watch: only the owned partitions' namespaces, named in shard selectors (feature gate ShardedListAndWatch). namespace-watch: only those namespaces, one watch per namespace and kind (any apiserver). filtered-watch: every namespace, as kube-controller-manager. auto = sharded-watch when the apiserver filters by shard selector, else namespace-watch.", informers.Modes))
 	fs.IntVar(&o.SelectorTerms, "shard-selector-max-terms", o.SelectorTerms, fmt.Sprintf("Most namespaces one shard selector names (sharded-watch); a replica that owns more splits them across requests. At most %d, the apiserver's limit; the default keeps request URLs near 7 KB.", informers.MaxSelectorTerms))
+	fs.IntVar(&o.NamespaceWatchMax, "namespace-watch-max-namespaces", o.NamespaceWatchMax, "namespace-watch: a replica owning more namespaces than this lists and watches each kind in every namespace, once, and keeps only its own (fleet_owned_cache_wide_sources), since a watch per namespace and kind costs kube-apiserver more memory than one that carries them all. 0: always one watch per namespace.")
 	fs.BoolVar(&o.DummyPieces, "dummy-pieces", false, "Test mode: run pieces that only record when they start and stop, instead of controllers.")
 	fs.StringSliceVar(&o.DummySingletons, "dummy-singletons", []string{"garbagecollector", "namespace", "nodelifecycle", "podgc"}, "Test mode: names of the singleton pieces.")
 	fs.StringVar(&o.DummyRecordFile, "dummy-record-file", "", "Test mode: file the pieces append their records to.")
@@ -113,6 +119,9 @@ func (o *FleetOptions) Validate() error {
 	}
 	if o.SelectorTerms < 1 || o.SelectorTerms > informers.MaxSelectorTerms {
 		errs = append(errs, fmt.Errorf("--shard-selector-max-terms must be between 1 and %d (the apiserver's limit), got %d", informers.MaxSelectorTerms, o.SelectorTerms))
+	}
+	if o.NamespaceWatchMax < 0 {
+		errs = append(errs, fmt.Errorf("--namespace-watch-max-namespaces must be at least 0, got %d", o.NamespaceWatchMax))
 	}
 	if o.DummyPieces && o.DummyRecordFile == "" {
 		errs = append(errs, errors.New("--dummy-pieces needs --dummy-record-file"))

@@ -127,7 +127,7 @@ func run(ctx context.Context, kcm *options.KubeControllerManagerOptions, fleet *
 			return fmt.Errorf("--informer-mode: %w", err)
 		}
 		klog.InfoS("Informers of the partition controllers", "informerMode", mode)
-		rt, err := controllers.NewRuntime(memberCtx, c, fleet.Identity, fleet.Ring, mode, fleet.SelectorTerms, member)
+		rt, err := controllers.NewRuntime(memberCtx, c, fleet.Identity, fleet.Ring, mode, fleet.SelectorTerms, fleet.NamespaceWatchMax, member)
 		if err != nil {
 			return err
 		}
