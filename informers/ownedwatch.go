@@ -257,7 +257,11 @@ func (lw *ownedListWatch) wide() bool {
 
 // newSources makes the sources of namespaces (sorted). Called with mu held.
 func (lw *ownedListWatch) newSources(namespaces []string) []*source {
-	if lw.wide() && len(namespaces) > 1 {
+	// A few namespaces (a gained partition, namespaces just created) are
+	// listed one by one even when wide: a cluster-wide list would fetch
+	// every namespace's objects to keep theirs. They merge into the wide
+	// source once listed.
+	if lw.wide() && len(namespaces) > lw.wideAbove {
 		s := &source{namespaces: namespaces, wide: true}
 		lw.sources[s] = struct{}{}
 		return []*source{s}
