@@ -20,7 +20,7 @@ var (
 	})
 	ownedSources = metrics.NewGaugeVec(&metrics.GaugeOpts{
 		Namespace: "fleet", Name: "owned_cache_sources",
-		Help:           "List/watch requests the owned cache keeps open per resource: a shard selector naming up to --shard-selector-max-terms namespaces each, or one per namespace.",
+		Help:           "List/watch requests the owned cache keeps open per resource: a shard selector naming up to --shard-selector-max-terms namespaces each, one per namespace, or one cluster-wide (wide) past --namespace-watch-max-namespaces.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"resource"})
 	ownedWideSources = metrics.NewGaugeVec(&metrics.GaugeOpts{

@@ -21,7 +21,7 @@ import (
 type OwnedCacheConfig struct {
 	// Sharded: list and watch with shard selectors (the apiserver serves
 	// ShardedListAndWatch); else one namespace-scoped request per
-	// namespace.
+	// namespace, up to NamespaceWatchMax.
 	Sharded bool
 	// MaxTerms: the most namespaces one selector names (sharded).
 	MaxTerms int

@@ -98,6 +98,10 @@ func memoryRun(ctx context.Context, binDir string, s system, l limits, cfg confi
 	}
 	b.figures["m_objects_created_s"] = time.Since(created).Seconds()
 	cpuBefore := b.cpuByComponent()
+	machineBefore, err := readMachineCPU()
+	if err != nil {
+		return nil, "", err
+	}
 	if err := b.startSystem(); err != nil {
 		return nil, "", err
 	}
@@ -116,6 +120,17 @@ func memoryRun(ctx context.Context, binDir string, s system, l limits, cfg confi
 		return nil, "", err
 	}
 	b.figures["m_converge_s"] = time.Since(started).Seconds()
+	// What limited the workload, from the system's start to convergence.
+	machineAfter, err := readMachineCPU()
+	if err != nil {
+		return nil, "", err
+	}
+	busy, busySeconds := busyBetween(machineBefore, machineAfter)
+	cpu := map[string]float64{}
+	for name, after := range b.cpuByComponent() {
+		cpu[name] = after - cpuBefore[name]
+	}
+	limitedBy := limiter(cpu, busy, busySeconds, b.isControllerManager)
 	select {
 	case <-time.After(memorySettle):
 	case <-ctx.Done():
@@ -152,7 +167,7 @@ func memoryRun(ctx context.Context, binDir string, s system, l limits, cfg confi
 	if w, err := b.watches(); err == nil {
 		b.figures["watches_open"] = w
 	}
-	return b.figures, fmt.Sprintf("%d processes", len(rss)), nil
+	return b.figures, fmt.Sprintf("%s (%d controller-manager processes)", limitedBy, len(rss)), nil
 }
 
 // saveHeapProfile writes a process's heap profile (after a GC) to path.
