@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -84,7 +83,7 @@ scrape_configs:
 	if err := os.WriteFile(configFile, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	port, err := freeLoopbackPort()
+	port, err := localcluster.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,13 +309,4 @@ func firingAlerts(t *testing.T, base string) map[string]bool {
 		}
 	}
 	return firing
-}
-
-func freeLoopbackPort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -4,12 +4,14 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -31,7 +33,7 @@ rules:
 `
 
 func (c *Cluster) startAPIServer(ctx context.Context, extraArgs []string) error {
-	port, err := freePort()
+	port, err := FreePort()
 	if err != nil {
 		return err
 	}
@@ -132,7 +134,7 @@ func (c *Cluster) startScheduler(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	port, err := freePort()
+	port, err := FreePort()
 	if err != nil {
 		return err
 	}
@@ -192,7 +194,7 @@ func (c *Cluster) StartKubeControllerManager(ctx context.Context, name string, a
 	if err != nil {
 		return nil, 0, err
 	}
-	port, err := freePort()
+	port, err := FreePort()
 	if err != nil {
 		return nil, 0, err
 	}
@@ -224,7 +226,7 @@ func (c *Cluster) StartFleetReplica(ctx context.Context, bin, identity string, a
 // StartFleetReplicaAs is StartFleetReplica with the credentials of
 // kubeconfig (a ServiceAccount's token, say).
 func (c *Cluster) StartFleetReplicaAs(ctx context.Context, bin, identity, kubeconfig string, args ...string) (*Process, int, error) {
-	port, err := freePort()
+	port, err := FreePort()
 	if err != nil {
 		return nil, 0, err
 	}
@@ -266,7 +268,7 @@ func (c *Cluster) startKwok(ctx context.Context, nodes, podParallelism int) erro
 	if err != nil {
 		return err
 	}
-	port, err := freePort()
+	port, err := FreePort()
 	if err != nil {
 		return err
 	}
@@ -405,12 +407,41 @@ func insecureClient() *http.Client {
 	}
 }
 
-// freePort asks the kernel for an unused loopback port.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("finding a free loopback port: %w", err)
+// Listening ports are picked below the kernel's ephemeral range (32768
+// and up on Linux): a port the kernel hands out for ":0" is closed again
+// before the component binds it, and in that gap the kernel may give it to
+// an outgoing connection as its local port (CI saw etcd fail with
+// "address already in use" that way). Outgoing connections never take a
+// port below the range.
+const (
+	portRangeLow  = 20000
+	portRangeHigh = 32000
+)
+
+// givenPorts: ports FreePort returned, not returned again in this
+// process (a component may not have bound its port yet).
+var (
+	givenPortsMu sync.Mutex
+	givenPorts   = map[int]bool{}
+)
+
+// FreePort finds an unused loopback port outside the ephemeral range.
+func FreePort() (int, error) {
+	givenPortsMu.Lock()
+	defer givenPortsMu.Unlock()
+	start := portRangeLow + rand.IntN(portRangeHigh-portRangeLow)
+	for i := range portRangeHigh - portRangeLow {
+		port := portRangeLow + (start-portRangeLow+i)%(portRangeHigh-portRangeLow)
+		if givenPorts[port] {
+			continue
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		givenPorts[port] = true
+		return port, nil
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, fmt.Errorf("finding a free loopback port: none free in %d-%d", portRangeLow, portRangeHigh)
 }

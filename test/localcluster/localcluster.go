@@ -284,11 +284,11 @@ func (c *Cluster) CAKeyFile() string { return c.pki.CAKey }
 func (c *Cluster) ServiceAccountKeyFile() string { return c.pki.ServiceAccountKey }
 
 func (c *Cluster) startEtcd(ctx context.Context) error {
-	clientPort, err := freePort()
+	clientPort, err := FreePort()
 	if err != nil {
 		return err
 	}
-	peerPort, err := freePort()
+	peerPort, err := FreePort()
 	if err != nil {
 		return err
 	}
