@@ -143,7 +143,7 @@ func (s *partitionSet) start(ctx context.Context, p int) error {
 		return fmt.Errorf("informers of the partition controllers: %w", err)
 	}
 	cc.InformerFactory = factory
-	cc.ObjectOrMetadataInformerFactory = informerfactory.NewInformerFactory(factory, factory.Metadata(r.sharedMetadata))
+	cc.ObjectOrMetadataInformerFactory = informerfactory.NewInformerFactory(factory, factory.Metadata())
 	built, err := r.buildPartitionControllers(ctx, cc)
 	if err != nil {
 		factory.Shutdown()

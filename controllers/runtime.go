@@ -7,14 +7,13 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apiserver/pkg/server/healthz"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	cacheddiscovery "k8s.io/client-go/discovery/cached/memory"
-	clientinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/metadata/metadatainformer"
 	restclient "k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/component-base/metrics/prometheus/controllers"
@@ -60,13 +59,14 @@ type Runtime struct {
 	plainClient                            kubernetes.Interface
 	metadataClient                         metadata.Interface
 	restMapper                             *restmapper.DeferredDiscoveryRESTMapper
-	// shared and sharedMetadata are the replica's one cache: every piece
-	// sees them through informers.PieceFactory views; owned, when the mode
-	// has one, caches the partition controllers' namespaced kinds instead.
-	shared         clientinformers.SharedInformerFactory
-	owned          *informers.OwnedCache
-	sharedMetadata metadatainformer.SharedInformerFactory
-	sharedStop     <-chan struct{}
+	// shared is the replica's one cluster-wide cache, typed and
+	// metadata-only: every piece sees it through informers.PieceFactory
+	// views, and an informer stops when the last piece using it stops;
+	// owned, when the mode has one, caches the partition controllers'
+	// namespaced kinds instead.
+	shared     *informers.Pool
+	owned      *informers.OwnedCache
+	sharedStop <-chan struct{}
 	// ctx is the replica's lifetime.
 	ctx context.Context
 	// partitionSet runs the partition controllers.
@@ -139,17 +139,22 @@ func NewRuntime(ctx context.Context, c *kcmconfig.CompletedConfig, identity stri
 		partitionBuilder:     builder.forPartitions(partitions),
 		restClients:          informers.NewRESTClients(informerConfig),
 		plainClient:          plain, metadataClient: metadataClient, restMapper: restMapper,
-		shared:         clientinformers.NewSharedInformerFactoryWithOptions(plain, kcmapp.ResyncPeriod(c)(), clientinformers.WithTransform(trimManagedFields)),
-		sharedMetadata: metadatainformer.NewSharedInformerFactoryWithOptions(metadataClient, kcmapp.ResyncPeriod(c)(), metadatainformer.WithTransform(trimManagedFields)),
-		sharedStop:     ctx.Done(),
-		ctx:            ctx,
-		metrics:        controllers.NewControllerManagerMetrics("kube-controller-manager"),
+		shared: informers.NewPool(ctx, informers.PoolConfig{
+			Client: plain, Metadata: metadataClient, Resync: kcmapp.ResyncPeriod(c)(), Transform: trimManagedFields,
+		}),
+		sharedStop: ctx.Done(),
+		ctx:        ctx,
+		metrics:    controllers.NewControllerManagerMetrics("kube-controller-manager"),
 	}
-	// Every Namespace is cached (they are few and small): the owned cache
-	// places namespaces by them, and they run from now so that the first
-	// partition can be loaded before any informer starts.
-	namespaces := r.shared.Core().V1().Namespaces().Informer()
-	r.shared.Start(ctx.Done())
+	// Every Namespace is cached (they are few and small), for the
+	// replica's lifetime: the owned cache places namespaces by them, and
+	// they run from now so that the first partition can be loaded before
+	// any informer starts.
+	namespaces, err := r.shared.ForResource(r, corev1.SchemeGroupVersion.WithResource("namespaces"), corev1.SchemeGroupVersion.WithKind("Namespace"))
+	if err != nil {
+		return nil, fmt.Errorf("namespaces informer: %w", err)
+	}
+	r.shared.Start(r)
 	if mode != informers.ModeFilteredWatch {
 		if r.owned, err = informers.NewOwnedCache(informers.OwnedCacheConfig{
 			Sharded: mode == informers.ModeShardedWatch, MaxTerms: selectorTerms, NamespaceWatchMax: namespaceWatchMax, RESTClients: r.restClients, Mapper: restMapper,
@@ -159,11 +164,6 @@ func NewRuntime(ctx context.Context, c *kcmconfig.CompletedConfig, identity stri
 		}
 	}
 	r.partitionSet = newPartitionSet(r)
-	go func() {
-		<-ctx.Done()
-		r.shared.Shutdown()
-		r.sharedMetadata.Shutdown()
-	}()
 	return r, nil
 }
 

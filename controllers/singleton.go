@@ -42,13 +42,20 @@ func (r *Runtime) runSingleton(ctx context.Context, piece shard.Piece) error {
 	// With the owned cache, typed only where handlers need the objects:
 	// resourcequota's monitors read Pods and Services; everything else the
 	// garbage collector and resourcequota watch is cached as metadata
-	// rather than in full, cluster-wide. In filtered-watch the typed
-	// informers are cached anyway, and sharing them is what KCM does.
+	// rather than in full, cluster-wide. The garbage collector reads only
+	// metadata, Pods too: typed, its replica cached every Pod in full
+	// beside the replica of the colocated singletons (the memory
+	// benchmark's heap profiles, docs/design.md). In filtered-watch the
+	// typed informers are cached anyway, and sharing them is what KCM does.
 	var typed clientinformers.SharedInformerFactory = factory
 	if r.owned != nil {
-		typed = factory.TypedWhereNeeded(schema.GroupResource{Resource: "pods"}, schema.GroupResource{Resource: "services"})
+		var needed []schema.GroupResource
+		if piece.Name() == names.ResourceQuotaController {
+			needed = []schema.GroupResource{{Resource: "pods"}, {Resource: "services"}}
+		}
+		typed = factory.TypedWhereNeeded(needed...)
 	}
-	cc.ObjectOrMetadataInformerFactory = informerfactory.NewInformerFactory(typed, factory.Metadata(r.sharedMetadata))
+	cc.ObjectOrMetadataInformerFactory = informerfactory.NewInformerFactory(typed, factory.Metadata())
 	if piece.Name() == names.GarbageCollectorController && cc.ComponentConfig.GarbageCollectorController.EnableGarbageCollector {
 		// The garbage collector's own graph, as KCM builds it before the
 		// controllers (ControllerContext.GraphBuilder).

@@ -51,10 +51,12 @@ import (
 
 // PieceConfig is what a piece's informer views are made from.
 type PieceConfig struct {
-	// Shared is the replica's factory (cluster-scoped kinds, and every
-	// kind for singletons and without Owned); it runs until SharedStop
-	// closes.
-	Shared     informers.SharedInformerFactory
+	// Shared is the replica's pool of cluster-wide informers
+	// (cluster-scoped kinds, and every kind for singletons and without
+	// Owned); the factory holds those it used until Shutdown.
+	Shared *Pool
+	// SharedStop is the replica's lifetime (the owned cache runs until
+	// it closes).
 	SharedStop <-chan struct{}
 	Mapper     meta.RESTMapper
 	// Scope: the view of the replica's partition controller set, whose
@@ -171,22 +173,23 @@ func (f *PieceFactory) clusterScoped(obj runtime.Object) bool {
 // factory.
 func (f *PieceFactory) InformerFor(obj runtime.Object, newFunc internalinterfaces.NewInformerFunc) cache.SharedIndexInformer {
 	if _, ok := obj.(*corev1.Namespace); ok {
-		return f.view(f.Shared.InformerFor(obj, newFunc), true)
+		return f.view(f.Shared.InformerFor(f, obj, newFunc), true)
 	}
 	if f.clusterScoped(obj) {
-		return &sharedView{SharedIndexInformer: f.Shared.InformerFor(obj, newFunc), factory: f}
+		return &sharedView{SharedIndexInformer: f.Shared.InformerFor(f, obj, newFunc), factory: f}
 	}
 	if f.Owned != nil {
 		return f.view(f.Owned.InformerFor(obj), false)
 	}
-	return f.view(f.Shared.InformerFor(obj, newFunc), false)
+	return f.view(f.Shared.InformerFor(f, obj, newFunc), false)
 }
 
-// Start starts the piece's informers until stopCh closes, and any new
-// shared ones for the replica's lifetime (a shared informer started with a
-// piece's stop channel would die with that piece under every other piece).
-func (f *PieceFactory) Start(stopCh <-chan struct{}) {
-	f.Shared.Start(f.SharedStop)
+// Start starts the piece's informers that are not running yet; they run
+// until every piece using them has shut down (a shared informer started
+// with a piece's stop channel would die with that piece under every other
+// piece).
+func (f *PieceFactory) Start(<-chan struct{}) {
+	f.Shared.Start(f)
 	if f.Owned != nil {
 		f.Owned.Start(f.SharedStop)
 	}
@@ -231,6 +234,7 @@ func (f *PieceFactory) Shutdown() {
 			panic(fmt.Sprintf("removing a piece's event handler: %v", err))
 		}
 	}
+	f.Shared.Release(f)
 }
 
 // Handlers is how many handlers the piece holds on shared informers (tests).
@@ -240,9 +244,15 @@ func (f *PieceFactory) Handlers() int {
 	return len(f.handlers)
 }
 
-// WaitForCacheSync waits for the piece's informers.
+// WaitForCacheSync waits for the piece's informers (those it asked for,
+// not every shared one).
 func (f *PieceFactory) WaitForCacheSync(stopCh <-chan struct{}) map[reflect.Type]bool {
-	out := f.Shared.WaitForCacheSync(stopCh)
+	out := map[reflect.Type]bool{}
+	for key, ok := range f.Shared.WaitForCacheSync(f, stopCh) {
+		if key.typed != nil {
+			out[key.typed] = ok
+		}
+	}
 	if f.Owned != nil {
 		out[reflect.TypeOf(f.Owned)] = cache.WaitForCacheSync(stopCh, f.Owned.HasSynced)
 	}
@@ -277,14 +287,14 @@ func (f *PieceFactory) ForResource(gvr schema.GroupVersionResource) (informers.G
 		}
 		return generic(f.view(f.Owned.InformerFor(obj), false))
 	}
-	gi, err := f.Shared.ForResource(gvr)
+	informer, err := f.Shared.ForResource(f, gvr, gvk)
 	if err != nil {
 		return nil, err
 	}
 	if clusterScoped && !(gvr.Group == "" && gvr.Resource == "namespaces") {
-		return generic(&sharedView{SharedIndexInformer: gi.Informer(), factory: f})
+		return generic(&sharedView{SharedIndexInformer: informer, factory: f})
 	}
-	return generic(f.view(gi.Informer(), clusterScoped))
+	return generic(f.view(informer, clusterScoped))
 }
 
 type genericInformer struct {

@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	clientinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 )
@@ -30,10 +29,11 @@ func testMapper() meta.RESTMapper {
 }
 
 // TestPieceFactoryLifecycle starts and stops a partition view's informers
-// 100 times against one shared factory: the view sees only its scope's
-// namespaces, its handlers only their events, shared informers keep
-// running, and no goroutine nor handler is left behind. (The owned cache
-// needs a real apiserver: TestOwnedCache.)
+// 100 times against one shared pool: the view sees only its scope's
+// namespaces, its handlers only their events, shared informers another
+// user holds keep running, those only the piece used stop with it, and no
+// goroutine nor handler is left behind. (The owned cache needs a real
+// apiserver: TestOwnedCache.)
 func TestPieceFactoryLifecycle(t *testing.T) {
 	mine := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "d", Namespace: "mine"}}
 	client := fake.NewSimpleClientset(
@@ -45,7 +45,13 @@ func TestPieceFactoryLifecycle(t *testing.T) {
 	)
 	replica, stopReplica := context.WithCancel(context.Background())
 	defer stopReplica()
-	shared := clientinformers.NewSharedInformerFactory(client, 0)
+	shared := NewPool(replica, PoolConfig{Client: client})
+	// The replica holds Nodes for its lifetime; Deployments only the
+	// piece uses.
+	if _, err := shared.ForResource("replica", corev1.SchemeGroupVersion.WithResource("nodes"), corev1.SchemeGroupVersion.WithKind("Node")); err != nil {
+		t.Fatal(err)
+	}
+	shared.Start("replica")
 	scope := NewScope(2, func(ns string) int {
 		if ns == "mine" {
 			return 0
@@ -115,7 +121,10 @@ func TestPieceFactoryLifecycle(t *testing.T) {
 			t.Fatalf("%d handlers left after Shutdown", f.Handlers())
 		}
 		if nodes.IsStopped() {
-			t.Fatal("stopping a piece stopped a shared informer")
+			t.Fatal("stopping a piece stopped a shared informer the replica holds")
+		}
+		if !eventually(deployments.IsStopped) {
+			t.Fatal("the Deployments informer only the stopped piece used still runs")
 		}
 		return f
 	}

@@ -10,21 +10,20 @@ import (
 	"k8s.io/client-go/metadata/metadatainformer"
 )
 
-// Metadata is the piece's view of the replica's metadata informer factory
-// (whose informers run until SharedStop): handlers are recorded in f and
+// Metadata is the piece's view of the replica's metadata-only informers
+// (in f.Shared, held until f.Shutdown): handlers are recorded in f and
 // removed by f.Shutdown, and namespaced resources are filtered as f's typed
 // ones are.
-func (f *PieceFactory) Metadata(shared metadatainformer.SharedInformerFactory) metadatainformer.SharedInformerFactory {
-	return &metadataView{shared: shared, factory: f}
+func (f *PieceFactory) Metadata() metadatainformer.SharedInformerFactory {
+	return &metadataView{factory: f}
 }
 
 type metadataView struct {
-	shared  metadatainformer.SharedInformerFactory
 	factory *PieceFactory
 }
 
 func (m *metadataView) ForResource(gvr schema.GroupVersionResource) informers.GenericInformer {
-	informer := m.shared.ForResource(gvr).Informer()
+	informer := m.factory.Shared.MetadataFor(m.factory, gvr)
 	namespaces := gvr.Group == "" && gvr.Resource == "namespaces"
 	if !namespaces && m.clusterScoped(gvr) {
 		return genericInformer{informer: &sharedView{SharedIndexInformer: informer, factory: m.factory}, resource: gvr.GroupResource()}
@@ -46,15 +45,21 @@ func (m *metadataView) clusterScoped(gvr schema.GroupVersionResource) bool {
 	return err == nil && mapping.Scope.Name() == meta.RESTScopeNameRoot
 }
 
-// Start starts the shared informers for the replica's lifetime and puts
-// the piece's handlers live (as PieceFactory.Start).
+// Start starts the piece's shared informers and puts its handlers live
+// (as PieceFactory.Start).
 func (m *metadataView) Start(<-chan struct{}) {
-	m.shared.Start(m.factory.SharedStop)
+	m.factory.Shared.Start(m.factory)
 	m.factory.goLiveOnce()
 }
 
 func (m *metadataView) WaitForCacheSync(stopCh <-chan struct{}) map[schema.GroupVersionResource]bool {
-	return m.shared.WaitForCacheSync(stopCh)
+	out := map[schema.GroupVersionResource]bool{}
+	for key, ok := range m.factory.Shared.WaitForCacheSync(m.factory, stopCh) {
+		if key.typed == nil {
+			out[key.metadata] = ok
+		}
+	}
+	return out
 }
 
 // Shutdown does nothing: the shared informers are the replica's, and the

@@ -38,12 +38,17 @@ var (
 		Help:           "Sources of the owned cache that listed their namespaces again because their resourceVersion expired.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"resource"})
+	sharedInformers = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace: "fleet", Name: "shared_informers",
+		Help:           "Cluster-wide informers (typed and metadata-only) the replica runs for its pieces; one stops when the last piece using it stops.",
+		StabilityLevel: metrics.ALPHA,
+	})
 )
 
 var registerOnce sync.Once
 
 func registerMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(ownedNamespaces, ownedPartitions, ownedSources, ownedWideSources, selectorIgnored, sourceRelists)
+		legacyregistry.MustRegister(ownedNamespaces, ownedPartitions, ownedSources, ownedWideSources, selectorIgnored, sourceRelists, sharedInformers)
 	})
 }

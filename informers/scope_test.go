@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
-	clientinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
@@ -137,7 +136,7 @@ func testScope(t *testing.T, client kubernetes.Interface) {
 	}
 	replica, stop := context.WithCancel(context.Background())
 	defer stop()
-	shared := clientinformers.NewSharedInformerFactory(client, 0)
+	shared := NewPool(replica, PoolConfig{Client: client})
 	scope := NewScope(4, partitionOf)
 	f, err := NewPieceFactory(PieceConfig{Shared: shared, SharedStop: replica.Done(), Mapper: testMapper(), Scope: scope})
 	if err != nil {
@@ -295,7 +294,7 @@ func TestScopeConcurrentGain(t *testing.T) {
 	client := fake.NewSimpleClientset()
 	replica, stop := context.WithCancel(context.Background())
 	defer stop()
-	shared := clientinformers.NewSharedInformerFactory(client, 0)
+	shared := NewPool(replica, PoolConfig{Client: client})
 	scope := NewScope(4, partitionOf)
 	f, err := NewPieceFactory(PieceConfig{Shared: shared, SharedStop: replica.Done(), Mapper: testMapper(), Scope: scope})
 	if err != nil {
@@ -303,7 +302,11 @@ func TestScopeConcurrentGain(t *testing.T) {
 	}
 	rec := newRecorder()
 	informer := f.Core().V1().ConfigMaps()
-	cluster := shared.Core().V1().ConfigMaps().Informer().GetStore()
+	clusterInformer, err := shared.ForResource(t, corev1.SchemeGroupVersion.WithResource("configmaps"), corev1.SchemeGroupVersion.WithKind("ConfigMap"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster := clusterInformer.GetStore()
 	if _, err := informer.Informer().AddEventHandler(rec.handler()); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,240 @@
+package informers
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/informers/internalinterfaces"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+)
+
+// PoolConfig is what a Pool is made from.
+type PoolConfig struct {
+	Client    kubernetes.Interface
+	Metadata  metadata.Interface
+	Resync    time.Duration
+	Transform cache.TransformFunc
+}
+
+// Pool is the replica's cluster-wide informers, typed and metadata-only:
+// one per kind, shared by every user (a piece's factory, the replica
+// itself) that asked for it, and stopped once the last of them has
+// released it. A singleton that moves to another replica so takes its
+// cluster-wide caches with it; with client-go's factory, which stops its
+// informers only all together, they ran until the replica ended, and a
+// replica that had once run every singleton (the first one up, or the
+// last one left during a rolling update) kept caching for all of them.
+//
+// Each informer has a client-go factory of its own, so that it can be
+// stopped alone and that ForResource keeps client-go's mapping of
+// resources to informers.
+type Pool struct {
+	config PoolConfig
+	// done is the replica's lifetime: every informer stops with it.
+	done <-chan struct{}
+
+	mu      sync.Mutex
+	entries map[poolKey]*poolEntry
+}
+
+// poolKey names an informer: a typed one by its object's Go type, a
+// metadata one by resource.
+type poolKey struct {
+	typed    reflect.Type
+	metadata schema.GroupVersionResource
+}
+
+func (k poolKey) String() string {
+	if k.typed != nil {
+		return k.typed.String()
+	}
+	return "metadata " + k.metadata.String()
+}
+
+type poolEntry struct {
+	key      poolKey
+	typed    informers.SharedInformerFactory
+	metadata metadatainformer.SharedInformerFactory
+	informer cache.SharedIndexInformer
+	users    map[any]struct{}
+	stop     chan struct{}
+}
+
+func (e *poolEntry) start() {
+	if e.typed != nil {
+		e.typed.Start(e.stop)
+	} else {
+		e.metadata.Start(e.stop)
+	}
+}
+
+// NewPool makes an empty pool whose informers all stop when ctx ends.
+func NewPool(ctx context.Context, c PoolConfig) *Pool {
+	registerMetrics()
+	p := &Pool{config: c, done: ctx.Done(), entries: map[poolKey]*poolEntry{}}
+	go func() {
+		<-ctx.Done()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for key, e := range p.entries {
+			p.remove(key, e)
+		}
+	}()
+	return p
+}
+
+// entry finds or makes the informer of key for user. Called with mu held.
+func (p *Pool) entry(user any, key poolKey, build func(*poolEntry)) *poolEntry {
+	e, ok := p.entries[key]
+	if !ok {
+		e = &poolEntry{key: key, users: map[any]struct{}{}, stop: make(chan struct{})}
+		build(e)
+		p.entries[key] = e
+		sharedInformers.Inc()
+		klog.V(2).InfoS("Shared informer made", "informer", key)
+	}
+	e.users[user] = struct{}{}
+	return e
+}
+
+// InformerFor gives user the typed informer of obj's kind (made by
+// newFunc if it is new; not started).
+func (p *Pool) InformerFor(user any, obj runtime.Object, newFunc internalinterfaces.NewInformerFunc) cache.SharedIndexInformer {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e := p.entry(user, poolKey{typed: reflect.TypeOf(obj)}, func(e *poolEntry) {
+		e.typed = p.newTyped()
+		e.informer = e.typed.InformerFor(obj, newFunc)
+	})
+	return e.informer
+}
+
+// ForResource gives user the typed informer of gvr, as client-go's
+// factory maps it.
+func (p *Pool) ForResource(user any, gvr schema.GroupVersionResource, gvk schema.GroupVersionKind) (cache.SharedIndexInformer, error) {
+	obj, err := scheme.Scheme.New(gvk)
+	if err != nil {
+		return nil, fmt.Errorf("informer for %s: %w", gvr, err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	key := poolKey{typed: reflect.TypeOf(obj)}
+	if e, ok := p.entries[key]; ok {
+		e.users[user] = struct{}{}
+		return e.informer, nil
+	}
+	typed := p.newTyped()
+	generic, err := typed.ForResource(gvr)
+	if err != nil {
+		return nil, err
+	}
+	e := p.entry(user, key, func(e *poolEntry) {
+		e.typed = typed
+		e.informer = generic.Informer()
+	})
+	return e.informer, nil
+}
+
+// MetadataFor gives user the metadata-only informer of gvr.
+func (p *Pool) MetadataFor(user any, gvr schema.GroupVersionResource) cache.SharedIndexInformer {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e := p.entry(user, poolKey{metadata: gvr}, func(e *poolEntry) {
+		e.metadata = metadatainformer.NewSharedInformerFactoryWithOptions(p.config.Metadata, p.config.Resync, metadatainformer.WithTransform(p.config.Transform))
+		e.informer = e.metadata.ForResource(gvr).Informer()
+	})
+	return e.informer
+}
+
+func (p *Pool) newTyped() informers.SharedInformerFactory {
+	return informers.NewSharedInformerFactoryWithOptions(p.config.Client, p.config.Resync, informers.WithTransform(p.config.Transform))
+}
+
+// Start starts every informer of user that is not running yet; it runs
+// until every user has released it, or the replica ends.
+func (p *Pool) Start(user any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.done:
+		return // the replica is ending; its informers are stopping
+	default:
+	}
+	for _, e := range p.entries {
+		if _, ok := e.users[user]; ok {
+			e.start()
+		}
+	}
+}
+
+// WaitForCacheSync waits for user's informers to sync; the result says,
+// per informer, whether it did.
+func (p *Pool) WaitForCacheSync(user any, stopCh <-chan struct{}) map[poolKey]bool {
+	p.mu.Lock()
+	var mine []*poolEntry
+	for _, e := range p.entries {
+		if _, ok := e.users[user]; ok {
+			mine = append(mine, e)
+		}
+	}
+	p.mu.Unlock()
+	out := map[poolKey]bool{}
+	for _, e := range mine {
+		out[e.key] = cache.WaitForCacheSync(stopCh, e.informer.HasSynced)
+	}
+	return out
+}
+
+// Release gives back every informer user holds: those it was the last
+// user of stop. Remove user's event handlers first.
+func (p *Pool) Release(user any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for key, e := range p.entries {
+		if _, ok := e.users[user]; !ok {
+			continue
+		}
+		delete(e.users, user)
+		if len(e.users) == 0 {
+			p.remove(key, e)
+		}
+	}
+}
+
+// remove stops e's informer. Called with mu held.
+func (p *Pool) remove(key poolKey, e *poolEntry) {
+	delete(p.entries, key)
+	close(e.stop)
+	sharedInformers.Dec()
+	klog.V(2).InfoS("Shared informer stopped: no piece uses it", "informer", key)
+	// Shutdown waits for the informer's goroutines.
+	go func() {
+		if e.typed != nil {
+			e.typed.Shutdown()
+		} else {
+			e.metadata.Shutdown()
+		}
+	}()
+}
+
+// Running lists the informers running or made, by name (tests, debug).
+func (p *Pool) Running() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]string, 0, len(p.entries))
+	for key := range p.entries {
+		out = append(out, key.String())
+	}
+	return out
+}
