@@ -66,11 +66,13 @@ func (r *Runtime) registerDebug(built []kcmapp.Controller) func() {
 const CachePath = "/debug/fleet/cache"
 
 // OwnedCacheStatus is CachePath's answer: the informer mode, and, with an
-// owned cache, the partitions loaded into it and the keys of every object
-// it holds, by resource.
+// owned cache, the partitions loaded into it, the resources it holds in
+// every namespace for the colocated singletons, and the keys of every
+// object it holds, by resource.
 type OwnedCacheStatus struct {
 	Mode       string              `json:"mode"`
 	Partitions []int               `json:"partitions,omitempty"`
+	Everywhere []string            `json:"everywhere,omitempty"`
 	Keys       map[string][]string `json:"keys,omitempty"`
 }
 
@@ -79,7 +81,7 @@ func (r *Runtime) CacheHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		status := OwnedCacheStatus{Mode: string(r.mode)}
 		if r.owned != nil {
-			status.Partitions, status.Keys = r.owned.Partitions(), r.owned.Keys()
+			status.Partitions, status.Everywhere, status.Keys = r.owned.Partitions(), r.owned.Everywhere(), r.owned.Keys()
 		}
 		w.Header().Set("Content-Type", "application/json")
 		if err := json.NewEncoder(w).Encode(status); err != nil {

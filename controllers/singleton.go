@@ -3,9 +3,13 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"reflect"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientinformers "k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/controller-manager/pkg/informerfactory"
 	kcmapp "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 	"k8s.io/kubernetes/cmd/kube-controller-manager/names"
@@ -30,8 +34,16 @@ func (r *Runtime) runSingleton(ctx context.Context, piece shard.Piece) error {
 	run.Open(0)
 	defer run.Close(context.Background(), 0) //nolint:errcheck // a background context never ends
 	cc := r.controllerContext(r.singletonBuilder.forSingletonRun(run))
+	held, err := r.holdEverywhere(ctx, piece.Name())
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while loading
+		}
+		return fmt.Errorf("informers of %s: %w", piece, err)
+	}
+	defer r.releaseEverywhere(held)
 	factory, err := informers.NewPieceFactory(informers.PieceConfig{
-		Shared: r.shared, SharedStop: r.sharedStop, Mapper: r.restMapper,
+		Shared: r.shared, SharedStop: r.sharedStop, Mapper: r.restMapper, Held: held,
 		Resync: cc.ResyncPeriod(), Transform: trimManagedFields,
 	})
 	if err != nil {
@@ -78,4 +90,41 @@ func (r *Runtime) runSingleton(ctx context.Context, piece shard.Piece) error {
 	}
 	kcmapp.RunControllers(ctx, cc, built, kcmapp.ControllerStartJitter, 0)
 	return nil
+}
+
+// heldEverywhere are the kinds the colocated singletons read in every
+// namespace and the partition controllers read in theirs.
+var heldEverywhere = []runtime.Object{&corev1.Pod{}, &corev1.PersistentVolumeClaim{}}
+
+// holdEverywhere makes the owned cache hold every namespace of the kinds
+// a colocated singleton reads cluster-wide (every Pod, every PVC) and
+// gives those informers: with the pool's cluster-wide informers instead,
+// the replica running the colocated singletons cached its partitions'
+// Pods twice (a fleet of one: every Pod twice). Nil without an owned
+// cache, or for other singletons.
+func (r *Runtime) holdEverywhere(ctx context.Context, name string) (map[reflect.Type]cache.SharedIndexInformer, error) {
+	if r.owned == nil || !Catalog[name].Has(NeedsClusterWidePods) {
+		return nil, nil
+	}
+	r.owned.Start(r.sharedStop)
+	held := map[reflect.Type]cache.SharedIndexInformer{}
+	for _, obj := range heldEverywhere {
+		informer, err := r.owned.HoldEverywhere(ctx, obj)
+		if err != nil {
+			r.releaseEverywhere(held)
+			return nil, err
+		}
+		held[reflect.TypeOf(obj)] = informer
+	}
+	return held, nil
+}
+
+// releaseEverywhere ends holdEverywhere, once the singleton's handlers
+// are gone.
+func (r *Runtime) releaseEverywhere(held map[reflect.Type]cache.SharedIndexInformer) {
+	for _, obj := range heldEverywhere {
+		if _, ok := held[reflect.TypeOf(obj)]; ok {
+			r.owned.ReleaseEverywhere(obj)
+		}
+	}
 }

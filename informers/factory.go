@@ -66,7 +66,10 @@ type PieceConfig struct {
 	// Owned caches the namespaced kinds of the Scope view: only the
 	// namespaces of loaded partitions. Nil: Shared caches every namespace
 	// (informer mode filtered-watch).
-	Owned     *OwnedCache
+	Owned *OwnedCache
+	// Held: informers of the owned cache a singleton reads instead of the
+	// pool's, by object type (OwnedCache.HoldEverywhere).
+	Held      map[reflect.Type]cache.SharedIndexInformer
 	Resync    time.Duration
 	Transform cache.TransformFunc
 }
@@ -175,6 +178,9 @@ func (f *PieceFactory) InformerFor(obj runtime.Object, newFunc internalinterface
 	if _, ok := obj.(*corev1.Namespace); ok {
 		return f.view(f.Shared.InformerFor(f, obj, newFunc), true)
 	}
+	if held, ok := f.Held[reflect.TypeOf(obj)]; ok {
+		return &sharedView{SharedIndexInformer: held, factory: f}
+	}
 	if f.clusterScoped(obj) {
 		return &sharedView{SharedIndexInformer: f.Shared.InformerFor(f, obj, newFunc), factory: f}
 	}
@@ -280,12 +286,17 @@ func (f *PieceFactory) ForResource(gvr schema.GroupVersionResource) (informers.G
 		return nil, fmt.Errorf("scope of %s: %w", gvr, err)
 	}
 	clusterScoped := mapping.Scope.Name() == meta.RESTScopeNameRoot
-	if !clusterScoped && f.Owned != nil {
+	if !clusterScoped && (f.Owned != nil || len(f.Held) > 0) {
 		obj, err := scheme.Scheme.New(gvk)
 		if err != nil {
 			return nil, fmt.Errorf("informer for %s: %w", gvr, err)
 		}
-		return generic(f.view(f.Owned.InformerFor(obj), false))
+		if held, ok := f.Held[reflect.TypeOf(obj)]; ok {
+			return generic(&sharedView{SharedIndexInformer: held, factory: f})
+		}
+		if f.Owned != nil {
+			return generic(f.view(f.Owned.InformerFor(obj), false))
+		}
 	}
 	informer, err := f.Shared.ForResource(f, gvr, gvk)
 	if err != nil {

@@ -59,6 +59,10 @@ type OwnedCache struct {
 type ownedInformer struct {
 	informer cache.SharedIndexInformer
 	lw       *ownedListWatch
+	// everywhere: singletons of this replica reading every namespace of
+	// this kind from this informer (HoldEverywhere); while above 0 it
+	// holds every namespace, not only those of loaded partitions.
+	everywhere int
 }
 
 // joinDelay gathers namespaces created together into one source.
@@ -87,7 +91,7 @@ func (o *OwnedCache) namespaceAdded(obj any) {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if !o.partitions[o.config.PartitionOf(ns.Name)] {
+	if !o.partitions[o.config.PartitionOf(ns.Name)] && !o.heldEverywhere() {
 		return
 	}
 	o.joining = append(o.joining, ns.Name)
@@ -105,11 +109,76 @@ func (o *OwnedCache) join() {
 			namespaces = append(namespaces, ns)
 		}
 	}
-	o.joining = nil
 	for _, i := range o.informers {
-		i.lw.load(namespaces, false)
+		if i.everywhere > 0 {
+			i.lw.load(o.joining, false)
+		} else {
+			i.lw.load(namespaces, false)
+		}
 	}
+	o.joining = nil
 	ownedNamespaces.Add(float64(len(namespaces)))
+}
+
+// heldEverywhere says whether some informer holds every namespace. Called
+// with mu held.
+func (o *OwnedCache) heldEverywhere() bool {
+	for _, i := range o.informers {
+		if i.everywhere > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// HoldEverywhere makes the informer of obj's kind hold every namespace
+// until as many ReleaseEverywhere, and returns it once it does: for the
+// singletons that read every object of a kind the partition controllers
+// read too (every Pod), so that the replica running both caches them once
+// rather than its partitions' share twice. Start the cache first.
+func (o *OwnedCache) HoldEverywhere(ctx context.Context, obj runtime.Object) (cache.SharedIndexInformer, error) {
+	if err := o.waitNamespaces(ctx); err != nil {
+		return nil, err
+	}
+	informer := o.InformerFor(obj)
+	o.mu.Lock()
+	i := o.informers[reflect.TypeOf(obj)]
+	i.everywhere++
+	namespaces := o.config.Namespaces.GetStore().ListKeys()
+	sort.Strings(namespaces)
+	i.lw.load(namespaces, true)
+	o.mu.Unlock()
+	err := wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) {
+		return i.lw.loadedInto(namespaces), nil
+	})
+	if err != nil {
+		o.ReleaseEverywhere(obj)
+		return nil, fmt.Errorf("loading every namespace of %T: %w", obj, err)
+	}
+	return informer, nil
+}
+
+// ReleaseEverywhere ends one HoldEverywhere: after the last, the informer
+// drops the namespaces of partitions not loaded (as deletions, which
+// scoped handlers do not see). Remove the singleton's handlers first.
+func (o *OwnedCache) ReleaseEverywhere(obj runtime.Object) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	i, ok := o.informers[reflect.TypeOf(obj)]
+	if !ok || i.everywhere == 0 {
+		return
+	}
+	i.everywhere--
+	if i.everywhere > 0 {
+		return
+	}
+	var gone []string
+	for _, ns := range i.lw.namespaces() {
+		if !o.partitions[o.config.PartitionOf(ns)] {
+			gone = append(gone, ns)
+		}
+	}
+	i.lw.unload(gone)
 }
 
 // InformerFor gives the cache's informer of obj's kind, which must be a
@@ -252,6 +321,9 @@ func (o *OwnedCache) Unload(p int) {
 		namespaces = o.namespacesOf(map[int]bool{p: true})
 	}
 	for _, i := range o.informers {
+		if i.everywhere > 0 {
+			continue // a singleton reads them still
+		}
 		i.lw.unload(namespaces)
 	}
 	ownedNamespaces.Add(-float64(len(namespaces)))
@@ -283,6 +355,21 @@ func (o *OwnedCache) Sources() map[string]int {
 			i.lw.mu.Unlock()
 		}
 	}
+	return out
+}
+
+// Everywhere lists the resources held in every namespace now
+// (HoldEverywhere), sorted (tests, debug).
+func (o *OwnedCache) Everywhere() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out []string
+	for _, i := range o.informers {
+		if t, err := i.lw.target(); err == nil && i.everywhere > 0 {
+			out = append(out, t.resource)
+		}
+	}
+	sort.Strings(out)
 	return out
 }
 

@@ -39,7 +39,9 @@ import (
 // (the fallback of a replica owning more namespaces than it should watch
 // one by one): its first list is one cluster-wide list, a partition of
 // three namespaces loaded later is listed in one too, and a namespace
-// created later is listed alone, then merged.
+// created later is listed alone, then merged. Held everywhere (for the
+// colocated singletons), the informer holds every namespace until
+// released.
 func TestOwnedCache(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -279,6 +281,31 @@ func testOwnedCache(ctx context.Context, t *testing.T, config *rest.Config, shar
 	if err != nil {
 		t.Fatalf("after loading partition 0 again the store reads through version %s, behind the last write (%s)", stored, last.ResourceVersion)
 	}
+
+	// A singleton reading every namespace holds the same informer: it
+	// holds a full list once HoldEverywhere returns, keeps it while
+	// partitions unload and namespaces are created, and holds the loaded
+	// partitions' again once released.
+	held, err := owned.HoldEverywhere(ctx, &corev1.ConfigMap{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held != informer {
+		t.Fatal("HoldEverywhere gave another informer than the partition controllers'")
+	}
+	everywhere := []int{0, 1, 2, 9}
+	if got, want := cached(), expected(everywhere...); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("right after HoldEverywhere the cache holds %v, want every ConfigMap %v", got, want)
+	}
+	owned.Unload(1)
+	createNamespace("p2-e")
+	createConfigMap("p2-e", "while-held")
+	createConfigMap("p1-a", "while-held")
+	waitExact("held everywhere, after partition 1 unloaded and a namespace created", everywhere...)
+	owned.ReleaseEverywhere(&corev1.ConfigMap{})
+	waitExact("released", 0)
+	createConfigMap("p2-e", "after-release")
+	waitExact("released, after a change out of the loaded namespaces", 0)
 }
 
 func waitSynced(ctx context.Context, synced func() bool) bool {

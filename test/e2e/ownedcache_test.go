@@ -124,7 +124,9 @@ func TestReplicaCachesOwnedNamespaces(t *testing.T) {
 // waitCachesExact waits until every replica's cache holds exactly the
 // ConfigMaps, Deployments, ReplicaSets and Pods of the namespaces of the
 // partitions it runs, by a full list of each, and the replicas' loaded
-// partitions are those they run: all partitions, each once.
+// partitions are those they run: all partitions, each once. The replica
+// running the colocated singletons (podgc among them) holds every Pod,
+// once, and it alone.
 func waitCachesExact(ctx context.Context, t *testing.T, client kubernetes.Interface, httpClient *http.Client, ports map[string]int, when string) {
 	t.Helper()
 	ring := shard.DefaultRingConfig
@@ -138,7 +140,7 @@ func waitCachesExact(ctx context.Context, t *testing.T, client kubernetes.Interf
 		seen := map[int]string{}
 		sizes = nil
 		for name, port := range ports {
-			running, err := runningPartitions(ctx, client, name)
+			running, colocated, err := runningPieces(ctx, client, name)
 			if err != nil {
 				return false, err.Error()
 			}
@@ -157,12 +159,19 @@ func waitCachesExact(ctx context.Context, t *testing.T, client kubernetes.Interf
 				seen[p] = name
 				owned[p] = true
 			}
+			everywhere := map[string]bool{}
+			for _, resource := range status.Everywhere {
+				everywhere[resource] = true
+			}
+			if everywhere["pods"] != colocated {
+				return false, fmt.Sprintf("%s runs the colocated singletons: %v, holds every Pod: %v", name, colocated, everywhere["pods"])
+			}
 			held := 0
 			for resource, keys := range all {
 				var want []string
 				for _, key := range keys {
 					ns, _, _ := strings.Cut(key, "/")
-					if owned[ring.NamespacePartition(ns)] {
+					if owned[ring.NamespacePartition(ns)] || everywhere[resource] {
 						want = append(want, key)
 					}
 				}
@@ -217,24 +226,29 @@ func fullLists(ctx context.Context, client kubernetes.Interface) (map[string][]s
 	return out, nil
 }
 
-func runningPartitions(ctx context.Context, client kubernetes.Interface, member string) ([]int, error) {
+// runningPieces reads member's Lease: the partitions it runs, and whether
+// it runs the colocated singletons (podgc is one).
+func runningPieces(ctx context.Context, client kubernetes.Interface, member string) (partitions []int, colocated bool, err error) {
 	lease, err := client.CoordinationV1().Leases("kube-system").Get(ctx, member, metav1.GetOptions{})
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	st, err := membership.ParseState(lease.Annotations[membership.StateAnnotation])
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	out := []int{}
+	partitions = []int{}
 	for _, piece := range st.Running {
 		var p int
 		if _, err := fmt.Sscanf(piece, "partition/%d", &p); err == nil {
-			out = append(out, p)
+			partitions = append(partitions, p)
+		}
+		if piece == "singleton/pod-garbage-collector-controller" {
+			colocated = true
 		}
 	}
-	sort.Ints(out)
-	return out, nil
+	sort.Ints(partitions)
+	return partitions, colocated, nil
 }
 
 // cacheStatus reads a replica's /debug/fleet/cache (controllers.CachePath;
@@ -263,5 +277,6 @@ func cacheStatus(client *http.Client, port int) (ownedCacheStatus, error) {
 type ownedCacheStatus struct {
 	Mode       string              `json:"mode"`
 	Partitions []int               `json:"partitions"`
+	Everywhere []string            `json:"everywhere"`
 	Keys       map[string][]string `json:"keys"`
 }
