@@ -181,7 +181,11 @@ func waitCachesExact(ctx context.Context, t *testing.T, client kubernetes.Interf
 				}
 				held += len(got)
 			}
-			sizes = append(sizes, fmt.Sprintf("%s: %d partitions, %d objects", name, len(status.Partitions), held))
+			entry := fmt.Sprintf("%s: %d partitions, %d objects", name, len(status.Partitions), held)
+			if everywhere["pods"] {
+				entry += ", every Pod"
+			}
+			sizes = append(sizes, entry)
 		}
 		return len(seen) == ring.Partitions, fmt.Sprintf("%d partitions loaded", len(seen))
 	})
