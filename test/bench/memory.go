@@ -48,6 +48,11 @@ func memorySizeFor(namespaces int) memorySize {
 // converged before RSS is read: caches synced, start-up garbage collected.
 const memorySettle = 60 * time.Second
 
+// memoryProfileSpan is how long the CPU profiles of -profile run from the
+// system's start: the first half of the fleet's convergence, where the
+// apiserver spends the CPU the fleet costs it over KCM.
+const memoryProfileSpan = 45 * time.Second
+
 // memoryRun fills a fresh cluster with the memory workload (ConfigMaps,
 // Secrets and Services before the system starts, so its caches sync them;
 // Deployments after, so its controllers make the pods), waits until every
@@ -57,8 +62,13 @@ const memorySettle = 60 * time.Second
 func memoryRun(ctx context.Context, binDir string, s system, l limits, cfg config, dir string) (map[string]float64, string, error) {
 	size, profileDir := cfg.memorySize, cfg.profile
 	pods := size.Namespaces * size.Deployments * size.Replicas
+	var apiServerArgs []string
+	if profileDir != "" {
+		// The CPU profiles of -profile include the apiserver's.
+		apiServerArgs = append(apiServerArgs, "--profiling=true")
+	}
 	cluster, err := localcluster.Start(ctx, localcluster.Options{BinDir: binDir, Dir: dir, Scheduler: true,
-		KwokNodes: pods/100 + 2, KwokPodParallelism: 64})
+		KwokNodes: pods/100 + 2, KwokPodParallelism: 64, APIServerArgs: apiServerArgs})
 	if err != nil {
 		return nil, "", err
 	}
@@ -106,6 +116,7 @@ func memoryRun(ctx context.Context, binDir string, s system, l limits, cfg confi
 		return nil, "", err
 	}
 	started := time.Now()
+	waitProfiles := b.profileConvergence(profileDir, memoryProfileSpan)
 	if err := parallel(namespaces, 16, func(ns string) error {
 		for i := range size.Deployments {
 			if err := b.createDeployment(ns, fmt.Sprintf("web-%d", i), size.Replicas); err != nil {
@@ -120,6 +131,7 @@ func memoryRun(ctx context.Context, binDir string, s system, l limits, cfg confi
 		return nil, "", err
 	}
 	b.figures["m_converge_s"] = time.Since(started).Seconds()
+	waitProfiles()
 	// What limited the workload, from the system's start to convergence.
 	machineAfter, err := readMachineCPU()
 	if err != nil {
@@ -168,26 +180,6 @@ func memoryRun(ctx context.Context, binDir string, s system, l limits, cfg confi
 		b.figures["watches_open"] = w
 	}
 	return b.figures, fmt.Sprintf("%s (%d controller-manager processes)", limitedBy, len(rss)), nil
-}
-
-// saveHeapProfile writes a process's heap profile (after a GC) to path.
-func saveHeapProfile(client *http.Client, port int, path string) error {
-	resp, err := client.Get(fmt.Sprintf("https://127.0.0.1:%d/debug/pprof/heap?gc=1", port))
-	if err != nil {
-		return fmt.Errorf("heap profile on port %d: %w", port, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("heap profile on port %d: HTTP %d", port, resp.StatusCode)
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return fmt.Errorf("heap profile on port %d: %w", port, err)
-	}
-	return os.WriteFile(path, data, 0o644)
 }
 
 // parallel runs fn for every item, width at a time; the first error wins.

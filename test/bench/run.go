@@ -13,7 +13,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -873,46 +872,4 @@ func limiter(cpu map[string]float64, busy, busySeconds float64, isCM func(string
 	}
 	return fmt.Sprintf("%s: machine %.0f%% busy (/proc/stat), most in %s (%.0f%% of the machine's busy time); %.0f%% not in the processes started",
 		what, busy*100, top, share(topV), max(0, share(busySeconds-total)))
-}
-
-// profileReplicas starts a CPU profile of every fleet replica (KCM's
-// /debug/pprof, which the replica serves) and returns a function that
-// waits for them and writes them to b.profileDir.
-func (b *bench) profileReplicas(d time.Duration) func() {
-	if b.profileDir == "" || !b.system.Fleet {
-		return func() {}
-	}
-	httpClient, err := b.cluster.AdminHTTPClient()
-	if err != nil {
-		klog.Infof("profiles: %v", err)
-		return func() {}
-	}
-	httpClient.Timeout = d + 30*time.Second
-	var wg sync.WaitGroup
-	for i, port := range b.ports {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			url := fmt.Sprintf("https://127.0.0.1:%d/debug/pprof/profile?seconds=%d", port, int(d.Seconds()))
-			resp, err := httpClient.Get(url)
-			if err != nil {
-				klog.Infof("profile of fcm-%d: %v", i, err)
-				return
-			}
-			defer resp.Body.Close()
-			data, err := io.ReadAll(resp.Body)
-			if err != nil || resp.StatusCode != http.StatusOK {
-				klog.Infof("profile of fcm-%d: HTTP %d, %v", i, resp.StatusCode, err)
-				return
-			}
-			name := fmt.Sprintf("%s-%s-fcm-%d.cpu.pprof", strings.ReplaceAll(b.system.Name, " ", ""), b.limits.Name, i)
-			if err := os.MkdirAll(b.profileDir, 0o755); err == nil {
-				err = os.WriteFile(filepath.Join(b.profileDir, name), data, 0o644)
-			}
-			if err != nil {
-				klog.Infof("writing profile %s: %v", name, err)
-			}
-		}()
-	}
-	return wg.Wait
 }
