@@ -88,7 +88,7 @@ func main() {
 	flag.StringVar(&fleetArgs, "fleet-args", "", "Comma-separated extra flags for every fleet replica (e.g. --informer-mode=namespace-watch), for experiments.")
 	flag.BoolVar(&memory, "memory", false, "Memory mode: what each process holds once a mid-sized cluster (200 namespaces, 20,000 ConfigMaps and Secrets of 3 KiB, 5,000 kwok pods) is cached, for KCM and fleets of 1, 3 and 5, one run each at raised limits; results in memory.md.")
 	flag.BoolVar(&resume, "resume", false, "Keep the results of an interrupted invocation (<mode>.partial.json in -out) and run only the systems and limits it had not finished.")
-	flag.StringVar(&profile, "profile", "", "Write a CPU profile of every fleet replica, taken over the first 10 s of workload (a), into this folder (with -memory: a heap profile of every process once settled).")
+	flag.StringVar(&profile, "profile", "", "Write a CPU profile of every fleet replica, taken over the first 10 s of workload (a), into this folder (with -memory: CPU profiles of kube-apiserver and every controller-manager process over the first 45 s of convergence, and a heap profile of every process once settled).")
 	flag.StringVar(&keep, "keep", "", "Keep each run's control plane folder (logs, audit log) under this folder, for diagnosis.")
 	flag.StringVar(&workloads, "workloads", "", "Comma-separated workloads (a, b, c, d, e, f, g) to run instead of the mode's, for experiments; (a) always runs first, (g) and then (f) last.")
 	klog.InitFlags(nil)
