@@ -179,6 +179,9 @@ func memoryRun(ctx context.Context, binDir string, s system, l limits, cfg confi
 	if w, err := b.watches(); err == nil {
 		b.figures["watches_open"] = w
 	}
+	if w, err := b.terminatedWatchers(); err == nil {
+		b.figures["terminated_watchers"] = w
+	}
 	return b.figures, fmt.Sprintf("%s (%d controller-manager processes)", limitedBy, len(rss)), nil
 }
 

@@ -130,6 +130,9 @@ func benchRun(ctx context.Context, binDir string, s system, l limits, cfg config
 	if w, err := b.watches(); err == nil {
 		b.figures["watches_open"] = w
 	}
+	if w, err := b.terminatedWatchers(); err == nil {
+		b.figures["terminated_watchers"] = w
+	}
 	// Read after the accounting above, so the idle wait is not in it.
 	n, err := b.idleGoroutines()
 	if err != nil {
@@ -238,13 +241,37 @@ func (b *bench) startSystem() error {
 			return err
 		}
 	}
-	if err := b.createNamespace("bench-probe"); err != nil {
-		return err
+	probes := probeNamespaces(shard.DefaultRingConfig)
+	for _, ns := range probes {
+		if err := b.createNamespace(ns); err != nil {
+			return err
+		}
+		if err := b.createDeployment(ns, "probe", 1); err != nil {
+			return err
+		}
 	}
-	if err := b.createDeployment("bench-probe", "probe", 1); err != nil {
-		return err
+	return b.waitDeployments(probes, func(d *appsv1.Deployment) bool { return available(d, 1) })
+}
+
+// probeNamespaces names one namespace in every partition of ring, so that
+// a probe Deployment in each shows every partition's controllers working
+// (their informers synced), as one probe shows it for KCM. With a single
+// probe a fleet's other partitions were still listing when the workload
+// began, and the workload's time counted the fleet's start-up.
+func probeNamespaces(ring shard.RingConfig) []string {
+	byPartition := map[int]string{}
+	for i := 0; len(byPartition) < ring.Partitions; i++ {
+		ns := fmt.Sprintf("bench-probe-%d", i)
+		if _, ok := byPartition[ring.NamespacePartition(ns)]; !ok {
+			byPartition[ring.NamespacePartition(ns)] = ns
+		}
 	}
-	return b.waitDeployments([]string{"bench-probe"}, func(d *appsv1.Deployment) bool { return available(d, 1) })
+	out := make([]string, 0, len(byPartition))
+	for _, ns := range byPartition {
+		out = append(out, ns)
+	}
+	sort.Strings(out)
+	return out
 }
 
 func (b *bench) waitFleetSettled(members int) error {
@@ -751,13 +778,26 @@ func (b *bench) apiserverRequests() (map[string]float64, error) {
 
 // watches is how many watches the apiserver holds open now.
 func (b *bench) watches() (float64, error) {
+	return b.apiserverMetricSum("apiserver_longrunning_requests", func(line string) bool { return labelValue(line, "verb") == "WATCH" })
+}
+
+// terminatedWatchers is how many watchers the apiserver's watch cache has
+// closed for not keeping up (their buffer full past its time budget): each
+// makes a client relist, and a relisting kwok replays pod stages.
+func (b *bench) terminatedWatchers() (float64, error) {
+	return b.apiserverMetricSum("apiserver_terminated_watchers_total", func(string) bool { return true })
+}
+
+// apiserverMetricSum sums the apiserver's samples of metric whose line
+// match accepts.
+func (b *bench) apiserverMetricSum(metric string, match func(line string) bool) (float64, error) {
 	body, err := b.client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(b.ctx)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("reading the apiserver's metrics: %w", err)
 	}
 	total := 0.0
 	for _, line := range strings.Split(string(body), "\n") {
-		if strings.HasPrefix(line, "apiserver_longrunning_requests{") && labelValue(line, "verb") == "WATCH" {
+		if (strings.HasPrefix(line, metric+"{") || strings.HasPrefix(line, metric+" ")) && match(line) {
 			i := strings.LastIndexByte(line, ' ')
 			v, _ := strconv.ParseFloat(line[i+1:], 64)
 			total += v
