@@ -63,6 +63,20 @@ func (s *Scope) Lose(p int) (delivered int) {
 	}, false)
 }
 
+// IgnoreLosses marks a handler Lose does not call: one that rejects
+// cache.DeletedFinalStateUnknown and keeps no state of the objects Lose
+// would drop. The token controller's Secret filter is one: it logs an
+// error for every such deletion and drops it, and each error passes
+// apimachinery's 1 ms error backoff (runtime.ErrorHandlers), so one
+// replica's shutdown in the memory benchmark spent 4.3 s on 6,550 Secrets
+// before its partitions were released. The handler still hears every
+// event of owned namespaces and Gain's additions.
+func IgnoreLosses(h cache.ResourceEventHandler) cache.ResourceEventHandler {
+	return lossIgnoringHandler{h}
+}
+
+type lossIgnoringHandler struct{ cache.ResourceEventHandler }
+
 // deliver calls call for every cached object of partition p, per handler,
 // reading each object from the store under the handler's lock: an object
 // the informer has deleted meanwhile is skipped (its deletion reaches the
@@ -72,6 +86,9 @@ func (s *Scope) deliver(p int, call func(*scopedHandler, any), owned bool) int {
 	s.mu.Lock()
 	byIndexer := map[cache.Indexer][]*scopedHandler{}
 	for h := range s.handlers {
+		if !owned && h.ignoreLosses { // Lose
+			continue
+		}
 		byIndexer[h.indexer] = append(byIndexer[h.indexer], h)
 	}
 	s.mu.Unlock()
@@ -142,6 +159,8 @@ type scopedHandler struct {
 	indexer cache.Indexer
 	// byName: the objects are Namespaces, placed by their own name.
 	byName bool
+	// ignoreLosses: Lose skips this handler (IgnoreLosses).
+	ignoreLosses bool
 
 	mu sync.Mutex
 }

@@ -368,6 +368,73 @@ func TestScopeConcurrentGain(t *testing.T) {
 	}
 }
 
+// TestScopeIgnoreLosses: a handler marked IgnoreLosses hears Gain's
+// additions and the owned namespaces' events, and nothing of a Lose,
+// while the unmarked handler beside it gets the lost partition's
+// deletions; events of the lost partition reach neither.
+func TestScopeIgnoreLosses(t *testing.T) {
+	partitionOf := func(ns string) int { n, _ := strconv.Atoi(strings.TrimPrefix(ns, "ns")); return n % 2 }
+	var objects []runtime.Object
+	for ns := range 4 {
+		for i := range 3 {
+			objects = append(objects, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("s-%d", i), Namespace: fmt.Sprintf("ns%d", ns)}})
+		}
+	}
+	client := fake.NewSimpleClientset(objects...)
+	replica, stop := context.WithCancel(context.Background())
+	defer stop()
+	scope := NewScope(2, partitionOf)
+	f, err := NewPieceFactory(PieceConfig{Shared: NewPool(replica, PoolConfig{Client: client}), SharedStop: replica.Done(), Mapper: testMapper(), Scope: scope})
+	if err != nil {
+		t.Fatal(err)
+	}
+	told, ignoring := newRecorder(), newRecorder()
+	informer := f.Core().V1().Secrets().Informer()
+	if _, err := informer.AddEventHandler(told.handler()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := informer.AddEventHandler(IgnoreLosses(ignoring.handler())); err != nil {
+		t.Fatal(err)
+	}
+	f.Start(replica.Done())
+	f.WaitForCacheSync(replica.Done())
+	scope.Gain(0)
+	scope.Gain(1)
+	waitKnown := func(r *recorder, want int) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(replica, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+			return len(r.liveKeys()) == want, nil
+		}); err != nil {
+			t.Fatalf("handler knows %v, want %d objects", r.liveKeys(), want)
+		}
+	}
+	waitKnown(told, 12)
+	waitKnown(ignoring, 12)
+
+	if delivered := scope.Lose(1); delivered != 6 {
+		t.Errorf("Lose delivered %d deletions, want 6 (to the unmarked handler only)", delivered)
+	}
+	waitKnown(told, 6)
+	if told.tombs() != 6 {
+		t.Errorf("unmarked handler got %d deletions with unknown final state, want 6", told.tombs())
+	}
+	if ignoring.tombs() != 0 || len(ignoring.liveKeys()) != 12 {
+		t.Errorf("IgnoreLosses handler got %d deletions and knows %d objects, want 0 and 12", ignoring.tombs(), len(ignoring.liveKeys()))
+	}
+
+	calls := ignoring.callsIn("ns1", "ns3")
+	for _, ns := range []string{"ns0", "ns1"} {
+		if _, err := client.CoreV1().Secrets(ns).Create(replica, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "new", Namespace: ns}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitKnown(told, 7)
+	waitKnown(ignoring, 13)
+	if !slices.Contains(ignoring.liveKeys(), "ns0/new") || ignoring.callsIn("ns1", "ns3") != calls {
+		t.Errorf("IgnoreLosses handler: knows %v, %d calls for the lost partition; want ns0/new and none", ignoring.liveKeys(), ignoring.callsIn("ns1", "ns3")-calls)
+	}
+}
+
 func equal(a, b []string) bool {
 	if len(a) != len(b) {
 		return false

@@ -48,6 +48,9 @@ func (v *sharedView) filtered(h cache.ResourceEventHandler) (cache.ResourceEvent
 		return h, nil
 	}
 	sh := &scopedHandler{scope: v.scope, handler: h, indexer: v.SharedIndexInformer.GetIndexer(), byName: v.byName}
+	if l, ok := h.(lossIgnoringHandler); ok {
+		sh.handler, sh.ignoreLosses = l.ResourceEventHandler, true
+	}
 	return sh, sh
 }
 

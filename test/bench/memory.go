@@ -182,6 +182,9 @@ func memoryRun(ctx context.Context, binDir string, s system, l limits, cfg confi
 	if w, err := b.terminatedWatchers(); err == nil {
 		b.figures["terminated_watchers"] = w
 	}
+	if n, err := b.initEvents(); err == nil {
+		b.figures["init_events"] = n
+	}
 	return b.figures, fmt.Sprintf("%s (%d controller-manager processes)", limitedBy, len(rss)), nil
 }
 

@@ -40,6 +40,7 @@ var figureNames = []struct{ key, label string }{
 	{"requests_watch", "apiserver WATCH requests (all clients)"},
 	{"watches_open", "watches open at the end (all clients)"},
 	{"terminated_watchers", "watchers the apiserver closed for not keeping up (all clients)"},
+	{"init_events", "events the apiserver replayed to watches resuming at an older version (all clients)"},
 	{"m_converge_s", "memory workload: Deployments available (s)"},
 	{"m_rss_median_mib", "memory: RSS of the median process (MiB)"},
 	{"m_rss_largest_mib", "memory: RSS of the largest process (MiB)"},

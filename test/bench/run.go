@@ -133,6 +133,9 @@ func benchRun(ctx context.Context, binDir string, s system, l limits, cfg config
 	if w, err := b.terminatedWatchers(); err == nil {
 		b.figures["terminated_watchers"] = w
 	}
+	if n, err := b.initEvents(); err == nil {
+		b.figures["init_events"] = n
+	}
 	// Read after the accounting above, so the idle wait is not in it.
 	n, err := b.idleGoroutines()
 	if err != nil {
@@ -786,6 +789,13 @@ func (b *bench) watches() (float64, error) {
 // makes a client relist, and a relisting kwok replays pod stages.
 func (b *bench) terminatedWatchers() (float64, error) {
 	return b.apiserverMetricSum("apiserver_terminated_watchers_total", func(string) bool { return true })
+}
+
+// initEvents is how many events the apiserver's watch cache has replayed
+// to watches starting at an older version (each watch first sends what
+// happened since its version, before any new event).
+func (b *bench) initEvents() (float64, error) {
+	return b.apiserverMetricSum("apiserver_init_events_total", func(string) bool { return true })
 }
 
 // apiserverMetricSum sums the apiserver's samples of metric whose line
