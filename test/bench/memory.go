@@ -77,7 +77,7 @@ func memoryRun(ctx context.Context, binDir string, s system, l limits, cfg confi
 	if err != nil {
 		return nil, "", err
 	}
-	b := &bench{ctx: ctx, cluster: cluster, client: client, system: s, limits: l, binDir: binDir, figures: map[string]float64{}, ports: map[int]int{}, fleetArgs: cfg.fleetArgs}
+	b := &bench{ctx: ctx, cluster: cluster, client: client, system: s, limits: l, binDir: binDir, figures: map[string]float64{}, ports: map[int]int{}, profileDir: profileDir, fleetArgs: cfg.fleetArgs}
 	payload := strings.Repeat("x", size.ObjectKiB<<10)
 	namespaces := make([]string, size.Namespaces)
 	for i := range namespaces {
@@ -116,7 +116,7 @@ func memoryRun(ctx context.Context, binDir string, s system, l limits, cfg confi
 		return nil, "", err
 	}
 	started := time.Now()
-	waitProfiles := b.profileConvergence(profileDir, memoryProfileSpan)
+	waitProfiles := b.profileConvergence(memoryProfileSpan)
 	if err := parallel(namespaces, 16, func(ns string) error {
 		for i := range size.Deployments {
 			if err := b.createDeployment(ns, fmt.Sprintf("web-%d", i), size.Replicas); err != nil {

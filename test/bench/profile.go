@@ -29,18 +29,18 @@ func (b *bench) profileReplicas(d time.Duration) func() {
 	var targets []profileTarget
 	for i, port := range b.ports {
 		targets = append(targets, profileTarget{
-			name:    fmt.Sprintf("%s-%s-fcm-%d", strings.ReplaceAll(b.system.Name, " ", ""), b.limits.Name, i),
+			name:    fmt.Sprintf("%s-%s-fcm-%d.cpu", strings.ReplaceAll(b.system.Name, " ", ""), b.limits.Name, i),
 			baseURL: fmt.Sprintf("https://127.0.0.1:%d", port),
 		})
 	}
-	return b.profileCPU(b.profileDir, targets, d)
+	return b.profileCPU(targets, d)
 }
 
 // profileConvergence starts a CPU profile of kube-apiserver and of every
 // controller-manager process (KCM's too) while the memory workload
 // converges, to name what the apiserver and the replicas spend it on.
-func (b *bench) profileConvergence(dir string, d time.Duration) func() {
-	if dir == "" {
+func (b *bench) profileConvergence(d time.Duration) func() {
+	if b.profileDir == "" {
 		return func() {}
 	}
 	system := strings.ReplaceAll(b.system.Name, " ", "")
@@ -56,13 +56,14 @@ func (b *bench) profileConvergence(dir string, d time.Duration) func() {
 			baseURL: fmt.Sprintf("https://127.0.0.1:%d", b.ports[i]),
 		})
 	}
-	return b.profileCPU(dir, targets, d)
+	return b.profileCPU(targets, d)
 }
 
 // profileCPU takes a CPU profile of d from every target at once and
 // returns a function that waits for them and writes <name>.pprof into
-// dir. A profile that fails is logged, not fatal: it is a diagnosis.
-func (b *bench) profileCPU(dir string, targets []profileTarget, d time.Duration) func() {
+// b.profileDir. A profile that fails is logged, not fatal: it is a
+// diagnosis.
+func (b *bench) profileCPU(targets []profileTarget, d time.Duration) func() {
 	httpClient, err := b.cluster.AdminHTTPClient()
 	if err != nil {
 		klog.Infof("profiles: %v", err)
@@ -74,7 +75,7 @@ func (b *bench) profileCPU(dir string, targets []profileTarget, d time.Duration)
 		wg.Go(func() {
 			data, err := fetchProfile(httpClient, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", strings.TrimSuffix(t.baseURL, "/"), int(d.Seconds())))
 			if err == nil {
-				err = writeProfile(filepath.Join(dir, t.name+".pprof"), data)
+				err = writeProfile(filepath.Join(b.profileDir, t.name+".pprof"), data)
 			}
 			if err != nil {
 				klog.InfoS("CPU profile failed", "process", t.name, "err", err)
