@@ -67,13 +67,15 @@ const CachePath = "/debug/fleet/cache"
 
 // OwnedCacheStatus is CachePath's answer: the informer mode, and, with an
 // owned cache, the partitions loaded into it, the resources it holds in
-// every namespace for the colocated singletons, and the keys of every
-// object it holds, by resource.
+// every namespace for the colocated singletons, the field selectors
+// narrowing resources (ownedFieldSelectors), and the keys of every object
+// it holds, by resource.
 type OwnedCacheStatus struct {
-	Mode       string              `json:"mode"`
-	Partitions []int               `json:"partitions,omitempty"`
-	Everywhere []string            `json:"everywhere,omitempty"`
-	Keys       map[string][]string `json:"keys,omitempty"`
+	Mode           string              `json:"mode"`
+	Partitions     []int               `json:"partitions,omitempty"`
+	Everywhere     []string            `json:"everywhere,omitempty"`
+	FieldSelectors map[string]string   `json:"fieldSelectors,omitempty"`
+	Keys           map[string][]string `json:"keys,omitempty"`
 }
 
 // CacheHandler serves CachePath.
@@ -82,6 +84,7 @@ func (r *Runtime) CacheHandler() http.Handler {
 		status := OwnedCacheStatus{Mode: string(r.mode)}
 		if r.owned != nil {
 			status.Partitions, status.Everywhere, status.Keys = r.owned.Partitions(), r.owned.Everywhere(), r.owned.Keys()
+			status.FieldSelectors = r.owned.FieldSelectors()
 		}
 		w.Header().Set("Content-Type", "application/json")
 		if err := json.NewEncoder(w).Encode(status); err != nil {

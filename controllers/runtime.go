@@ -158,7 +158,8 @@ func NewRuntime(ctx context.Context, c *kcmconfig.CompletedConfig, identity stri
 	if mode != informers.ModeFilteredWatch {
 		if r.owned, err = informers.NewOwnedCache(informers.OwnedCacheConfig{
 			Sharded: mode == informers.ModeShardedWatch, MaxTerms: selectorTerms, NamespaceWatchMax: namespaceWatchMax, RESTClients: r.restClients, Mapper: restMapper,
-			Namespaces: namespaces, PartitionOf: ring.NamespacePartition, Resync: kcmapp.ResyncPeriod(c)(), Transform: trimManagedFields,
+			Namespaces: namespaces, PartitionOf: ring.NamespacePartition, FieldSelectors: ownedFieldSelectors(),
+			Resync: kcmapp.ResyncPeriod(c)(), Transform: trimManagedFields,
 		}); err != nil {
 			return nil, fmt.Errorf("owned cache: %w", err)
 		}

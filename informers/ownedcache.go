@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -34,8 +35,14 @@ type OwnedCacheConfig struct {
 	// Namespaces is the replica's informer of all Namespaces; it must run.
 	Namespaces  cache.SharedIndexInformer
 	PartitionOf func(namespace string) int
-	Resync      time.Duration
-	Transform   cache.TransformFunc
+	// FieldSelectors narrows kinds the partition controllers read only a
+	// few objects of: the informer of such a kind lists and watches with
+	// the field selector and holds only what matches (a kind not listed
+	// holds every object of its namespaces). A narrowed kind cannot be
+	// held everywhere: a singleton reading it reads the pool's.
+	FieldSelectors map[reflect.Type]fields.Selector
+	Resync         time.Duration
+	Transform      cache.TransformFunc
 }
 
 // OwnedCache is the replica's cache of namespaced kinds for its partition
@@ -75,6 +82,11 @@ func NewOwnedCache(c OwnedCacheConfig) (*OwnedCache, error) {
 	}
 	if c.NamespaceWatchMax < 0 {
 		return nil, fmt.Errorf("namespace watches must be at least 0, got %d", c.NamespaceWatchMax)
+	}
+	for t, selector := range c.FieldSelectors {
+		if selector == nil || selector.Empty() {
+			return nil, fmt.Errorf("field selector of %v is empty: leave the kind out to cache all its objects", t)
+		}
 	}
 	registerMetrics()
 	o := &OwnedCache{config: c, informers: map[reflect.Type]*ownedInformer{}, partitions: map[int]bool{}}
@@ -137,6 +149,9 @@ func (o *OwnedCache) heldEverywhere() bool {
 // read too (every Pod), so that the replica running both caches them once
 // rather than its partitions' share twice. Start the cache first.
 func (o *OwnedCache) HoldEverywhere(ctx context.Context, obj runtime.Object) (cache.SharedIndexInformer, error) {
+	if selector, ok := o.config.FieldSelectors[reflect.TypeOf(obj)]; ok {
+		return nil, fmt.Errorf("the owned cache holds only the %T objects matching %q, not every one", obj, selector)
+	}
 	if err := o.waitNamespaces(ctx); err != nil {
 		return nil, err
 	}
@@ -190,7 +205,7 @@ func (o *OwnedCache) InformerFor(obj runtime.Object) cache.SharedIndexInformer {
 	if i, ok := o.informers[t]; ok {
 		return i.informer
 	}
-	lw := newOwnedListWatch(targetOf(o.config.RESTClients, o.config.Mapper, obj), o.config.Sharded, o.config.MaxTerms, o.config.NamespaceWatchMax)
+	lw := newOwnedListWatch(targetOf(o.config.RESTClients, o.config.Mapper, obj, o.config.FieldSelectors[t]), o.config.Sharded, o.config.MaxTerms, o.config.NamespaceWatchMax)
 	informer := cache.NewSharedIndexInformer(lw, obj, o.config.Resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	if o.config.Transform != nil {
 		_ = informer.SetTransform(o.config.Transform)
@@ -373,6 +388,20 @@ func (o *OwnedCache) Everywhere() []string {
 	return out
 }
 
+// FieldSelectors gives the selector narrowing each informer made so far
+// that has one, by resource (tests, debug).
+func (o *OwnedCache) FieldSelectors() map[string]string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := map[string]string{}
+	for _, i := range o.informers {
+		if t, err := i.lw.target(); err == nil && t.fieldSelector != "" {
+			out[t.resource] = t.fieldSelector
+		}
+	}
+	return out
+}
+
 // Keys lists the keys each informer holds, by resource (tests, debug).
 func (o *OwnedCache) Keys() map[string][]string {
 	o.mu.Lock()
@@ -391,8 +420,9 @@ func (o *OwnedCache) Keys() map[string][]string {
 }
 
 // targetOf resolves obj's resource on first use, so a RESTMapper that is
-// not ready yet is an error the reflector retries.
-func targetOf(clients *RESTClients, mapper meta.RESTMapper, obj runtime.Object) func() (*listWatchTarget, error) {
+// not ready yet is an error the reflector retries. A non-nil selector
+// narrows every list and watch of it.
+func targetOf(clients *RESTClients, mapper meta.RESTMapper, obj runtime.Object, selector fields.Selector) func() (*listWatchTarget, error) {
 	var mu sync.Mutex
 	var target *listWatchTarget
 	return func() (*listWatchTarget, error) {
@@ -415,6 +445,9 @@ func targetOf(clients *RESTClients, mapper meta.RESTMapper, obj runtime.Object) 
 			return nil, err
 		}
 		target = &listWatchTarget{client: client, resource: mapping.Resource.Resource, listKind: gvk.GroupVersion().WithKind(gvk.Kind + "List")}
+		if selector != nil {
+			target.fieldSelector = selector.String()
+		}
 		return target, nil
 	}
 }

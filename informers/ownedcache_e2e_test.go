@@ -6,6 +6,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -14,6 +16,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery/cached/memory"
 	clientinformers "k8s.io/client-go/informers"
@@ -41,7 +44,9 @@ import (
 // three namespaces loaded later is listed in one too, and a namespace
 // created later is listed alone, then merged. Held everywhere (for the
 // colocated singletons), the informer holds every namespace until
-// released.
+// released. Secrets are narrowed by a field selector on their type: their
+// informer holds only the matching Secrets of the loaded namespaces, by
+// every kind of request above, and cannot be held everywhere.
 func TestOwnedCache(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -130,6 +135,15 @@ func testOwnedCache(ctx context.Context, t *testing.T, config *rest.Config, shar
 		}
 		return p
 	}
+	const selectedType = "fleet.test/selected"
+	createSecrets := func(ns string) {
+		t.Helper()
+		for name, typ := range map[string]corev1.SecretType{"plain": corev1.SecretTypeOpaque, "chosen": selectedType} {
+			if _, err := client.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, Type: typ}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	for p := range 3 {
 		for _, suffix := range []string{"a", "b", "c"} {
 			ns := fmt.Sprintf("p%d-%s", p, suffix)
@@ -137,6 +151,7 @@ func testOwnedCache(ctx context.Context, t *testing.T, config *rest.Config, shar
 			for i := range 3 {
 				createConfigMap(ns, fmt.Sprintf("cm-%d", i))
 			}
+			createSecrets(ns)
 		}
 	}
 
@@ -149,8 +164,9 @@ func testOwnedCache(ctx context.Context, t *testing.T, config *rest.Config, shar
 	shared := clientinformers.NewSharedInformerFactory(client, 0)
 	namespaces := shared.Core().V1().Namespaces().Informer()
 	shared.Start(replica.Done())
+	typeSelector := fields.OneTermEqualSelector("type", selectedType)
 	owned, err := NewOwnedCache(OwnedCacheConfig{Sharded: sharded, MaxTerms: 2, NamespaceWatchMax: wideAbove, RESTClients: NewRESTClients(counted), Mapper: mapper,
-		Namespaces: namespaces, PartitionOf: partitionOf})
+		Namespaces: namespaces, PartitionOf: partitionOf, FieldSelectors: map[reflect.Type]fields.Selector{reflect.TypeOf(&corev1.Secret{}): typeSelector}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,6 +174,7 @@ func testOwnedCache(ctx context.Context, t *testing.T, config *rest.Config, shar
 		t.Fatal(err)
 	}
 	informer := owned.InformerFor(&corev1.ConfigMap{})
+	secrets := owned.InformerFor(&corev1.Secret{})
 	owned.Start(replica.Done())
 	if !waitSynced(ctx, owned.HasSynced) {
 		t.Fatal("the owned cache did not sync")
@@ -198,6 +215,32 @@ func testOwnedCache(ctx context.Context, t *testing.T, config *rest.Config, shar
 		}
 	}
 	waitExact("first list", 0)
+	// secretsExact waits until the Secret informer holds the selected
+	// Secrets of the loaded partitions, by a full list with the selector.
+	secretsExact := func(what string, loaded ...int) {
+		t.Helper()
+		var got, want []string
+		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			all, err := client.CoreV1().Secrets(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: typeSelector.String()})
+			if err != nil {
+				return false, err
+			}
+			want = nil
+			for _, s := range all.Items {
+				if slices.Contains(loaded, partitionOf(s.Namespace)) {
+					want = append(want, s.Namespace+"/"+s.Name)
+				}
+			}
+			got = secrets.GetStore().ListKeys()
+			sort.Strings(got)
+			sort.Strings(want)
+			return len(want) > 0 && strings.Join(got, ",") == strings.Join(want, ","), nil
+		})
+		if err != nil {
+			t.Fatalf("%s: the Secret informer holds %v, want the %s Secrets %v", what, got, selectedType, want)
+		}
+	}
+	secretsExact("first list", 0)
 
 	before := counter.count()
 	if err := owned.Load(ctx, 1); err != nil {
@@ -243,6 +286,7 @@ func testOwnedCache(ctx context.Context, t *testing.T, config *rest.Config, shar
 
 	owned.Unload(0)
 	waitExact("after unloading partition 0", 1)
+	secretsExact("after unloading partition 0", 1)
 	createConfigMap("p0-a", "after-unload")
 	createConfigMap("p1-a", "new")
 	if err := client.CoreV1().ConfigMaps("p1-b").Delete(ctx, "cm-0", metav1.DeleteOptions{}); err != nil {
@@ -250,9 +294,11 @@ func testOwnedCache(ctx context.Context, t *testing.T, config *rest.Config, shar
 	}
 	createNamespace("p1-d")
 	createConfigMap("p1-d", "in-new-namespace")
+	createSecrets("p1-d")
 	createNamespace("p2-d")
 	createConfigMap("p2-d", "unloaded")
 	waitExact("after changes in and out of the loaded namespaces", 1)
+	secretsExact("after a namespace was created", 1)
 
 	if err := client.CoreV1().Namespaces().Delete(ctx, "p1-c", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -273,6 +319,7 @@ func testOwnedCache(ctx context.Context, t *testing.T, config *rest.Config, shar
 	if got, want := cached(), expected(0, 1); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("right after loading partition 0 again the cache holds %v, want %v", got, want)
 	}
+	secretsExact("after loading partition 0 again", 0, 1)
 	var stored string
 	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
 		stored = informer.GetStore().LastStoreSyncResourceVersion()
@@ -286,6 +333,9 @@ func testOwnedCache(ctx context.Context, t *testing.T, config *rest.Config, shar
 	// holds a full list once HoldEverywhere returns, keeps it while
 	// partitions unload and namespaces are created, and holds the loaded
 	// partitions' again once released.
+	if _, err := owned.HoldEverywhere(ctx, &corev1.Secret{}); err == nil {
+		t.Fatal("Secrets, narrowed by a field selector, were held everywhere")
+	}
 	held, err := owned.HoldEverywhere(ctx, &corev1.ConfigMap{})
 	if err != nil {
 		t.Fatal(err)

@@ -359,7 +359,7 @@ func (lw *ownedListWatch) listSource(ctx context.Context, t *listWatchTarget, sr
 		return out, version, nil
 	}
 	var out []runtime.Object
-	options := metav1.ListOptions{Limit: 500}
+	options := metav1.ListOptions{Limit: 500, FieldSelector: t.fieldSelector}
 	if lw.sharded {
 		options.ShardSelector = namespaceSelector(namespaces)
 	}
@@ -856,7 +856,7 @@ func (s *ownedStream) produce(ctx context.Context, src *source) {
 			}
 			version = listVersion
 		}
-		options := metav1.ListOptions{ResourceVersion: version, Watch: true, AllowWatchBookmarks: true, TimeoutSeconds: s.timeout}
+		options := metav1.ListOptions{ResourceVersion: version, Watch: true, AllowWatchBookmarks: true, TimeoutSeconds: s.timeout, FieldSelector: s.target.fieldSelector}
 		request := s.target.client.Get().Resource(s.target.resource)
 		switch {
 		case lw.sharded:

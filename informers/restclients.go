@@ -19,10 +19,13 @@ type listWatchTarget struct {
 	client   rest.Interface
 	resource string
 	listKind schema.GroupVersionKind
+	// fieldSelector: set on every list and watch (OwnedCacheConfig.FieldSelectors).
+	fieldSelector string
 }
 
 func (t *listWatchTarget) listNamespace(ctx context.Context, namespace string, options metav1.ListOptions) ([]runtime.Object, string, error) {
 	options.Continue = ""
+	options.FieldSelector = t.fieldSelector
 	list, _, err := pager.New(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 		return t.client.Get().Namespace(namespace).Resource(t.resource).VersionedParams(&o, scheme.ParameterCodec).Do(ctx).Get()
 	}).ListWithAlloc(ctx, options)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -30,7 +31,11 @@ import (
 // compared with full lists: once the fleet of two settled, after a third
 // replica joined and partitions moved, and after namespaces were created
 // and deleted; a Deployment in a namespace created while the fleet runs
-// becomes available. A selector names at most 3 namespaces and a replica
+// becomes available. ConfigMaps and Secrets are narrowed to what the
+// partition controllers read (kube-root-ca.crt; service-account-token
+// Secrets): the caches hold none of the others each namespace has, and a
+// token Secret created while the fleet runs gets its token. A selector
+// names at most 3 namespaces and a replica
 // watches at most 3 namespaces one by one, so replicas owning more take
 // the fallbacks (several selectors; one cluster-wide watch per kind,
 // filtered on the client).
@@ -73,6 +78,7 @@ func TestReplicaCachesOwnedNamespaces(t *testing.T) {
 				ns := fmt.Sprintf("team-%02d", i)
 				createNamespace(ctx, t, client, ns)
 				createDeployment(ctx, t, client, ns, "web", 1)
+				createUncachedObjects(ctx, t, client, ns)
 			}
 			ports := map[string]int{}
 			start := func(name string) {
@@ -108,6 +114,8 @@ func TestReplicaCachesOwnedNamespaces(t *testing.T) {
 
 			createNamespace(ctx, t, client, "late-arrival")
 			createDeployment(ctx, t, client, "late-arrival", "web", 2)
+			createUncachedObjects(ctx, t, client, "late-arrival")
+			waitTokenFilled(ctx, t, client, "late-arrival")
 			if err := client.CoreV1().Namespaces().Delete(ctx, "team-00", metav1.DeleteOptions{}); err != nil {
 				t.Fatal(err)
 			}
@@ -163,6 +171,11 @@ func waitCachesExact(ctx context.Context, t *testing.T, client kubernetes.Interf
 			for _, resource := range status.Everywhere {
 				everywhere[resource] = true
 			}
+			for resource, selector := range narrowedResources {
+				if got := status.FieldSelectors[resource]; got != selector {
+					return false, fmt.Sprintf("%s narrows %s by %q, want %q", name, resource, got, selector)
+				}
+			}
 			if everywhere["pods"] != colocated {
 				return false, fmt.Sprintf("%s runs the colocated singletons: %v, holds every Pod: %v", name, colocated, everywhere["pods"])
 			}
@@ -193,15 +206,68 @@ func waitCachesExact(ctx context.Context, t *testing.T, client kubernetes.Interf
 	t.Logf("%s: caches exact after %v (%s)", when, time.Since(start).Round(time.Millisecond), strings.Join(sizes, "; "))
 }
 
+// narrowedResources are the field selectors the replicas' owned caches
+// list ConfigMaps and Secrets with: only what their partition controllers
+// read (controllers.ownedSelections).
+var narrowedResources = map[string]string{
+	"configmaps": "metadata.name=kube-root-ca.crt",
+	"secrets":    "type=kubernetes.io/service-account-token",
+}
+
+// createUncachedObjects creates in ns a ConfigMap and a Secret no
+// partition controller reads, which the owned caches must not hold.
+func createUncachedObjects(ctx context.Context, t *testing.T, client kubernetes.Interface, ns string) {
+	t.Helper()
+	if _, err := client.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings"}, Data: map[string]string{"a": "b"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "credentials"}, StringData: map[string]string{"a": "b"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitTokenFilled creates a token Secret for ns's default ServiceAccount
+// and waits for the token controller, reading the narrowed Secrets, to
+// write its token.
+func waitTokenFilled(ctx context.Context, t *testing.T, client kubernetes.Interface, ns string) {
+	t.Helper()
+	poll(ctx, t, "the default ServiceAccount of "+ns, time.Minute, func() (bool, string) {
+		_, err := client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, fmt.Sprint(err)
+	})
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "default-token", Annotations: map[string]string{corev1.ServiceAccountNameKey: "default"}},
+		Type:       corev1.SecretTypeServiceAccountToken,
+	}
+	if _, err := client.CoreV1().Secrets(ns).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(ctx, t, "the token controller to fill "+ns+"/default-token", time.Minute, func() (bool, string) {
+		got, err := client.CoreV1().Secrets(ns).Get(ctx, "default-token", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(got.Data[corev1.ServiceAccountTokenKey]) > 0, fmt.Sprintf("keys %v", len(got.Data))
+	})
+}
+
 func fullLists(ctx context.Context, client kubernetes.Interface) (map[string][]string, error) {
 	out := map[string][]string{}
 	add := func(resource, ns, name string) { out[resource] = append(out[resource], ns+"/"+name) }
-	cms, err := client.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{})
+	cms, err := client.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{FieldSelector: narrowedResources["configmaps"]})
 	if err != nil {
 		return nil, err
 	}
 	for _, o := range cms.Items {
 		add("configmaps", o.Namespace, o.Name)
+	}
+	secrets, err := client.CoreV1().Secrets("").List(ctx, metav1.ListOptions{FieldSelector: narrowedResources["secrets"]})
+	if err != nil {
+		return nil, err
+	}
+	out["secrets"] = []string{}
+	for _, o := range secrets.Items {
+		add("secrets", o.Namespace, o.Name)
 	}
 	deployments, err := client.AppsV1().Deployments("").List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -279,8 +345,9 @@ func cacheStatus(client *http.Client, port int) (ownedCacheStatus, error) {
 
 // ownedCacheStatus is controllers.OwnedCacheStatus.
 type ownedCacheStatus struct {
-	Mode       string              `json:"mode"`
-	Partitions []int               `json:"partitions"`
-	Everywhere []string            `json:"everywhere"`
-	Keys       map[string][]string `json:"keys"`
+	Mode           string              `json:"mode"`
+	Partitions     []int               `json:"partitions"`
+	Everywhere     []string            `json:"everywhere"`
+	FieldSelectors map[string]string   `json:"fieldSelectors"`
+	Keys           map[string][]string `json:"keys"`
 }
