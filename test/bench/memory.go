@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/klog/v2"
 
 	"github.com/fleet-controller-manager/fleet-controller-manager/test/localcluster"
 )
@@ -143,12 +144,18 @@ func memoryRun(ctx context.Context, binDir string, s system, l limits, cfg confi
 		cpu[name] = after - cpuBefore[name]
 	}
 	limitedBy := limiter(cpu, busy, busySeconds, b.isControllerManager)
-	select {
-	case <-time.After(memorySettle):
-	case <-ctx.Done():
-		return nil, "", ctx.Err()
+	// RSS moves with each process's GC cycle (the apiserver's by more
+	// than 20% between single readings of one setup), so it is the mean
+	// of readings every few seconds over the settle time.
+	pids := []int{cluster.APIServer().Pid()}
+	for _, p := range b.procs {
+		pids = append(pids, p.Pid())
 	}
-	var rss, anon, heap []float64
+	rssMeans, anonMeans, err := sampleMemory(ctx, pids, memorySettle, memorySample)
+	if err != nil {
+		return nil, "", err
+	}
+	var rss, anon, heap, unreturned, stacks []float64
 	httpClient, err := cluster.AdminHTTPClient()
 	if err != nil {
 		return nil, "", err
@@ -159,22 +166,32 @@ func memoryRun(ctx context.Context, binDir string, s system, l limits, cfg confi
 				return nil, "", err
 			}
 		}
-		rss = append(rss, statusMiB(p.Pid(), "VmRSS:"))
-		anon = append(anon, statusMiB(p.Pid(), "RssAnon:"))
-		h, err := metricValue(httpClient, b.ports[i], "go_memstats_heap_inuse_bytes")
+		rss = append(rss, rssMeans[i+1])
+		anon = append(anon, anonMeans[i+1])
+		stats, err := metricValues(httpClient, b.ports[i], runtimeMemoryMetrics...)
 		if err != nil {
 			return nil, "", err
 		}
-		heap = append(heap, h/(1<<20))
+		heap = append(heap, stats["go_memstats_heap_inuse_bytes"]/(1<<20))
+		unreturned = append(unreturned, (stats["go_memstats_heap_idle_bytes"]-stats["go_memstats_heap_released_bytes"])/(1<<20))
+		stacks = append(stacks, stats["go_memstats_stack_inuse_bytes"]/(1<<20))
+		// Where the anonymous RSS goes, for the log (the figures keep the
+		// median and largest).
+		klog.InfoS("Process memory", "system", s.Name, "process", p.Name, "rssMiB", rss[len(rss)-1], "anonMiB", anon[len(anon)-1],
+			"heapInuseMiB", heap[len(heap)-1], "heapFreeUnreturnedMiB", unreturned[len(unreturned)-1], "stackMiB", stacks[len(stacks)-1],
+			"nextGCMiB", stats["go_memstats_next_gc_bytes"]/(1<<20), "runtimeMetadataMiB", (stats["go_memstats_mspan_inuse_bytes"]+stats["go_memstats_mcache_inuse_bytes"]+stats["go_memstats_gc_sys_bytes"]+stats["go_memstats_other_sys_bytes"]+stats["go_memstats_buck_hash_sys_bytes"])/(1<<20),
+			"goroutines", stats["go_goroutines"])
 	}
 	if !s.Fleet {
 		// KCM: the leader holds the caches; a standby holds little.
-		rss, anon, heap = rss[:1], anon[:1], heap[:1]
+		rss, anon, heap, unreturned, stacks = rss[:1], anon[:1], heap[:1], unreturned[:1], stacks[:1]
 	}
 	b.figures["m_rss_median_mib"], b.figures["m_rss_largest_mib"], b.figures["m_rss_sum_mib"] = medianLargestSum(rss)
 	b.figures["m_anon_median_mib"], b.figures["m_anon_largest_mib"], b.figures["m_anon_sum_mib"] = medianLargestSum(anon)
 	b.figures["m_heap_median_mib"], b.figures["m_heap_largest_mib"], _ = medianLargestSum(heap)
-	b.figures["m_apiserver_rss_mib"] = statusMiB(cluster.APIServer().Pid(), "VmRSS:")
+	b.figures["m_heap_unreturned_median_mib"], _, _ = medianLargestSum(unreturned)
+	b.figures["m_stack_median_mib"], _, _ = medianLargestSum(stacks)
+	b.figures["m_apiserver_rss_mib"] = rssMeans[0]
 	b.figures["m_apiserver_cpu_s"] = b.cpuByComponent()[cluster.APIServer().Name] - cpuBefore[cluster.APIServer().Name]
 	if w, err := b.watches(); err == nil {
 		b.figures["watches_open"] = w
@@ -234,6 +251,35 @@ func medianLargestSum(values []float64) (median, largest, sum float64) {
 	return median, sorted[n-1], sum
 }
 
+// memorySample is how often sampleMemory reads.
+const memorySample = 5 * time.Second
+
+// sampleMemory reads the RSS and anonymous RSS of each pid every interval
+// for d and returns their means, in pids' order.
+func sampleMemory(ctx context.Context, pids []int, d, interval time.Duration) (rss, anon []float64, err error) {
+	rss, anon = make([]float64, len(pids)), make([]float64, len(pids))
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	deadline := time.After(d)
+	for n := 1; ; n++ {
+		select {
+		case <-ticker.C:
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+		for i, pid := range pids {
+			// Running means, so a slow tick skews nothing.
+			rss[i] += (statusMiB(pid, "VmRSS:") - rss[i]) / float64(n)
+			anon[i] += (statusMiB(pid, "RssAnon:") - anon[i]) / float64(n)
+		}
+		select {
+		case <-deadline:
+			return rss, anon, nil
+		default:
+		}
+	}
+}
+
 // statusMiB reads a kB field of /proc/PID/status in MiB.
 func statusMiB(pid int, field string) float64 {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
@@ -251,21 +297,43 @@ func statusMiB(pid int, field string) float64 {
 	return 0
 }
 
-// metricValue reads an unlabelled metric of a controller manager.
-func metricValue(client *http.Client, port int, name string) (float64, error) {
+// runtimeMemoryMetrics are the Go runtime's memory figures every
+// controller manager serves (component-base registers them).
+var runtimeMemoryMetrics = []string{
+	"go_memstats_heap_inuse_bytes", "go_memstats_heap_idle_bytes", "go_memstats_heap_released_bytes",
+	"go_memstats_stack_inuse_bytes", "go_memstats_next_gc_bytes", "go_memstats_mspan_inuse_bytes",
+	"go_memstats_mcache_inuse_bytes", "go_memstats_gc_sys_bytes", "go_memstats_other_sys_bytes",
+	"go_memstats_buck_hash_sys_bytes", "go_goroutines",
+}
+
+// metricValues reads unlabelled metrics of a controller manager, each of
+// which must be served.
+func metricValues(client *http.Client, port int, names ...string) (map[string]float64, error) {
 	resp, err := client.Get(fmt.Sprintf("https://127.0.0.1:%d/metrics", port))
 	if err != nil {
-		return 0, fmt.Errorf("metrics on port %d: %w", port, err)
+		return nil, fmt.Errorf("metrics on port %d: %w", port, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil || resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("metrics on port %d: HTTP %d, %v", port, resp.StatusCode, err)
+		return nil, fmt.Errorf("metrics on port %d: HTTP %d, %v", port, resp.StatusCode, err)
 	}
+	out := map[string]float64{}
 	for _, line := range strings.Split(string(body), "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		for _, name := range names {
+			if v, ok := strings.CutPrefix(line, name+" "); ok {
+				f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+				if err != nil {
+					return nil, fmt.Errorf("metrics on port %d: %s: %w", port, name, err)
+				}
+				out[name] = f
+			}
 		}
 	}
-	return 0, fmt.Errorf("metrics on port %d: no %s", port, name)
+	for _, name := range names {
+		if _, ok := out[name]; !ok {
+			return nil, fmt.Errorf("metrics on port %d: no %s", port, name)
+		}
+	}
+	return out, nil
 }

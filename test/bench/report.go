@@ -42,15 +42,17 @@ var figureNames = []struct{ key, label string }{
 	{"terminated_watchers", "watchers the apiserver closed for not keeping up (all clients)"},
 	{"init_events", "events the apiserver replayed to watches resuming at an older version (all clients)"},
 	{"m_converge_s", "memory workload: Deployments available (s)"},
-	{"m_rss_median_mib", "memory: RSS of the median process (MiB)"},
-	{"m_rss_largest_mib", "memory: RSS of the largest process (MiB)"},
-	{"m_rss_sum_mib", "memory: RSS summed over processes (MiB)"},
+	{"m_rss_median_mib", "memory: RSS of the median process (MiB, mean of the last minute)"},
+	{"m_rss_largest_mib", "memory: RSS of the largest process (MiB, mean of the last minute)"},
+	{"m_rss_sum_mib", "memory: RSS summed over processes (MiB, means of the last minute)"},
 	{"m_anon_median_mib", "memory: anonymous RSS (RSS less the mapped binary), median process (MiB)"},
 	{"m_anon_largest_mib", "memory: anonymous RSS, largest process (MiB)"},
 	{"m_anon_sum_mib", "memory: anonymous RSS summed over processes (MiB)"},
 	{"m_heap_median_mib", "memory: Go heap in use, median process (MiB)"},
 	{"m_heap_largest_mib", "memory: Go heap in use, largest process (MiB)"},
-	{"m_apiserver_rss_mib", "memory: kube-apiserver RSS (MiB)"},
+	{"m_heap_unreturned_median_mib", "memory: Go heap free but not returned to the OS, median process (MiB)"},
+	{"m_stack_median_mib", "memory: goroutine stacks, median process (MiB)"},
+	{"m_apiserver_rss_mib", "memory: kube-apiserver RSS (MiB, mean of the last minute)"},
 	{"m_apiserver_cpu_s", "memory: kube-apiserver CPU-seconds, from the system's start to the reading"},
 }
 
@@ -62,8 +64,8 @@ func markdown(rep report, charts []string, took time.Duration) string {
 	fmt.Fprintf(&b, "Run %s on %d cores and %.0f GiB; the whole benchmark took %v. ", rep.Date.Format("2006-01-02 15:04 UTC"), rep.Cores, rep.MemoryGB, took.Round(time.Second))
 	if rep.MemorySize != nil {
 		m := *rep.MemorySize
-		fmt.Fprintf(&b, "Workload: %d namespaces, each with %d ConfigMaps and %d Secrets of %d KiB, a Service and %d Deployment(s) of %d kwok pods (%d pods), created on a fresh control plane; figures read %v after every Deployment was available (KCM: one instance). ",
-			m.Namespaces, m.ConfigMaps, m.Secrets, m.ObjectKiB, m.Deployments, m.Replicas, m.Namespaces*m.Deployments*m.Replicas, memorySettle)
+		fmt.Fprintf(&b, "Workload: %d namespaces, each with %d ConfigMaps and %d Secrets of %d KiB, a Service and %d Deployment(s) of %d kwok pods (%d pods), created on a fresh control plane; RSS figures are means of readings every %v over the %v after every Deployment was available, the others read at its end (KCM: one instance). ",
+			m.Namespaces, m.ConfigMaps, m.Secrets, m.ObjectKiB, m.Deployments, m.Replicas, m.Namespaces*m.Deployments*m.Replicas, memorySample, memorySettle)
 	} else {
 		fmt.Fprintf(&b, "Workload: %d namespaces × %d Deployments × %d replicas, %d Jobs; every figure is the median of %d runs, each on a fresh control plane (kube-apiserver, etcd, kube-scheduler at qps 1000, kwok with 64-way pod parallelism). ",
 			rep.Size.Namespaces, rep.Size.Deployments, rep.Size.Replicas, rep.Size.Jobs, rep.Size.Runs)
