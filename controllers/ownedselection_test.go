@@ -65,3 +65,15 @@ func TestOwnedSelectionReaders(t *testing.T) {
 		}
 	}
 }
+
+// TestNarrowedKindsAreNotHeldEverywhere: the owned cache refuses to hold a
+// narrowed kind in every namespace, so a kind the colocated singletons
+// hold must not be narrowed (they would fail to start).
+func TestNarrowedKindsAreNotHeldEverywhere(t *testing.T) {
+	narrowed := ownedFieldSelectors()
+	for _, obj := range heldEverywhere {
+		if selector, ok := narrowed[reflect.TypeOf(obj)]; ok {
+			t.Errorf("%T is held everywhere for the colocated singletons and narrowed by %q", obj, selector)
+		}
+	}
+}
