@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	restclient "k8s.io/client-go/rest"
 	featuregatetesting "k8s.io/component-base/featuregate/testing"
@@ -24,7 +25,7 @@ func TestOwnedSelectionReaders(t *testing.T) {
 		got[reflect.TypeOf(s.object)] = nil
 	}
 	// Built by hand (newTokensController) with the Secret informer.
-	got[reflect.TypeOf(ownedSelections[1].object)] = []string{names.ServiceAccountTokenController}
+	got[reflect.TypeOf(&corev1.Secret{})] = []string{names.ServiceAccountTokenController}
 	for name, entry := range Catalog {
 		if entry.Kind != Partition || name == names.ServiceAccountTokenController {
 			continue
