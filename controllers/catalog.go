@@ -54,7 +54,9 @@ const (
 	NeedsCloud Need = "cloud-provider"
 	// NeedsClusterWidePods: caches every Pod or PersistentVolumeClaim of
 	// the cluster (typed). Such singletons are placed together
-	// (ColocatedSingletons): one replica holds that cache, not each.
+	// (ColocatedSingletons): one replica holds that cache, not each, and
+	// the metadata informers those among them share (the garbage
+	// collector's and resourcequota's, every resource cluster-wide).
 	NeedsClusterWidePods Need = "cluster-wide-pods"
 )
 
@@ -97,7 +99,7 @@ var Catalog = map[string]Entry{
 	"persistentvolume-expander-controller":                           {Singleton, []Need{NeedsClusterWidePods}, "Resizes PVCs and patches the bound, cluster-scoped PV, a write the partition fence cannot attribute to a namespace; one instance cluster-wide, as in KCM."},
 	"device-taint-eviction-controller":                               {Singleton, []Need{NeedsNodes, NeedsClusterWidePods}, "Evicts Pods using tainted devices and writes cluster-scoped DeviceTaintRule status, which the partition fence cannot attribute to a namespace; one instance cluster-wide, as in KCM."},
 	"resourceclaim-controller":                                       {Singleton, []Need{NeedsClusterWidePods}, "Remembers the Pods it saw deleted (an LRU of UIDs) and frees their claims' devices later without checking again; a partition's objects handed over as deletions when it moves away would free the devices of running Pods when it comes back (docs/controllers.md). One instance cluster-wide, as in KCM."},
-	"garbage-collector-controller":                                   {Singleton, []Need{NeedsRESTMapper, NeedsMetadataInformers}, "Owner references cross namespaces and cluster scope; one graph of everything."},
+	"garbage-collector-controller":                                   {Singleton, []Need{NeedsRESTMapper, NeedsMetadataInformers, NeedsClusterWidePods}, "Owner references cross namespaces and cluster scope; one graph of everything. Placed with resourcequota, which watches the same resources' metadata, and reads Pods typed from the Pods held there, as in KCM."},
 	"namespace-controller":                                           {Singleton, []Need{NeedsRESTMapper, NeedsMetadataInformers}, "Deletes everything in terminating namespaces, across all resources."},
 	"resourcequota-controller":                                       {Singleton, []Need{NeedsRESTMapper, NeedsMetadataInformers, NeedsClusterWidePods}, "Counts every resource by discovery; not yet proven safe per partition."},
 	"pod-garbage-collector-controller":                               {Singleton, []Need{NeedsNodes, NeedsClusterWidePods}, "Its terminated-pod threshold is cluster-wide."},

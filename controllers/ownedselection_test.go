@@ -72,9 +72,9 @@ func TestOwnedSelectionReaders(t *testing.T) {
 // hold must not be narrowed (they would fail to start).
 func TestNarrowedKindsAreNotHeldEverywhere(t *testing.T) {
 	narrowed := ownedFieldSelectors()
-	for _, obj := range heldEverywhere {
-		if selector, ok := narrowed[reflect.TypeOf(obj)]; ok {
-			t.Errorf("%T is held everywhere for the colocated singletons and narrowed by %q", obj, selector)
+	for _, kind := range heldEverywhere {
+		if selector, ok := narrowed[reflect.TypeOf(kind.obj)]; ok {
+			t.Errorf("%T is held everywhere for the colocated singletons and narrowed by %q", kind.obj, selector)
 		}
 	}
 }

@@ -51,19 +51,24 @@ func (r *Runtime) runSingleton(ctx context.Context, piece shard.Piece) error {
 	}
 	defer factory.Shutdown()
 	cc.InformerFactory = factory
-	// With the owned cache, typed only where handlers need the objects:
-	// resourcequota's monitors read Pods and Services; everything else the
-	// garbage collector and resourcequota watch is cached as metadata
-	// rather than in full, cluster-wide. The garbage collector reads only
-	// metadata, Pods too: typed, its replica cached every Pod in full
-	// beside the replica of the colocated singletons (the memory
-	// benchmark's heap profiles, docs/design.md). In filtered-watch the
+	// With the owned cache, typed only where handlers need the objects
+	// or the replica holds them anyway: resourcequota's monitors read
+	// Services, and the kinds held everywhere (Pods, PVCs) are typed for
+	// the colocated singletons, the garbage collector included, as in
+	// KCM's typed-first factory. Everything else the garbage collector
+	// and resourcequota watch is cached as metadata rather than in full,
+	// cluster-wide, in informers the two share. In filtered-watch the
 	// typed informers are cached anyway, and sharing them is what KCM does.
 	var typed clientinformers.SharedInformerFactory = factory
 	if r.owned != nil {
 		var needed []schema.GroupResource
 		if piece.Name() == names.ResourceQuotaController {
-			needed = []schema.GroupResource{{Resource: "pods"}, {Resource: "services"}}
+			needed = append(needed, schema.GroupResource{Resource: "services"})
+		}
+		for _, kind := range heldEverywhere {
+			if _, ok := held[reflect.TypeOf(kind.obj)]; ok {
+				needed = append(needed, kind.resource)
+			}
 		}
 		typed = factory.TypedWhereNeeded(needed...)
 	}
@@ -94,7 +99,13 @@ func (r *Runtime) runSingleton(ctx context.Context, piece shard.Piece) error {
 
 // heldEverywhere are the kinds the colocated singletons read in every
 // namespace and the partition controllers read in theirs.
-var heldEverywhere = []runtime.Object{&corev1.Pod{}, &corev1.PersistentVolumeClaim{}}
+var heldEverywhere = []struct {
+	obj      runtime.Object
+	resource schema.GroupResource
+}{
+	{&corev1.Pod{}, schema.GroupResource{Resource: "pods"}},
+	{&corev1.PersistentVolumeClaim{}, schema.GroupResource{Resource: "persistentvolumeclaims"}},
+}
 
 // holdEverywhere makes the owned cache hold every namespace of the kinds
 // a colocated singleton reads cluster-wide (every Pod, every PVC) and
@@ -108,13 +119,13 @@ func (r *Runtime) holdEverywhere(ctx context.Context, name string) (map[reflect.
 	}
 	r.owned.Start(r.sharedStop)
 	held := map[reflect.Type]cache.SharedIndexInformer{}
-	for _, obj := range heldEverywhere {
-		informer, err := r.owned.HoldEverywhere(ctx, obj)
+	for _, kind := range heldEverywhere {
+		informer, err := r.owned.HoldEverywhere(ctx, kind.obj)
 		if err != nil {
 			r.releaseEverywhere(held)
 			return nil, err
 		}
-		held[reflect.TypeOf(obj)] = informer
+		held[reflect.TypeOf(kind.obj)] = informer
 	}
 	return held, nil
 }
@@ -122,9 +133,9 @@ func (r *Runtime) holdEverywhere(ctx context.Context, name string) (map[reflect.
 // releaseEverywhere ends holdEverywhere, once the singleton's handlers
 // are gone.
 func (r *Runtime) releaseEverywhere(held map[reflect.Type]cache.SharedIndexInformer) {
-	for _, obj := range heldEverywhere {
-		if _, ok := held[reflect.TypeOf(obj)]; ok {
-			r.owned.ReleaseEverywhere(obj)
+	for _, kind := range heldEverywhere {
+		if _, ok := held[reflect.TypeOf(kind.obj)]; ok {
+			r.owned.ReleaseEverywhere(kind.obj)
 		}
 	}
 }

@@ -159,6 +159,7 @@ func (o *OwnedCache) HoldEverywhere(ctx context.Context, obj runtime.Object) (ca
 	o.mu.Lock()
 	i := o.informers[reflect.TypeOf(obj)]
 	i.everywhere++
+	i.lw.holdEverywhere(true)
 	namespaces := o.config.Namespaces.GetStore().ListKeys()
 	sort.Strings(namespaces)
 	i.lw.load(namespaces, true)
@@ -187,6 +188,7 @@ func (o *OwnedCache) ReleaseEverywhere(obj runtime.Object) {
 	if i.everywhere > 0 {
 		return
 	}
+	i.lw.holdEverywhere(false)
 	var gone []string
 	for _, ns := range i.lw.namespaces() {
 		if !o.partitions[o.config.PartitionOf(ns)] {

@@ -347,6 +347,25 @@ func testOwnedCache(ctx context.Context, t *testing.T, config *rest.Config, shar
 	if got, want := cached(), expected(everywhere...); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("right after HoldEverywhere the cache holds %v, want every ConfigMap %v", got, want)
 	}
+	// sourcesAre waits until the ConfigMap sources are n, wide of them.
+	sourcesAre := func(what string, n, wide int) {
+		t.Helper()
+		var got, gotWide float64
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			got = float64(owned.Sources()["configmaps"])
+			gotWide, _ = testutil.GetGaugeMetricValue(ownedWideSources.WithLabelValues("configmaps"))
+			return got == float64(n) && gotWide == float64(wide), nil
+		})
+		if err != nil {
+			t.Fatalf("%s: ConfigMaps are in %v sources (%v wide), want %d (%d wide)", what, got, gotWide, n, wide)
+		}
+	}
+	if sharded {
+		// Selectors naming every namespace would cost the apiserver a
+		// filtered watcher per two namespaces; the changes below arrive
+		// through one unfiltered watch.
+		sourcesAre("held everywhere", 1, 1)
+	}
 	owned.Unload(1)
 	createNamespace("p2-e")
 	createConfigMap("p2-e", "while-held")
@@ -354,8 +373,13 @@ func testOwnedCache(ctx context.Context, t *testing.T, config *rest.Config, shar
 	waitExact("held everywhere, after partition 1 unloaded and a namespace created", everywhere...)
 	owned.ReleaseEverywhere(&corev1.ConfigMap{})
 	waitExact("released", 0)
+	if sharded {
+		// Partition 0's three namespaces, two per selector.
+		sourcesAre("released", 2, 0)
+	}
 	createConfigMap("p2-e", "after-release")
-	waitExact("released, after a change out of the loaded namespaces", 0)
+	createConfigMap("p0-a", "after-release")
+	waitExact("released, after changes in and out of the loaded namespaces", 0)
 }
 
 func waitSynced(ctx context.Context, synced func() bool) bool {

@@ -46,6 +46,13 @@ type ownedListWatch struct {
 	// wasWide: a wide source existed when the sources were last counted
 	// (the log says when that starts). Guarded by mu.
 	wasWide bool
+	// everywhere: every namespace is loaded for a singleton of this
+	// replica (OwnedCache.HoldEverywhere). With shard selectors the
+	// sources then become one wide source: selectors naming every
+	// namespace would cost the apiserver a filtered watcher per
+	// maxTerms namespaces to deliver the same events as one unfiltered
+	// watch. Guarded by mu.
+	everywhere bool
 	// indexer is the informer's store, for the objects a purge deletes.
 	indexer func() cache.Indexer
 
@@ -94,8 +101,10 @@ func (lw *ownedListWatch) scheduleCompact() {
 // partition and kind. A merged source watches from the oldest version of
 // those it replaces and drops, per namespace, the events they had
 // delivered, so nothing is lost or repeated; if that version has expired,
-// it lists its namespaces again (a local relist). Without selectors,
-// once wide, every listed source merges into one wide source.
+// it lists its namespaces again (a local relist). Once wide, every listed
+// source merges into one wide source; with selectors, once no longer wide
+// (a singleton stopped holding every namespace), the wide source splits
+// back into selector sources the same way.
 func (lw *ownedListWatch) compact() {
 	lw.sendMu.Lock()
 	defer lw.sendMu.Unlock()
@@ -115,14 +124,21 @@ func (lw *ownedListWatch) compact() {
 			namespaces = append(namespaces, ns)
 		}
 	}
+	wide := lw.wide()
 	size := lw.maxTerms
-	if !lw.sharded {
-		if !lw.wide() {
-			return
-		}
+	switch {
+	case wide:
 		size = len(namespaces)
+	case !lw.sharded:
+		return
 	}
-	if len(namespaces) == 0 || len(listed) <= (len(namespaces)+size-1)/size {
+	// reshape: a source is wide and should not be, or the reverse (every
+	// namespace was held and is no longer, or the reverse).
+	reshape := false
+	for _, s := range listed {
+		reshape = reshape || s.wide != wide
+	}
+	if len(namespaces) == 0 || !reshape && len(listed) <= (len(namespaces)+size-1)/size {
 		return
 	}
 	for _, s := range listed {
@@ -133,7 +149,7 @@ func (lw *ownedListWatch) compact() {
 	}
 	sort.Strings(namespaces)
 	for _, group := range chunks(namespaces, size) {
-		merged := &source{namespaces: group, version: through[group[0]], floors: map[string]string{}, wide: !lw.sharded}
+		merged := &source{namespaces: group, version: through[group[0]], floors: map[string]string{}, wide: wide}
 		for _, ns := range group {
 			if newerVersion(merged.version, through[ns]) {
 				merged.version = through[ns]
@@ -164,7 +180,11 @@ func (lw *ownedListWatch) countSources() {
 			}
 		}
 		ownedWideSources.WithLabelValues(t.resource).Set(float64(wide))
-		if wide > 0 && !lw.wasWide {
+		switch {
+		case wide > 0 && !lw.wasWide && lw.sharded:
+			klog.InfoS("Owned cache watches this resource in every namespace without a shard selector: a singleton of this replica reads every namespace",
+				"resource", t.resource, "namespaces", len(lw.loaded))
+		case wide > 0 && !lw.wasWide:
 			klog.InfoS("Owned cache watches this resource in every namespace and keeps only its own: the replica holds more namespaces than --namespace-watch-max-namespaces",
 				"resource", t.resource, "namespaces", len(lw.loaded), "limit", lw.wideAbove)
 		}
@@ -249,10 +269,23 @@ func (lw *ownedListWatch) Watch(options metav1.ListOptions) (watch.Interface, er
 // sources' lists are ours to make.
 func (lw *ownedListWatch) IsWatchListSemanticsUnSupported() bool { return true }
 
-// wide says whether sources without selectors are wide now (more than
-// wideAbove namespaces loaded). Called with mu held.
+// wide says whether the sources are wide now: with selectors, while every
+// namespace is held; without, past wideAbove namespaces loaded. Called
+// with mu held.
 func (lw *ownedListWatch) wide() bool {
-	return !lw.sharded && lw.wideAbove > 0 && len(lw.loaded) > lw.wideAbove
+	if lw.sharded {
+		return lw.everywhere
+	}
+	return lw.wideAbove > 0 && len(lw.loaded) > lw.wideAbove
+}
+
+// holdEverywhere says that every namespace is (or is no longer) loaded
+// for a singleton; the sources are reshaped once listed (compact).
+func (lw *ownedListWatch) holdEverywhere(everywhere bool) {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	lw.everywhere = everywhere
+	lw.scheduleCompact()
 }
 
 // newSources makes the sources of namespaces (sorted). Called with mu held.
@@ -360,7 +393,7 @@ func (lw *ownedListWatch) listSource(ctx context.Context, t *listWatchTarget, sr
 	}
 	var out []runtime.Object
 	options := metav1.ListOptions{Limit: 500, FieldSelector: t.fieldSelector}
-	if lw.sharded {
+	if lw.sharded && !src.wide {
 		options.ShardSelector = namespaceSelector(namespaces)
 	}
 	for {
@@ -372,7 +405,7 @@ func (lw *ownedListWatch) listSource(ctx context.Context, t *listWatchTarget, sr
 		if err != nil {
 			return nil, "", fmt.Errorf("listing %s: %w", t.resource, err)
 		}
-		if sharded, ok := listMeta.(metav1.ShardedListInterface); lw.sharded && (!ok || sharded.GetShardInfo() == nil) {
+		if sharded, ok := listMeta.(metav1.ShardedListInterface); lw.sharded && !src.wide && (!ok || sharded.GetShardInfo() == nil) {
 			selectorIgnored.WithLabelValues(t.resource).Inc()
 		}
 		items, err := meta.ExtractListWithAlloc(list)
@@ -859,9 +892,10 @@ func (s *ownedStream) produce(ctx context.Context, src *source) {
 		options := metav1.ListOptions{ResourceVersion: version, Watch: true, AllowWatchBookmarks: true, TimeoutSeconds: s.timeout, FieldSelector: s.target.fieldSelector}
 		request := s.target.client.Get().Resource(s.target.resource)
 		switch {
+		case src.wide:
 		case lw.sharded:
 			options.ShardSelector = namespaceSelector(src.namespaces)
-		case !src.wide:
+		default:
 			request = request.Namespace(src.namespaces[0])
 		}
 		w, err := request.VersionedParams(&options, scheme.ParameterCodec).Watch(ctx)
