@@ -3,6 +3,7 @@ package shard
 import (
 	"fmt"
 	"hash/fnv"
+	"math"
 	"math/bits"
 	"sort"
 	"strings"
@@ -34,6 +35,14 @@ type RingConfig struct {
 	// cache the same kinds cluster-wide (every Pod, every PVC) then cost
 	// one replica that cache, not each replica that runs one of them.
 	Colocated string
+	// ColocatedShare: the fraction of an even share of the partitions
+	// that the owner of the Colocated singletons keeps (0 to 1; it keeps
+	// at least the partition their key hashes to). Those singletons hold
+	// every Pod and every resource's metadata, so at an even share their
+	// replica is the fleet's largest by far, and a Deployment's replicas
+	// all get the memory of its largest; the partitions it gives up go to
+	// the others, as a ring without it would place them.
+	ColocatedShare float64
 }
 
 // colocatedKey is where the Colocated singletons are placed.
@@ -52,7 +61,11 @@ const (
 // members moves 4x the ideal (bounded loads reshuffle when P/N is small);
 // 16 balance worse (up to 1.5). More partitions cost more controller sets
 // per replica, so we stop at 64.
-var DefaultRingConfig = RingConfig{Partitions: 64, ReplicationFactor: 64, Load: 1.25, NamespaceHash: HashXX}
+var DefaultRingConfig = RingConfig{Partitions: 64, ReplicationFactor: 64, Load: 1.25, NamespaceHash: HashXX, ColocatedShare: DefaultColocatedShare}
+
+// DefaultColocatedShare is measured with the memory benchmark
+// (docs/design.md, "The ring").
+const DefaultColocatedShare = 0.5
 
 // Validate reports a configuration the ring cannot work with.
 func (c RingConfig) Validate() error {
@@ -65,6 +78,8 @@ func (c RingConfig) Validate() error {
 		return fmt.Errorf("load factor must be between 1 and 10, got %g", c.Load)
 	case c.NamespaceHash != HashXX && c.NamespaceHash != HashFNV:
 		return fmt.Errorf("namespace hash must be %s or %s, got %q", HashXX, HashFNV, c.NamespaceHash)
+	case !(c.ColocatedShare >= 0 && c.ColocatedShare <= 1):
+		return fmt.Errorf("colocated share must be between 0 and 1, got %g", c.ColocatedShare)
 	}
 	return nil
 }
@@ -103,20 +118,57 @@ func NewRing(config RingConfig, members []string) *Ring {
 	if len(inRing) > config.Partitions {
 		inRing = inRing[:config.Partitions]
 	}
-	ms := make([]consistent.Member, len(inRing))
-	for i, m := range inRing {
-		ms[i] = ringMember(m)
-	}
-	c := consistent.New(ms, consistent.Config{
-		PartitionCount:    config.Partitions,
-		ReplicationFactor: config.ReplicationFactor,
-		Load:              config.Load,
-		Hasher:            xxhasher{},
-	})
+	c := config.consistent(inRing)
 	for p := range config.Partitions {
 		r.owners[p] = c.GetPartitionOwner(p).String()
 	}
+	r.shrinkColocatedOwner(inRing)
 	return r
+}
+
+// consistent is buraksezer/consistent's bounded-load ring of members.
+func (c RingConfig) consistent(members []string) *consistent.Consistent {
+	ms := make([]consistent.Member, len(members))
+	for i, m := range members {
+		ms[i] = ringMember(m)
+	}
+	return consistent.New(ms, consistent.Config{
+		PartitionCount:    c.Partitions,
+		ReplicationFactor: c.ReplicationFactor,
+		Load:              c.Load,
+		Hasher:            xxhasher{},
+	})
+}
+
+// shrinkColocatedOwner leaves the owner of the Colocated singletons
+// ColocatedShare of an even share of the partitions: it keeps the one
+// their key hashes to, then its others in ascending order; each partition
+// it gives up goes to that partition's owner on the ring of the other
+// members, so a join or leave elsewhere moves few of them.
+func (r *Ring) shrinkColocatedOwner(inRing []string) {
+	if r.config.Colocated == "" || r.config.ColocatedShare >= 1 || len(inRing) < 2 {
+		return
+	}
+	home := int(xxhash.Sum64String(colocatedKey) % uint64(r.config.Partitions))
+	heavy := r.owners[home]
+	keep := int(math.Round(r.config.ColocatedShare*float64(r.config.Partitions)/float64(len(inRing)))) - 1
+	others := make([]string, 0, len(inRing)-1)
+	for _, m := range inRing {
+		if m != heavy {
+			others = append(others, m)
+		}
+	}
+	rest := r.config.consistent(others)
+	for p, owner := range r.owners {
+		if owner != heavy || p == home {
+			continue
+		}
+		if keep > 0 {
+			keep--
+			continue
+		}
+		r.owners[p] = rest.GetPartitionOwner(p).String()
+	}
 }
 
 func dedupe(sorted []string) []string {
