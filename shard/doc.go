@@ -9,8 +9,10 @@
 // sharded list/watch) or a singleton controller ("singleton/name"). The
 // Ring (buraksezer/consistent over xxhash, bounded loads) gives each
 // partition an owner; a singleton goes to the owner of the partition its
-// name hashes to, as consistent.LocateKey does. The ring is a pure function
-// of the member set and RingConfig.
+// name hashes to, as consistent.LocateKey does, except the Colocated ones,
+// placed together by one key, whose owner keeps only ColocatedShare of an
+// even share of the partitions. The ring is a pure function of the member
+// set and RingConfig.
 //
 // # The protocol
 //
