@@ -8,9 +8,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	clientinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/controller-manager/pkg/informerfactory"
+	"k8s.io/klog/v2"
 	kcmapp "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 	"k8s.io/kubernetes/cmd/kube-controller-manager/names"
 	"k8s.io/kubernetes/pkg/controller/garbagecollector"
@@ -82,7 +84,7 @@ func (r *Runtime) runSingleton(ctx context.Context, piece shard.Piece) error {
 		}
 		cc.GraphBuilder = garbagecollector.NewDependencyGraphBuilder(ctx, r.metadataClient, r.restMapper, ignored, cc.ObjectOrMetadataInformerFactory, cc.InformersStarted)
 	}
-	built, err := kcmapp.BuildControllers(ctx, cc, map[string]*kcmapp.ControllerDescriptor{piece.Name(): r.descriptors[piece.Name()]}, nil, ignoreHealthChecks{})
+	built, err := buildSingleton(ctx, cc, r.descriptors[piece.Name()])
 	if err != nil {
 		return fmt.Errorf("building controllers of %s: %w", piece, err)
 	}
@@ -95,6 +97,28 @@ func (r *Runtime) runSingleton(ctx context.Context, piece shard.Piece) error {
 	}
 	kcmapp.RunControllers(ctx, cc, built, kcmapp.ControllerStartJitter, 0)
 	return nil
+}
+
+// buildSingleton builds a singleton's controller as KCM's BuildControllers
+// does, with the fleet's own constructor where it has one
+// (fleetConstructors).
+func buildSingleton(ctx context.Context, cc kcmapp.ControllerContext, descriptor *kcmapp.ControllerDescriptor) ([]kcmapp.Controller, error) {
+	construct, ok := fleetConstructors[descriptor.Name()]
+	if !ok {
+		return kcmapp.BuildControllers(ctx, cc, map[string]*kcmapp.ControllerDescriptor{descriptor.Name(): descriptor}, nil, ignoreHealthChecks{})
+	}
+	logger := klog.FromContext(ctx)
+	for _, gate := range descriptor.GetRequiredFeatureGates() {
+		if !utilfeature.DefaultFeatureGate.Enabled(gate) {
+			logger.Info("Controller is disabled by a feature gate", "controller", descriptor.Name(), "requiredFeatureGates", descriptor.GetRequiredFeatureGates())
+			return nil, nil
+		}
+	}
+	ctrl, err := construct(klog.NewContext(ctx, klog.LoggerWithName(logger, descriptor.Name())), cc, descriptor.Name())
+	if err != nil || ctrl == nil {
+		return nil, err
+	}
+	return []kcmapp.Controller{ctrl}, nil
 }
 
 // heldEverywhere are the kinds the colocated singletons read in every

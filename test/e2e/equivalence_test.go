@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -21,7 +22,9 @@ import (
 // TestSameEndStateAsKubeControllerManager runs one workload under upstream
 // kube-controller-manager and under a fleet of one, each on a fresh control
 // plane, and compares the end states: objects the controllers create and
-// their statuses, ignoring generated names and timestamps. It also counts
+// their statuses, ignoring generated names and timestamps, and the type
+// warnings of a ValidatingAdmissionPolicy (the fleet builds that
+// controller's OpenAPI definitions only when it type checks). It also counts
 // the watches the apiserver holds open once the workload has converged: a
 // fleet of one watches each kind at most twice more than KCM (the owned
 // cache and the garbage collector's metadata informer beside the
@@ -40,6 +43,9 @@ func TestSameEndStateAsKubeControllerManager(t *testing.T) {
 			waitWorkload(ctx, t, client, ns)
 		}
 		snap := snapshot(ctx, t, client, namespaces)
+		for k, v := range typeCheckPolicy(ctx, t, client) {
+			snap[k] = v
+		}
 		watches[fleet] = openWatches(ctx, t, client)
 		cluster.Stop()
 		return snap
@@ -87,6 +93,50 @@ func TestSameEndStateAsKubeControllerManager(t *testing.T) {
 		t.Errorf("end states differ:\n%s", strings.Join(diffs, "\n"))
 	}
 	t.Logf("compared %d facts of the end state: identical", len(kcm))
+}
+
+// typeCheckPolicy creates a ValidatingAdmissionPolicy with a well-typed and
+// an ill-typed expression, waits for the validatingadmissionpolicy-status
+// controller to type check it, and returns the warnings it wrote.
+func typeCheckPolicy(ctx context.Context, t *testing.T, client kubernetes.Interface) map[string]string {
+	t.Helper()
+	policies := client.AdmissionregistrationV1().ValidatingAdmissionPolicies()
+	policy, err := policies.Create(ctx, &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "eq-typecheck"},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"deployments"}},
+				},
+			}}},
+			Validations: []admissionregistrationv1.Validation{
+				{Expression: "object.spec.replicas > 1"},
+				{Expression: "object.spec.replicas == 'many'"},
+			},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating a ValidatingAdmissionPolicy: %v", err)
+	}
+	out := map[string]string{}
+	poll(ctx, t, "the ValidatingAdmissionPolicy type checked", 2*time.Minute, func() (bool, string) {
+		got, err := policies.Get(ctx, policy.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		if got.Status.ObservedGeneration < got.Generation || got.Status.TypeChecking == nil {
+			return false, fmt.Sprintf("observed generation %d of %d", got.Status.ObservedGeneration, got.Generation)
+		}
+		for _, w := range got.Status.TypeChecking.ExpressionWarnings {
+			out["cluster/validatingadmissionpolicy/"+got.Name+"/"+w.FieldRef] = w.Warning
+		}
+		return true, ""
+	})
+	if len(out) == 0 {
+		t.Errorf("the ill-typed expression of ValidatingAdmissionPolicy %s has no warning", policy.Name)
+	}
+	return out
 }
 
 // openWatches counts the watches the apiserver holds open, by resource
