@@ -159,7 +159,7 @@ func (s *partitionSet) start(ctx context.Context, p int) error {
 	cc := r.controllerContext(r.partitionBuilder)
 	factory, err := informers.NewPieceFactory(informers.PieceConfig{
 		Shared: r.shared, SharedStop: r.sharedStop, Owned: r.owned,
-		Mapper: r.restMapper, Scope: s.scope, Resync: cc.ResyncPeriod(), Transform: trimManagedFields,
+		Mapper: r.restMapper, Scopes: r.kindScopes, Scope: s.scope, Resync: cc.ResyncPeriod(), Transform: trimManagedFields,
 	})
 	if err != nil {
 		return fmt.Errorf("informers of the partition controllers: %w", err)

@@ -59,6 +59,8 @@ type Runtime struct {
 	plainClient                            kubernetes.Interface
 	metadataClient                         metadata.Interface
 	restMapper                             *restmapper.DeferredDiscoveryRESTMapper
+	// kindScopes: which kinds are cluster-scoped, from the same discovery.
+	kindScopes informers.KindScopes
 	// shared is the replica's one cluster-wide cache, typed and
 	// metadata-only: every piece sees it through informers.PieceFactory
 	// views, and an informer stops when the last piece using it stops;
@@ -115,7 +117,8 @@ func NewRuntime(ctx context.Context, c *kcmconfig.CompletedConfig, identity stri
 	if err != nil {
 		return nil, fmt.Errorf("discovery client: %w", err)
 	}
-	restMapper := restmapper.NewDeferredDiscoveryRESTMapper(cacheddiscovery.NewMemCacheClient(discoveryClient))
+	discovery := cacheddiscovery.NewMemCacheClient(discoveryClient)
+	restMapper := restmapper.NewDeferredDiscoveryRESTMapper(discovery)
 	go func() {
 		ticker := time.NewTicker(30 * time.Second)
 		defer ticker.Stop()
@@ -139,6 +142,7 @@ func NewRuntime(ctx context.Context, c *kcmconfig.CompletedConfig, identity stri
 		partitionBuilder:     builder.forPartitions(partitions),
 		restClients:          informers.NewRESTClients(informerConfig),
 		plainClient:          plain, metadataClient: metadataClient, restMapper: restMapper,
+		kindScopes: informers.DiscoveryScopes{Discovery: discovery},
 		shared: informers.NewPool(ctx, informers.PoolConfig{
 			Client: plain, Metadata: metadataClient, Resync: kcmapp.ResyncPeriod(c)(), Transform: trimManagedFields,
 		}),

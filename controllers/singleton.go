@@ -45,7 +45,7 @@ func (r *Runtime) runSingleton(ctx context.Context, piece shard.Piece) error {
 	}
 	defer r.releaseEverywhere(held)
 	factory, err := informers.NewPieceFactory(informers.PieceConfig{
-		Shared: r.shared, SharedStop: r.sharedStop, Mapper: r.restMapper, Held: held,
+		Shared: r.shared, SharedStop: r.sharedStop, Mapper: r.restMapper, Scopes: r.kindScopes, Held: held,
 		Resync: cc.ResyncPeriod(), Transform: trimManagedFields,
 	})
 	if err != nil {
@@ -53,19 +53,20 @@ func (r *Runtime) runSingleton(ctx context.Context, piece shard.Piece) error {
 	}
 	defer factory.Shutdown()
 	cc.InformerFactory = factory
-	// With the owned cache, typed only where handlers need the objects
-	// or the replica holds them anyway: resourcequota's monitors read
-	// Services, and the kinds held everywhere (Pods, PVCs) are typed for
-	// the colocated singletons, the garbage collector included, as in
-	// KCM's typed-first factory. Everything else the garbage collector
-	// and resourcequota watch is cached as metadata rather than in full,
-	// cluster-wide, in informers the two share. In filtered-watch the
-	// typed informers are cached anyway, and sharing them is what KCM does.
+	// With the owned cache, typed only where a reader needs the objects
+	// or the replica holds them anyway: resourcequota's evaluators read
+	// Services, ResourceClaims and its own ResourceQuotas, and the kinds
+	// held everywhere (Pods, PVCs) are typed for the colocated
+	// singletons, the garbage collector included, as in KCM's typed-first
+	// factory. Everything else the garbage collector and resourcequota
+	// watch is cached as metadata rather than in full, cluster-wide, in
+	// informers the two share. In filtered-watch the typed informers are
+	// cached anyway, and sharing them is what KCM does.
 	var typed clientinformers.SharedInformerFactory = factory
 	if r.owned != nil {
 		var needed []schema.GroupResource
 		if piece.Name() == names.ResourceQuotaController {
-			needed = append(needed, schema.GroupResource{Resource: "services"})
+			needed = append(needed, quotaTypedResources...)
 		}
 		for _, kind := range heldEverywhere {
 			if _, ok := held[reflect.TypeOf(kind.obj)]; ok {
@@ -75,6 +76,9 @@ func (r *Runtime) runSingleton(ctx context.Context, piece shard.Piece) error {
 		typed = factory.TypedWhereNeeded(needed...)
 	}
 	cc.ObjectOrMetadataInformerFactory = informerfactory.NewInformerFactory(typed, factory.Metadata())
+	if piece.Name() == names.ResourceQuotaController {
+		cc.InformerFactory = quotaEvaluatorFactory{SharedInformerFactory: factory, monitors: cc.ObjectOrMetadataInformerFactory}
+	}
 	if piece.Name() == names.GarbageCollectorController && cc.ComponentConfig.GarbageCollectorController.EnableGarbageCollector {
 		// The garbage collector's own graph, as KCM builds it before the
 		// controllers (ControllerContext.GraphBuilder).
@@ -119,6 +123,39 @@ func buildSingleton(ctx context.Context, cc kcmapp.ControllerContext, descriptor
 		return nil, err
 	}
 	return []kcmapp.Controller{ctrl}, nil
+}
+
+// quotaTypedResources are the namespaced resources resourcequota reads
+// whole objects of (besides the kinds held everywhere): the Service
+// evaluator reads a Service's type and ports, the ResourceClaim evaluator
+// its device requests, and the controller its own ResourceQuotas, typed
+// through its informer; its evaluators of these share that one informer
+// (quotaEvaluatorFactory).
+var quotaTypedResources = []schema.GroupResource{
+	{Resource: "services"},
+	{Resource: "resourcequotas"},
+	{Group: "resource.k8s.io", Resource: "resourceclaims"},
+}
+
+// quotaEvaluatorFactory is resourcequota's typed factory, whose
+// ForResource gives its quota evaluators the informer its monitors watch:
+// KCM's constructor builds the evaluators' listers from
+// InformerFactory.ForResource and the monitors from
+// ObjectOrMetadataInformerFactory.ForResource, the same typed informer
+// there; here the monitors of ConfigMaps, Secrets and
+// ReplicationControllers are metadata, and typed listers beside them were
+// second informers, made after the piece's informers started and never
+// started, so a quota naming those resources was never computed and every
+// create it covered was Forbidden. Their evaluators only count objects
+// (generic.objectCountEvaluator: Usage ignores the object, no scope
+// applies), so metadata gives the counts KCM computes.
+type quotaEvaluatorFactory struct {
+	clientinformers.SharedInformerFactory
+	monitors informerfactory.InformerFactory
+}
+
+func (f quotaEvaluatorFactory) ForResource(gvr schema.GroupVersionResource) (clientinformers.GenericInformer, error) {
+	return f.monitors.ForResource(gvr)
 }
 
 // heldEverywhere are the kinds the colocated singletons read in every

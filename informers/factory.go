@@ -59,6 +59,8 @@ type PieceConfig struct {
 	// it closes).
 	SharedStop <-chan struct{}
 	Mapper     meta.RESTMapper
+	// Scopes tells which kinds are cluster-scoped.
+	Scopes KindScopes
 	// Scope: the view of the replica's partition controller set, whose
 	// namespaces change while it runs. Without it the view is
 	// cluster-wide (a singleton).
@@ -150,24 +152,25 @@ func NewPieceFactory(c PieceConfig) (*PieceFactory, error) {
 	if c.Owned != nil && c.Scope == nil {
 		return nil, errors.New("an owned cache serves the partition view (Scope) only")
 	}
+	if c.Scopes == nil {
+		return nil, errors.New("a piece's factory needs the kinds' scopes")
+	}
 	return &PieceFactory{PieceConfig: c}, nil
 }
 
 var _ informers.SharedInformerFactory = &PieceFactory{}
 
-// clusterScoped decides where an informer of obj's kind comes from. An
-// unknown kind is treated as namespaced: the sharded watch then fails loudly
-// rather than a cluster-wide view leaking into the piece.
+// clusterScoped decides where an informer of obj's kind comes from. A
+// kind the apiserver does not serve is treated as namespaced: the sharded
+// watch then fails loudly rather than a cluster-wide view leaking into the
+// piece. A failed discovery decides nothing: it is asked again
+// (clusterScopedKind).
 func (f *PieceFactory) clusterScoped(obj runtime.Object) bool {
 	gvks, _, err := scheme.Scheme.ObjectKinds(obj)
 	if err != nil || len(gvks) == 0 {
 		return false
 	}
-	mapping, err := f.Mapper.RESTMapping(gvks[0].GroupKind(), gvks[0].Version)
-	if err != nil {
-		return false
-	}
-	return mapping.Scope.Name() == meta.RESTScopeNameRoot
+	return clusterScopedKind(f.Scopes, gvks[0], f.SharedStop)
 }
 
 // InformerFor routes each kind: cluster-scoped kinds to the shared

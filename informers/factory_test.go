@@ -65,7 +65,7 @@ func TestPieceFactoryLifecycle(t *testing.T) {
 
 	cycle := func() *PieceFactory {
 		ctx, cancel := context.WithCancel(context.Background())
-		f, err := NewPieceFactory(PieceConfig{Shared: shared, SharedStop: replica.Done(), Mapper: testMapper(), Scope: scope})
+		f, err := NewPieceFactory(PieceConfig{Shared: shared, SharedStop: replica.Done(), Mapper: testMapper(), Scopes: MapperScopes{testMapper()}, Scope: scope})
 		if err != nil {
 			t.Fatal(err)
 		}

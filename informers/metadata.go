@@ -31,18 +31,14 @@ func (m *metadataView) ForResource(gvr schema.GroupVersionResource) informers.Ge
 	return genericInformer{informer: m.factory.view(informer, namespaces), resource: gvr.GroupResource()}
 }
 
-// clusterScoped: an unknown resource counts as namespaced, so a partition
-// view filters it rather than leak other namespaces.
+// clusterScoped: a resource the apiserver does not serve counts as
+// namespaced, so a partition view filters it rather than leak other
+// namespaces; a failed discovery decides nothing (clusterScopedResource).
 func (m *metadataView) clusterScoped(gvr schema.GroupVersionResource) bool {
 	if m.factory.Scope == nil {
 		return true
 	}
-	gvk, err := m.factory.Mapper.KindFor(gvr)
-	if err != nil {
-		return false
-	}
-	mapping, err := m.factory.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-	return err == nil && mapping.Scope.Name() == meta.RESTScopeNameRoot
+	return clusterScopedResource(m.factory.Scopes, gvr, m.factory.SharedStop)
 }
 
 // Start starts the piece's shared informers and puts its handlers live

@@ -360,22 +360,33 @@ func testOwnedCache(ctx context.Context, t *testing.T, config *rest.Config, shar
 			t.Fatalf("%s: ConfigMaps are in %v sources (%v wide), want %d (%d wide)", what, got, gotWide, n, wide)
 		}
 	}
-	if sharded {
-		// Selectors naming every namespace would cost the apiserver a
-		// filtered watcher per two namespaces; the changes below arrive
-		// through one unfiltered watch.
-		sourcesAre("held everywhere", 1, 1)
-	}
+	// Selectors naming every namespace would cost the apiserver a
+	// filtered watcher per two namespaces, and a watch per namespace one
+	// watcher each; the changes below arrive through one unfiltered
+	// watch.
+	sourcesAre("held everywhere", 1, 1)
 	owned.Unload(1)
+	// A namespace created while every namespace is held joins the one
+	// watch at its first object: nothing is listed for it, and its
+	// objects are held as soon as they arrive, not after the Namespaces
+	// informer has seen it (a singleton counting objects, resourcequota,
+	// read none of a new namespace's first objects otherwise).
+	before = counter.count()
 	createNamespace("p2-e")
 	createConfigMap("p2-e", "while-held")
 	createConfigMap("p1-a", "while-held")
 	waitExact("held everywhere, after partition 1 unloaded and a namespace created", everywhere...)
+	if got := counter.count() - before; got != 0 {
+		t.Fatalf("held everywhere, a namespace created made %d list requests, want none", got)
+	}
 	owned.ReleaseEverywhere(&corev1.ConfigMap{})
 	waitExact("released", 0)
 	if sharded {
 		// Partition 0's three namespaces, two per selector.
 		sourcesAre("released", 2, 0)
+	} else if wideAbove == 0 {
+		// One per namespace again.
+		sourcesAre("released", 3, 0)
 	}
 	createConfigMap("p2-e", "after-release")
 	createConfigMap("p0-a", "after-release")

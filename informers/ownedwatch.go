@@ -3,6 +3,7 @@ package informers
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -88,11 +89,21 @@ const compactDelay = 2 * time.Second
 // scheduleCompact merges sources soon (sharded, or wide). Called with mu
 // held.
 func (lw *ownedListWatch) scheduleCompact() {
-	if !(lw.sharded || lw.wide()) || lw.compacting {
+	if lw.compacting || !lw.sharded && !lw.wide() && !lw.hasWide() {
 		return
 	}
 	lw.compacting = true
 	time.AfterFunc(compactDelay, lw.compact)
+}
+
+// hasWide says whether a source is wide. Called with mu held.
+func (lw *ownedListWatch) hasWide() bool {
+	for s := range lw.sources {
+		if s.wide {
+			return true
+		}
+	}
+	return false
 }
 
 // compact merges the listed sources into as few as the selector size
@@ -102,9 +113,10 @@ func (lw *ownedListWatch) scheduleCompact() {
 // those it replaces and drops, per namespace, the events they had
 // delivered, so nothing is lost or repeated; if that version has expired,
 // it lists its namespaces again (a local relist). Once wide, every listed
-// source merges into one wide source; with selectors, once no longer wide
-// (a singleton stopped holding every namespace), the wide source splits
-// back into selector sources the same way.
+// source merges into one wide source; once no longer wide (a singleton
+// stopped holding every namespace), the wide source splits back into
+// selector sources, or without selectors one source per namespace, the
+// same way.
 func (lw *ownedListWatch) compact() {
 	lw.sendMu.Lock()
 	defer lw.sendMu.Unlock()
@@ -125,18 +137,28 @@ func (lw *ownedListWatch) compact() {
 		}
 	}
 	wide := lw.wide()
-	size := lw.maxTerms
-	switch {
-	case wide:
-		size = len(namespaces)
-	case !lw.sharded:
-		return
+	// The merged source adopts only if a source it replaces did: an
+	// adopter's list carried every namespace no other source held, and
+	// without it a namespace adopted at its first event would miss its
+	// older objects.
+	adopts := false
+	for _, s := range listed {
+		adopts = adopts || s.adopts && wide && lw.everywhere
 	}
 	// reshape: a source is wide and should not be, or the reverse (every
 	// namespace was held and is no longer, or the reverse).
 	reshape := false
 	for _, s := range listed {
-		reshape = reshape || s.wide != wide
+		reshape = reshape || s.wide != wide || s.adopts != adopts
+	}
+	size := lw.maxTerms
+	switch {
+	case wide:
+		size = len(namespaces)
+	case !lw.sharded && !reshape:
+		return // namespace-scoped sources are never merged
+	case !lw.sharded:
+		size = 1 // a wide source split back into one per namespace
 	}
 	if len(namespaces) == 0 || !reshape && len(listed) <= (len(namespaces)+size-1)/size {
 		return
@@ -149,7 +171,7 @@ func (lw *ownedListWatch) compact() {
 	}
 	sort.Strings(namespaces)
 	for _, group := range chunks(namespaces, size) {
-		merged := &source{namespaces: group, version: through[group[0]], floors: map[string]string{}, wide: wide}
+		merged := &source{namespaces: group, version: through[group[0]], floors: map[string]string{}, wide: wide, adopts: adopts}
 		for _, ns := range group {
 			if newerVersion(merged.version, through[ns]) {
 				merged.version = through[ns]
@@ -181,7 +203,7 @@ func (lw *ownedListWatch) countSources() {
 		}
 		ownedWideSources.WithLabelValues(t.resource).Set(float64(wide))
 		switch {
-		case wide > 0 && !lw.wasWide && lw.sharded:
+		case wide > 0 && !lw.wasWide && (lw.sharded || lw.everywhere):
 			klog.InfoS("Owned cache watches this resource in every namespace without a shard selector: a singleton of this replica reads every namespace",
 				"resource", t.resource, "namespaces", len(lw.loaded))
 		case wide > 0 && !lw.wasWide:
@@ -215,6 +237,17 @@ type source struct {
 	// wide: requests every namespace (no selector); the client keeps
 	// only namespaces.
 	wide bool
+	// adopts: wide while every namespace is held (holdEverywhere): it
+	// also takes every namespace no other source holds, at its first
+	// object, listed or watched. Its list and watch carry every
+	// namespace from its version on, so a namespace created later needs
+	// no request of its own, and its objects reach the informer as soon
+	// as a cluster-wide informer's would: held namespaces joined by a
+	// list after the Namespaces informer saw them, and a singleton read
+	// a new namespace's first objects late (resourcequota counted the
+	// PVCs created with their quota as none, and its monitors, which
+	// have no add handler, never counted again until the full resync).
+	adopts bool
 	// floors: per namespace, the version through which the sources this
 	// one merged had delivered its events (a merged source resumes from
 	// the oldest of theirs and drops what they delivered); nil once its
@@ -240,6 +273,15 @@ func (s *source) advance(version string) {
 		}
 	}
 	s.floors = nil
+}
+
+// insert adds ns to the source's namespaces.
+func (s *source) insert(ns string) {
+	i := sort.SearchStrings(s.namespaces, ns)
+	if i < len(s.namespaces) && s.namespaces[i] == ns {
+		return
+	}
+	s.namespaces = slices.Insert(s.namespaces, i, ns)
 }
 
 func (s *source) has(ns string) bool {
@@ -269,11 +311,11 @@ func (lw *ownedListWatch) Watch(options metav1.ListOptions) (watch.Interface, er
 // sources' lists are ours to make.
 func (lw *ownedListWatch) IsWatchListSemanticsUnSupported() bool { return true }
 
-// wide says whether the sources are wide now: with selectors, while every
-// namespace is held; without, past wideAbove namespaces loaded. Called
+// wide says whether the sources are wide now: while every namespace is
+// held; else, without selectors, past wideAbove namespaces loaded. Called
 // with mu held.
 func (lw *ownedListWatch) wide() bool {
-	if lw.sharded {
+	if lw.everywhere || lw.sharded {
 		return lw.everywhere
 	}
 	return lw.wideAbove > 0 && len(lw.loaded) > lw.wideAbove
@@ -290,6 +332,24 @@ func (lw *ownedListWatch) holdEverywhere(everywhere bool) {
 
 // newSources makes the sources of namespaces (sorted). Called with mu held.
 func (lw *ownedListWatch) newSources(namespaces []string) []*source {
+	if lw.everywhere {
+		// Every namespace is held: one source adopts them all.
+		if a := lw.adopter(); a != nil {
+			for _, ns := range namespaces {
+				a.insert(ns)
+				if _, waiting := lw.awaited[ns]; waiting && a.version != "" {
+					// No event of it came since a's version, at which
+					// a's list carried every namespace no other source
+					// held: it had no objects then.
+					lw.awaited[ns] = []keyVersion{}
+				}
+			}
+			return nil
+		}
+		s := &source{namespaces: slices.Clone(namespaces), wide: true, adopts: true}
+		lw.sources[s] = struct{}{}
+		return []*source{s}
+	}
 	// A few namespaces (a gained partition, namespaces just created) are
 	// listed one by one even when wide: a cluster-wide list would fetch
 	// every namespace's objects to keep theirs. They merge into the wide
@@ -354,7 +414,10 @@ func (lw *ownedListWatch) ListWithContext(ctx context.Context, _ metav1.ListOpti
 	var kept []runtime.Object
 	for _, item := range all {
 		m, err := meta.Accessor(item)
-		if err != nil || !lw.loaded[m.GetNamespace()] {
+		if err != nil {
+			continue
+		}
+		if a := lw.adopter(); !lw.loaded[m.GetNamespace()] && (a == nil || !lw.adopt(a, m.GetNamespace())) {
 			continue
 		}
 		kept = append(kept, item)
@@ -413,7 +476,8 @@ func (lw *ownedListWatch) listSource(ctx context.Context, t *listWatchTarget, sr
 			return nil, "", fmt.Errorf("listing %s: %w", t.resource, err)
 		}
 		for _, item := range items {
-			if m, err := meta.Accessor(item); err == nil && want[m.GetNamespace()] {
+			// An adopting source keeps every namespace: emit decides.
+			if m, err := meta.Accessor(item); err == nil && (src.adopts || want[m.GetNamespace()]) {
 				out = append(out, item)
 			}
 		}
@@ -457,6 +521,30 @@ func (lw *ownedListWatch) noteListed(namespaces []string, items []runtime.Object
 	}
 }
 
+// adopt says whether ns is loaded, after src takes it if src adopts and
+// no source holds it. Called with mu held.
+func (lw *ownedListWatch) adopt(src *source, ns string) bool {
+	if lw.loaded[ns] {
+		return true
+	}
+	if !src.adopts || !lw.everywhere {
+		return false
+	}
+	lw.loaded[ns] = true
+	src.insert(ns)
+	return true
+}
+
+// adopter is a source that adopts, if there is one. Called with mu held.
+func (lw *ownedListWatch) adopter() *source {
+	for s := range lw.sources {
+		if s.adopts {
+			return s
+		}
+	}
+	return nil
+}
+
 // namespaces lists the loaded namespaces.
 func (lw *ownedListWatch) namespaces() []string {
 	lw.mu.Lock()
@@ -487,6 +575,9 @@ func (lw *ownedListWatch) load(namespaces []string, await bool) {
 		}
 	}
 	sort.Strings(added)
+	if len(added) == 0 && (!lw.everywhere || lw.adopter() != nil) {
+		return
+	}
 	sources := lw.newSources(added)
 	if lw.stream != nil {
 		for _, s := range sources {
@@ -565,7 +656,7 @@ func (lw *ownedListWatch) unload(namespaces []string) {
 			lw.stream.stop(s)
 		}
 		if len(keep) > 0 {
-			narrowed := &source{namespaces: keep, version: s.version, floors: s.floors, wide: s.wide}
+			narrowed := &source{namespaces: keep, version: s.version, floors: s.floors, wide: s.wide, adopts: s.adopts}
 			lw.sources[narrowed] = struct{}{}
 			if lw.stream != nil {
 				lw.stream.start(narrowed)
@@ -779,7 +870,7 @@ func (s *ownedStream) emit(ctx context.Context, src *source, events []watch.Even
 		}
 		ns := m.GetNamespace()
 		lw.mu.Lock()
-		loaded := lw.loaded[ns]
+		loaded := lw.adopt(src, ns)
 		lw.mu.Unlock()
 		if !loaded || !src.has(ns) {
 			continue

@@ -46,6 +46,12 @@ type Pool struct {
 
 	mu      sync.Mutex
 	entries map[poolKey]*poolEntry
+	// started: users that have called Start. An informer such a user asks
+	// for later is started at once: client-go's factory leaves it stopped
+	// until the next Start, and a controller that builds a lister on
+	// demand (resourcequota's evaluators do, at every usage calculation)
+	// would wait on it forever.
+	started map[any]bool
 }
 
 // poolKey names an informer: a typed one by its object's Go type, a
@@ -82,7 +88,7 @@ func (e *poolEntry) start() {
 // NewPool makes an empty pool whose informers all stop when ctx ends.
 func NewPool(ctx context.Context, c PoolConfig) *Pool {
 	registerMetrics()
-	p := &Pool{config: c, done: ctx.Done(), entries: map[poolKey]*poolEntry{}}
+	p := &Pool{config: c, done: ctx.Done(), entries: map[poolKey]*poolEntry{}, started: map[any]bool{}}
 	go func() {
 		<-ctx.Done()
 		p.mu.Lock()
@@ -105,7 +111,20 @@ func (p *Pool) entry(user any, key poolKey, build func(*poolEntry)) *poolEntry {
 		klog.V(2).InfoS("Shared informer made", "informer", key)
 	}
 	e.users[user] = struct{}{}
+	if p.started[user] && !p.ending() {
+		e.start() // idempotent: client-go's factory starts an informer once
+	}
 	return e
+}
+
+// ending says whether the replica is ending (its informers are stopping).
+func (p *Pool) ending() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // InformerFor gives user the typed informer of obj's kind (made by
@@ -130,9 +149,8 @@ func (p *Pool) ForResource(user any, gvr schema.GroupVersionResource, gvk schema
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	key := poolKey{typed: reflect.TypeOf(obj)}
-	if e, ok := p.entries[key]; ok {
-		e.users[user] = struct{}{}
-		return e.informer, nil
+	if _, ok := p.entries[key]; ok {
+		return p.entry(user, key, nil).informer, nil
 	}
 	typed := p.newTyped()
 	generic, err := typed.ForResource(gvr)
@@ -161,16 +179,16 @@ func (p *Pool) newTyped() informers.SharedInformerFactory {
 	return informers.NewSharedInformerFactoryWithOptions(p.config.Client, p.config.Resync, informers.WithTransform(p.config.Transform))
 }
 
-// Start starts every informer of user that is not running yet; it runs
-// until every user has released it, or the replica ends.
+// Start starts every informer of user that is not running yet, and those
+// user asks for from now on; each runs until every user has released it,
+// or the replica ends.
 func (p *Pool) Start(user any) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	select {
-	case <-p.done:
-		return // the replica is ending; its informers are stopping
-	default:
+	if p.ending() {
+		return // its informers are stopping
 	}
+	p.started[user] = true
 	for _, e := range p.entries {
 		if _, ok := e.users[user]; ok {
 			e.start()
@@ -201,6 +219,7 @@ func (p *Pool) WaitForCacheSync(user any, stopCh <-chan struct{}) map[poolKey]bo
 func (p *Pool) Release(user any) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	delete(p.started, user)
 	for key, e := range p.entries {
 		if _, ok := e.users[user]; !ok {
 			continue

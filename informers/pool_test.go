@@ -106,6 +106,78 @@ func TestPoolStopsWhatNoOneUses(t *testing.T) {
 	}
 }
 
+// TestPoolStartsWhatIsAskedForAfterStart: an informer a started user asks
+// for later runs at once (resourcequota's evaluators ask for theirs at a
+// usage calculation, after the piece's informers started; left stopped,
+// their listers never synced and every create counted by them was
+// Forbidden), whichever way it is asked for, and whether the informer is
+// new or another user's that was not started.
+func TestPoolStartsWhatIsAskedForAfterStart(t *testing.T) {
+	configMaps := corev1.SchemeGroupVersion.WithResource("configmaps")
+	cases := []struct {
+		name string
+		// before: another user, not started, made the informer first.
+		before bool
+		get    func(t *testing.T, p *Pool, user any) cache.SharedIndexInformer
+	}{
+		{"typed by resource, new", false, func(t *testing.T, p *Pool, user any) cache.SharedIndexInformer {
+			i, err := p.ForResource(user, configMaps, corev1.SchemeGroupVersion.WithKind("ConfigMap"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return i
+		}},
+		{"typed by kind, new", false, func(t *testing.T, p *Pool, user any) cache.SharedIndexInformer {
+			return p.InformerFor(user, &corev1.ConfigMap{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+				return coreinformers.NewConfigMapInformer(c, metav1.NamespaceAll, resync, cache.Indexers{})
+			})
+		}},
+		{"metadata, new", false, func(t *testing.T, p *Pool, user any) cache.SharedIndexInformer {
+			return p.MetadataFor(user, configMaps)
+		}},
+		{"typed by resource, made by a user not started", true, func(t *testing.T, p *Pool, user any) cache.SharedIndexInformer {
+			i, err := p.ForResource(user, configMaps, corev1.SchemeGroupVersion.WithKind("ConfigMap"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return i
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns"}}
+			scheme := runtime.NewScheme()
+			if err := metav1.AddMetaToScheme(scheme); err != nil {
+				t.Fatal(err)
+			}
+			metadataCM := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"}, ObjectMeta: cm.ObjectMeta}
+			replica, stop := context.WithCancel(context.Background())
+			defer stop()
+			p := NewPool(replica, PoolConfig{Client: fake.NewSimpleClientset(cm), Metadata: fakemetadata.NewSimpleMetadataClient(scheme, metadataCM)})
+			if tc.before {
+				tc.get(t, p, "idle")
+			}
+			p.Start("a")
+			informer := tc.get(t, p, "a")
+			ctx, cancel := context.WithTimeout(replica, 5*time.Second)
+			defer cancel()
+			if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+				t.Fatal("an informer asked for after its user started was never started")
+			}
+			if got := informer.GetStore().ListKeys(); len(got) != 1 || got[0] != "ns/c" {
+				t.Fatalf("the informer holds %v, want ns/c", got)
+			}
+			p.Release("a")
+			p.Release("idle")
+			after := tc.get(t, p, "a")
+			time.Sleep(100 * time.Millisecond)
+			if after.HasSynced() {
+				t.Fatal("a user that released everything still has its informers started at once")
+			}
+		})
+	}
+}
+
 func mapValues[K comparable](m map[K]bool) []bool {
 	out := make([]bool, 0, len(m))
 	for _, v := range m {

@@ -138,7 +138,7 @@ func testScope(t *testing.T, client kubernetes.Interface) {
 	defer stop()
 	shared := NewPool(replica, PoolConfig{Client: client})
 	scope := NewScope(4, partitionOf)
-	f, err := NewPieceFactory(PieceConfig{Shared: shared, SharedStop: replica.Done(), Mapper: testMapper(), Scope: scope})
+	f, err := NewPieceFactory(PieceConfig{Shared: shared, SharedStop: replica.Done(), Mapper: testMapper(), Scopes: MapperScopes{testMapper()}, Scope: scope})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,7 +296,7 @@ func TestScopeConcurrentGain(t *testing.T) {
 	defer stop()
 	shared := NewPool(replica, PoolConfig{Client: client})
 	scope := NewScope(4, partitionOf)
-	f, err := NewPieceFactory(PieceConfig{Shared: shared, SharedStop: replica.Done(), Mapper: testMapper(), Scope: scope})
+	f, err := NewPieceFactory(PieceConfig{Shared: shared, SharedStop: replica.Done(), Mapper: testMapper(), Scopes: MapperScopes{testMapper()}, Scope: scope})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -384,7 +384,7 @@ func TestScopeIgnoreLosses(t *testing.T) {
 	replica, stop := context.WithCancel(context.Background())
 	defer stop()
 	scope := NewScope(2, partitionOf)
-	f, err := NewPieceFactory(PieceConfig{Shared: NewPool(replica, PoolConfig{Client: client}), SharedStop: replica.Done(), Mapper: testMapper(), Scope: scope})
+	f, err := NewPieceFactory(PieceConfig{Shared: NewPool(replica, PoolConfig{Client: client}), SharedStop: replica.Done(), Mapper: testMapper(), Scopes: MapperScopes{testMapper()}, Scope: scope})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,143 @@
+package informers
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/klog/v2"
+)
+
+// ErrNotServed: the apiserver answered and does not serve the kind.
+var ErrNotServed = errors.New("not served by the apiserver")
+
+// KindScopes tells whether a kind is cluster-scoped. An error other than
+// ErrNotServed means the answer is not known (discovery failed), never
+// that the kind is namespaced.
+type KindScopes interface {
+	ClusterScoped(gvk schema.GroupVersionKind) (bool, error)
+	ClusterScopedResource(gvr schema.GroupVersionResource) (bool, error)
+}
+
+// DiscoveryScopes reads a kind's scope from the apiserver's discovery of
+// its group version. A RESTMapper built from discovery cannot tell a kind
+// the apiserver does not serve from one whose group failed to load (both
+// are "no matches for kind"), and a piece that took the second for the
+// first placed Nodes with the namespaced kinds for the rest of its run.
+type DiscoveryScopes struct {
+	Discovery discovery.CachedDiscoveryInterface
+}
+
+func (d DiscoveryScopes) ClusterScoped(gvk schema.GroupVersionKind) (bool, error) {
+	return d.find(gvk.GroupVersion(), gvk.String(), func(r metav1.APIResource) bool { return r.Kind == gvk.Kind })
+}
+
+func (d DiscoveryScopes) ClusterScopedResource(gvr schema.GroupVersionResource) (bool, error) {
+	return d.find(gvr.GroupVersion(), gvr.String(), func(r metav1.APIResource) bool { return r.Name == gvr.Resource })
+}
+
+// find reads the scope of the resource of gv that match picks.
+func (d DiscoveryScopes) find(gv schema.GroupVersion, what string, match func(metav1.APIResource) bool) (bool, error) {
+	list, err := d.Discovery.ServerResourcesForGroupVersion(gv.String())
+	if errors.Is(err, memory.ErrCacheNotFound) {
+		// Not in the cached discovery: a group installed since, or not
+		// served. Ask once more, afresh.
+		d.Discovery.Invalidate()
+		list, err = d.Discovery.ServerResourcesForGroupVersion(gv.String())
+		if errors.Is(err, memory.ErrCacheNotFound) {
+			return false, fmt.Errorf("%s: group version %w", what, ErrNotServed)
+		}
+	}
+	if err != nil {
+		d.Discovery.Invalidate()
+		return false, fmt.Errorf("discovery of %s: %w", gv, err)
+	}
+	for _, r := range list.APIResources {
+		if match(r) && !isSubresource(r.Name) {
+			return !r.Namespaced, nil
+		}
+	}
+	return false, fmt.Errorf("%s: %w", what, ErrNotServed)
+}
+
+func isSubresource(name string) bool {
+	for _, c := range name {
+		if c == '/' {
+			return true
+		}
+	}
+	return false
+}
+
+// MapperScopes reads a kind's scope from a RESTMapper that knows every kind
+// it is asked about (tests; a static mapper).
+type MapperScopes struct{ Mapper meta.RESTMapper }
+
+func (m MapperScopes) ClusterScoped(gvk schema.GroupVersionKind) (bool, error) {
+	mapping, err := m.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if meta.IsNoMatchError(err) {
+		return false, fmt.Errorf("%s: %w", gvk, ErrNotServed)
+	}
+	if err != nil {
+		return false, err
+	}
+	return mapping.Scope.Name() == meta.RESTScopeNameRoot, nil
+}
+
+func (m MapperScopes) ClusterScopedResource(gvr schema.GroupVersionResource) (bool, error) {
+	gvk, err := m.Mapper.KindFor(gvr)
+	if meta.IsNoMatchError(err) {
+		return false, fmt.Errorf("%s: %w", gvr, ErrNotServed)
+	}
+	if err != nil {
+		return false, err
+	}
+	return m.ClusterScoped(gvk)
+}
+
+// scopeRetry paces the retries of a failed scope look-up.
+var scopeRetry = wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 8, Cap: 30 * time.Second}
+
+// clusterScopedKind asks scopes about gvk until it answers, or stop
+// closes (see clusterScopedWhenKnown).
+func clusterScopedKind(scopes KindScopes, gvk schema.GroupVersionKind, stop <-chan struct{}) bool {
+	return clusterScopedWhenKnown(func() (bool, error) { return scopes.ClusterScoped(gvk) }, gvk.String(), stop)
+}
+
+// clusterScopedResource asks scopes about gvr until it answers, or stop
+// closes (see clusterScopedWhenKnown).
+func clusterScopedResource(scopes KindScopes, gvr schema.GroupVersionResource, stop <-chan struct{}) bool {
+	return clusterScopedWhenKnown(func() (bool, error) { return scopes.ClusterScopedResource(gvr) }, gvr.String(), stop)
+}
+
+// clusterScopedWhenKnown asks until it answers, or stop closes. A kind
+// the apiserver does not serve counts as namespaced: its informer fails to
+// list wherever it is placed, as in KCM, and a partition view filters it
+// rather than leak other namespaces. After stop closes the answer is
+// "namespaced" unasked: the replica is ending.
+func clusterScopedWhenKnown(ask func() (bool, error), what string, stop <-chan struct{}) bool {
+	backoff := scopeRetry
+	for {
+		clusterScoped, err := ask()
+		switch {
+		case err == nil:
+			return clusterScoped
+		case errors.Is(err, ErrNotServed):
+			klog.V(2).InfoS("Kind not served by the apiserver; placed as namespaced", "kind", what, "reason", err)
+			return false
+		}
+		delay := backoff.Step()
+		klog.ErrorS(err, "Cannot tell whether a kind is namespaced; asking discovery again", "kind", what, "retryIn", delay.Round(time.Millisecond))
+		select {
+		case <-stop:
+			return false
+		case <-time.After(delay):
+		}
+	}
+}
