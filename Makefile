@@ -125,11 +125,12 @@ bench: tools build test-deps
 # The chaos soak (TestChaos in test/e2e): DURATION minutes (default 20) of
 # seeded faults on a fleet of three running the real controllers, under a
 # changing workload; every write is checked at the end. The seed is
-# printed; SEED=<n> replays a run.
+# printed; SEED=<n> replays a run. SCHEDULE=restarts follows each network
+# fault of a replica with an etcd or kube-apiserver restart.
 DURATION ?= 20
 chaos: tools build
 	seed=$${SEED:-$$(date +%s)}; echo "chaos: seed $$seed"; \
-	  CHAOS_SEED=$$seed CHAOS_DURATION=$(DURATION)m $(GO) test -count=1 -tags e2e -v -run '^TestChaos$$' -timeout $$(( $(DURATION) + 25 ))m ./test/e2e/
+	  CHAOS_SEED=$$seed CHAOS_DURATION=$(DURATION)m CHAOS_SCHEDULE=$(SCHEDULE) $(GO) test -count=1 -tags e2e -v -run '^TestChaos$$' -timeout $$(( $(DURATION) + 25 ))m ./test/e2e/
 
 fuzz:
 	$(GO) test ./membership -run '^$$' -fuzz FuzzParseLeaseState -fuzztime 60s

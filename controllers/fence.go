@@ -38,11 +38,27 @@ func newPartitionFence(partitionOf func(string) int) *partitionFence {
 	return &partitionFence{partitionOf: partitionOf, open: map[int]bool{}, inflight: map[int]int{}, idle: map[int]chan struct{}{}}
 }
 
-// Open lets writes into partition p through.
-func (f *partitionFence) Open(p int) {
+// Open lets writes into partition p through, unless the piece it opens
+// for has stopped: a stop revokes the gate (Revoke) after it cancels
+// ctx, and the check here holds the lock Revoke takes, so a gain that
+// was loading when its piece stopped cannot open the gate behind the
+// stop. False if it did not open.
+func (f *partitionFence) Open(ctx context.Context, p int) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if ctx.Err() != nil {
+		return false
+	}
 	f.open[p] = true
+	return true
+}
+
+// Revoke refuses every new write into partition p from now on, without
+// waiting for those in flight (Close waits).
+func (f *partitionFence) Revoke(p int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.open, p)
 }
 
 // Close refuses every new write into partition p and returns once the

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
 )
 
 func TestRequestNamespace(t *testing.T) {
@@ -68,7 +70,7 @@ func TestPartitionFence(t *testing.T) {
 		}
 	}
 
-	fence.Open(1)
+	fence.Open(context.Background(), 1)
 	if err := do(http.MethodPut, "/api/v1/namespaces/one-a/pods/p"); err != nil {
 		t.Fatalf("write into an open partition: %v", err)
 	}
@@ -107,7 +109,7 @@ func TestPartitionFence(t *testing.T) {
 	}
 
 	// Close gives up with its context, and reopening works.
-	fence.Open(2)
+	fence.Open(context.Background(), 2)
 	release2 := make(chan struct{})
 	server.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-release2 })
 	go func() { _ = do(http.MethodPost, "/api/v1/namespaces/two-b/pods") }()
@@ -139,7 +141,7 @@ func TestSingletonRunFence(t *testing.T) {
 		open bool
 	}{
 		{"before the run", func() {}, false},
-		{"while it runs", func() { run.Open(0) }, true},
+		{"while it runs", func() { run.Open(context.Background(), 0) }, true},
 		{"after it ended", func() {
 			if err := run.Close(context.Background(), 0); err != nil {
 				t.Fatal(err)
@@ -171,5 +173,61 @@ func requester(t *testing.T, transport http.RoundTripper, base string) func(meth
 			resp.Body.Close()
 		}
 		return err
+	}
+}
+
+// authorityBack is a replica's authority that lapsed and came back: Valid
+// says yes again.
+type authorityBack struct{}
+
+func (authorityBack) Valid() bool                  { return true }
+func (authorityBack) Authority() (bool, time.Time) { return true, time.Now().Add(time.Minute) }
+
+// TestRevokedPieceWritesNothing: once the Manager has stopped a piece
+// (cancelled its context, then Revoke) none of its writes is sent, even
+// with the replica's authority back and before the piece's Run reached
+// its own Close; and a gain that was still loading when its piece stopped
+// cannot open the gate behind the stop.
+func TestRevokedPieceWritesNothing(t *testing.T) {
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) }))
+	defer server.Close()
+	r := &Runtime{partitions: newPartitionFence(func(ns string) int { return int(ns[len(ns)-1] - '0') })}
+	singleton := shard.SingletonPiece("namespace-controller")
+	run := newPartitionFence(func(string) int { return 0 })
+	r.singletonRuns.Store(singleton, run)
+	partitionWrite := requester(t, fencedRoundTripper{next: http.DefaultTransport, fence: authorityBack{}, partitions: r.partitions}, server.URL)
+	singletonWrite := requester(t, fencedRoundTripper{next: http.DefaultTransport, fence: authorityBack{}, run: run}, server.URL)
+	for _, tc := range []struct {
+		name  string
+		piece shard.Piece
+		write func() error
+		open  func(context.Context) bool
+		err   error
+	}{
+		{"partition", shard.PartitionPiece(3), func() error { return partitionWrite(http.MethodPost, "/api/v1/namespaces/ns-3/pods") },
+			func(ctx context.Context) bool { return r.partitions.Open(ctx, 3) }, ErrPartitionMoved},
+		{"singleton", singleton, func() error { return singletonWrite(http.MethodPost, "/api/v1/namespaces/a/events") },
+			func(ctx context.Context) bool { return run.Open(ctx, 0) }, ErrPieceStopped},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			piece, stop := context.WithCancel(context.Background())
+			if !tc.open(piece) {
+				t.Fatal("the gate did not open for a running piece")
+			}
+			if err := tc.write(); err != nil {
+				t.Fatalf("a write of the running piece: %v", err)
+			}
+			stop()
+			r.Revoke(tc.piece)
+			if err := tc.write(); !errors.Is(err, tc.err) {
+				t.Errorf("a write after the stop: %v, want %v", err, tc.err)
+			}
+			if tc.open(piece) {
+				t.Error("the gate opened for a stopped piece")
+			}
+			if err := tc.write(); !errors.Is(err, tc.err) {
+				t.Errorf("a write after a late open: %v, want %v", err, tc.err)
+			}
+		})
 	}
 }

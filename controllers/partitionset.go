@@ -78,10 +78,11 @@ func (s *partitionSet) release() { <-s.lock }
 // can no longer act (the fence is closed and its writes answered).
 func (s *partitionSet) run(ctx context.Context, piece shard.Piece) error {
 	p := piece.Partition()
-	if gained, err := s.gain(ctx, p); err != nil || !gained {
-		if err != nil {
-			return fmt.Errorf("partition %d: %w", p, err)
-		}
+	gained, err := s.gain(ctx, p)
+	if err != nil {
+		return fmt.Errorf("partition %d: %w", p, err)
+	}
+	if !gained && !s.scope.Owns(p) {
 		return nil
 	}
 	<-ctx.Done()
@@ -121,7 +122,9 @@ func (s *partitionSet) gain(ctx context.Context, p int) (bool, error) {
 		}
 	}
 	n := s.scope.Gain(p)
-	s.runtime.partitions.Open(p)
+	if !s.runtime.partitions.Open(ctx, p) {
+		return false, nil // stopped while gaining: lose follows
+	}
 	klog.FromContext(ctx).V(2).Info("Partition gained", "partition", p, "delivered", n, "took", time.Since(start).Round(time.Millisecond))
 	return true, nil
 }
@@ -149,6 +152,7 @@ func (s *partitionSet) lose(ctx context.Context, p int) error {
 // leaves their scope. Called holding s.lock.
 func (s *partitionSet) start(ctx context.Context, p int) error {
 	r := s.runtime
+	piece := ctx
 	if r.owned != nil {
 		// Loaded before the informers exist: their first lists bring p.
 		if err := r.owned.Include(ctx, p); err != nil {
@@ -174,7 +178,7 @@ func (s *partitionSet) start(ctx context.Context, p int) error {
 	// In scope before the handlers go live: the informers' own initial
 	// additions then bring p's objects, and nothing else.
 	s.scope.Gain(p)
-	r.partitions.Open(p)
+	r.partitions.Open(piece, p) // not if p's piece stopped while building: run's lose follows
 	startInformers(ctx, cc, "partition")
 	s.running = true
 	klog.FromContext(ctx).Info("Partition controllers running", "controllers", len(built), "firstPartition", p)

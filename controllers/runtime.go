@@ -53,7 +53,10 @@ type Runtime struct {
 	singletonBuilder *sharedLimiterBuilder
 	// Partition controllers build their clients here: same limiters, plus
 	// the partition write fence.
-	partitions                             *partitionFence
+	partitions *partitionFence
+	// singletonRuns: each running singleton piece's write gate
+	// (shard.Piece -> *partitionFence with one slot), for Revoke.
+	singletonRuns                          sync.Map
 	partitionRootBuilder, partitionBuilder *sharedLimiterBuilder
 	restClients                            *informers.RESTClients
 	plainClient                            kubernetes.Interface
@@ -234,6 +237,20 @@ func (r *Runtime) Run(ctx context.Context, piece shard.Piece, _ shard.Fence) err
 	return r.partitionSet.run(ctx, piece)
 }
 
+// Revoke refuses the stopped piece's new writes at once (shard.Revoker):
+// its Run closes the same gate and waits for the writes in flight, but only
+// once its goroutine gets there, and a replica whose authority came back
+// in between could otherwise send a stopped piece's write.
+func (r *Runtime) Revoke(piece shard.Piece) {
+	if piece.IsPartition() {
+		r.partitions.Revoke(piece.Partition())
+		return
+	}
+	if run, ok := r.singletonRuns.Load(piece); ok {
+		run.(*partitionFence).Revoke(0)
+	}
+}
+
 // partitionControllers are the partition controllers the flags enable,
 // but for the token controller, which KCM builds by hand
 // (newTokensController).
@@ -314,3 +331,5 @@ func (c controllerFunc) Run(ctx context.Context) { c.run(ctx) }
 type ignoreHealthChecks struct{}
 
 func (ignoreHealthChecks) AddHealthChecker(...healthz.HealthChecker) {}
+
+var _ shard.Revoker = (*Runtime)(nil)

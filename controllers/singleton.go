@@ -33,7 +33,9 @@ import (
 // Closing waits for the writes already sent to be answered.
 func (r *Runtime) runSingleton(ctx context.Context, piece shard.Piece) error {
 	run := newPartitionFence(func(string) int { return 0 })
-	run.Open(0)
+	r.singletonRuns.Store(piece, run)
+	defer r.singletonRuns.Delete(piece)
+	run.Open(ctx, 0)
 	defer run.Close(context.Background(), 0) //nolint:errcheck // a background context never ends
 	cc := r.controllerContext(r.singletonBuilder.forSingletonRun(run))
 	held, err := r.holdEverywhere(ctx, piece.Name())

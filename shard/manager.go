@@ -26,6 +26,15 @@ type Runner interface {
 	Run(ctx context.Context, piece Piece, fence Fence) error
 }
 
+// Revoker is a Runner that refuses a stopped piece's new writes at once,
+// before its Run returns. The Manager calls Revoke right after it cancels
+// the piece's context and before it logs the stop, so a replica's log
+// bounds its writes: none is sent after "Stopping piece" (a stop for lost
+// authority is also bounded by the authority's deadline, logged with it).
+type Revoker interface {
+	Revoke(piece Piece)
+}
+
 // Membership is what the Manager needs of package membership.
 type Membership interface {
 	Identity() string
@@ -188,7 +197,8 @@ func (m *Manager) step(leaving bool) {
 		}
 		break
 	}
-	m.local.Authority = m.member.Valid()
+	authority, authorityUntil := m.member.Authority()
+	m.local.Authority = authority
 	wasJoining := m.local.Joining
 	m.local.Joining = m.member.Joining()
 	if wasJoining && !m.local.Joining {
@@ -216,9 +226,12 @@ func (m *Manager) step(leaving bool) {
 		plan.Waiting = m.member.WhyNoAuthority()
 	}
 	for _, p := range plan.Stop {
-		klog.InfoS("Stopping piece", "piece", p, "authority", m.local.Authority, "leaving", leaving)
 		m.local.Status[p] = Stopping
 		m.running[p].cancel()
+		if r, ok := m.runner.(Revoker); ok {
+			r.Revoke(p)
+		}
+		klog.InfoS("Stopping piece", "piece", p, "authority", m.local.Authority, "authorityUntil", authorityUntil.UTC().Format(time.RFC3339Nano), "leaving", leaving)
 		reason := "moved"
 		if !m.local.Authority {
 			reason = "authority"

@@ -3,12 +3,12 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"math"
 	"math/rand"
 	"os"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
@@ -122,11 +122,24 @@ func TestChaos(t *testing.T) {
 		}
 		seed = n
 	}
-	t.Logf("chaos: seed %d, %v of faults (replay: CHAOS_SEED=%d CHAOS_DURATION=%v)", seed, duration, seed, duration)
+	schedule := os.Getenv("CHAOS_SCHEDULE")
+	kinds := chaosFaults
+	switch schedule {
+	case "":
+	case "restarts":
+		// A replica's network fault, then at once an etcd or
+		// kube-apiserver restart: the soak's one failure came in such a
+		// pair (a 14 s blackhole, then etcd restarted for 8 s).
+		kinds = []chaosFault{faultBlackhole, faultCut, faultEtcd, faultAPIServer}
+	default:
+		t.Fatalf("CHAOS_SCHEDULE=%q: want empty or restarts", schedule)
+	}
+	t.Logf("chaos: seed %d, %v of faults%s (replay: CHAOS_SEED=%d CHAOS_DURATION=%v CHAOS_SCHEDULE=%s)", seed, duration, map[bool]string{true: ", " + schedule}[schedule != ""], seed, duration, schedule)
 
 	ctx, cancel := context.WithTimeout(context.Background(), duration+15*time.Minute)
 	defer cancel()
 	cluster, client, bin := podCluster(ctx, t)
+	keepLogsOnFailure(t, cluster)
 	c := &chaosRun{t: t, ctx: ctx, cluster: cluster, client: client, bin: bin, rng: rand.New(rand.NewSource(seed)),
 		deaths: map[int]time.Time{}, pauses: map[int][][2]time.Time{}, live: map[string]*chaosNamespace{}}
 
@@ -152,10 +165,11 @@ func TestChaos(t *testing.T) {
 	late := 0
 	deadline := time.Now().Add(duration)
 	var bag []chaosFault
-	for n := 1; time.Now().Before(deadline); n++ {
+	// Until the time is up and every kind has run once.
+	for n := 1; time.Now().Before(deadline) || len(counts) < len(kinds); n++ {
 		// Every kind once per round, in a seeded order.
 		if len(bag) == 0 {
-			bag = append(bag, chaosFaults...)
+			bag = append(bag, kinds...)
 			c.rng.Shuffle(len(bag), func(i, j int) { bag[i], bag[j] = bag[j], bag[i] })
 		}
 		fault := bag[0]
@@ -166,6 +180,11 @@ func TestChaos(t *testing.T) {
 		victim := c.replicas[c.rng.Intn(len(c.replicas))]
 		what := c.inject(fault, victim)
 		counts[fault]++
+		if schedule == "restarts" && (fault == faultBlackhole || fault == faultCut) {
+			restart := []chaosFault{faultEtcd, faultAPIServer}[c.rng.Intn(2)]
+			what += "; then " + c.inject(restart, victim)
+			counts[restart]++
+		}
 		took, ok := c.waitConverged(chaosConvergeBound + 2*time.Minute)
 		t.Logf("chaos: fault %d: %s; workload converged %v after it was healed", n, what, took.Round(time.Millisecond))
 		converge = append(converge, took)
@@ -196,6 +215,10 @@ func TestChaos(t *testing.T) {
 		}
 		t.Errorf("ownership checker: %v", v)
 	}
+	if late := lateWrites(t, cluster.AuditLog, runs, namespacePieces(c.used)); len(late) > 0 {
+		t.Logf("chaos: %d partition controller writes received after their replica's authority ended (deadline or logged stop), within the %v transit grace: median %v, latest %v after it",
+			len(late), chaosGrace, percentile(late, 0.5).Round(time.Microsecond), late[len(late)-1].Round(time.Microsecond))
+	}
 	checked := writesChecked(t, cluster.AuditLog, c.used)
 	if checked == 0 {
 		t.Fatal("no partition controller writes in the audit log: the checker looked at nothing")
@@ -206,17 +229,51 @@ func TestChaos(t *testing.T) {
 	}
 
 	total := 0
-	var kinds []string
-	for _, f := range chaosFaults {
+	var ran []string
+	for _, f := range kinds {
 		total += counts[f]
-		kinds = append(kinds, fmt.Sprintf("%s %d", f, counts[f]))
+		ran = append(ran, fmt.Sprintf("%s %d", f, counts[f]))
+		if counts[f] == 0 {
+			t.Errorf("chaos: no %s fault ran", f)
+		}
 	}
 	sort.Slice(converge, func(i, j int) bool { return converge[i] < converge[j] })
 	t.Logf("chaos: seed %d: %d faults (%s); converged after each: median %v, p90 %v, longest %v (bound %v, %d late)",
-		seed, total, strings.Join(kinds, ", "), percentile(converge, 0.5).Round(time.Millisecond),
+		seed, total, strings.Join(ran, ", "), percentile(converge, 0.5).Round(time.Millisecond),
 		percentile(converge, 0.9).Round(time.Millisecond), converge[len(converge)-1].Round(time.Millisecond), chaosConvergeBound, late)
 	t.Logf("chaos: %d partition controller writes into %d namespaces and %d singleton controller writes checked against %d runs of %d pieces: %d violations; %d namespaces live and converged, %d deleted and gone",
 		checked, len(c.used), singletonWrites, nruns, len(runs), len(violations), len(c.live), len(c.deleted))
+}
+
+// keepLogsOnFailure copies, if the test fails, every fleet replica's log,
+// kube-apiserver's and the audit log to a folder that outlives the test
+// (unless FCM_E2E_KEEP_DIR keeps the cluster's files anyway), and says
+// where: a violation is judged from them.
+func keepLogsOnFailure(t *testing.T, cluster *localcluster.Cluster) {
+	t.Cleanup(func() {
+		if !t.Failed() || os.Getenv("FCM_E2E_KEEP_DIR") != "" {
+			return
+		}
+		dir, err := os.MkdirTemp("", "fcm-"+strings.ReplaceAll(t.Name(), "/", "-")+"-")
+		if err != nil {
+			t.Logf("keeping the logs: %v", err)
+			return
+		}
+		paths := []string{cluster.AuditLog}
+		for _, p := range cluster.Processes() {
+			paths = append(paths, p.LogPath)
+		}
+		for _, path := range paths {
+			data, err := os.ReadFile(path)
+			if err == nil {
+				err = os.WriteFile(filepath.Join(dir, filepath.Base(path)), data, 0o644)
+			}
+			if err != nil {
+				t.Logf("keeping %s: %v", path, err)
+			}
+		}
+		t.Logf("the replicas' logs, kube-apiserver's and the audit log are kept in %s", dir)
+	})
 }
 
 func (c *chaosRun) startReplica(r *chaosReplica) {
@@ -470,89 +527,124 @@ func (c *chaosRun) converged() string {
 }
 
 // klogPieceByPid is klogPiece with the writing process's id, which tells a
-// replica's incarnations apart in its log (they append to one file).
-var klogPieceByPid = regexp.MustCompile(`^I(\d{4} \d{2}:\d{2}:\d{2}\.\d{6})\s+(\d+) \S+\] "(Starting piece|Stopping piece|Piece stopped)" piece="([^"]+)"(?: authority=(true|false))?`)
+// replica's incarnations apart in its log (they append to one file), and
+// the authority's deadline a stop for lost authority logs.
+var klogPieceByPid = regexp.MustCompile(`^I(\d{4} \d{2}:\d{2}:\d{2}\.\d{6})\s+(\d+) \S+\] "(Starting piece|Stopping piece|Piece stopped)" piece="([^"]+)"(?: authority=(true|false))?(?: authorityUntil="([^"]+)")?`)
 
-// pieceRuns reads every replica's runs of every piece from its log. A run
-// stopped because the replica's authority ran out ends where the replica
-// logged that ("Stopping piece" authority=false): its writes are refused
-// from its authority deadline on, which the audit check verifies, while a
-// controller may take seconds more to return (the garbage collector took
-// 7 s in a chaos run). A run its process never logged the end of ends
-// where the process was killed;
-// a run through a pause of the process ends where the pause began, if the
-// pause outlasted the renew deadline (the replica cannot act after it
-// until its pieces are started again).
+// pieceRuns reads every replica's runs of every piece from its log
+// (parsePieceRuns).
 func (c *chaosRun) pieceRuns() map[string][]pieceRun {
 	c.t.Helper()
 	runs := map[string][]pieceRun{}
-	year := time.Now().Year()
-	forever := time.Unix(0, math.MaxInt64)
 	for _, r := range c.replicas {
-		f, err := os.Open(r.proc.LogPath)
+		data, err := os.ReadFile(r.proc.LogPath)
 		if err != nil {
 			c.t.Fatal(err)
 		}
-		type open struct {
-			pid    int
-			start  time.Time
-			lostAt time.Time // authority ran out; zero if not
+		parsed, err := parsePieceRuns(r.name, strings.Split(string(data), "\n"), time.Now().Year(), c.deaths, c.pauses)
+		if err != nil {
+			c.t.Fatalf("%s: %v", r.proc.LogPath, err)
 		}
-		opened := map[string]open{}
-		end := func(piece string, o open, at time.Time) {
-			if !o.lostAt.IsZero() && o.lostAt.Before(at) {
-				at = o.lostAt
-			}
-			if died, ok := c.deaths[o.pid]; ok && died.Add(chaosGrace).Before(at) {
-				at = died.Add(chaosGrace)
-			}
-			for _, p := range c.pauses[o.pid] {
-				if p[1].Sub(p[0]) >= membership.DefaultRenewDeadline && p[0].After(o.start) && p[0].Before(at) {
-					at = p[0].Add(chaosGrace)
-					break
-				}
-			}
-			runs[piece] = append(runs[piece], pieceRun{r.name, o.start, at})
-		}
-		sc := bufio.NewScanner(f)
-		sc.Buffer(make([]byte, 1<<20), 16<<20)
-		for sc.Scan() {
-			m := klogPieceByPid.FindStringSubmatch(sc.Text())
-			if m == nil {
-				continue
-			}
-			at, err := time.ParseInLocation("2006 0102 15:04:05.000000", fmt.Sprintf("%d %s", year, m[1]), time.Local)
-			if err != nil {
-				c.t.Fatal(err)
-			}
-			pid, _ := strconv.Atoi(m[2])
-			piece := m[4]
-			if m[3] == "Stopping piece" {
-				if o, ok := opened[piece]; ok && o.pid == pid && m[5] == "false" {
-					o.lostAt = at
-					opened[piece] = o
-				}
-				continue
-			}
-			if o, ok := opened[piece]; ok && (m[3] == "Starting piece" || o.pid != pid) {
-				// The incarnation that started it died without stopping it.
-				end(piece, o, at)
-				delete(opened, piece)
-			}
-			if m[3] == "Starting piece" {
-				opened[piece] = open{pid: pid, start: at}
-			} else if o, ok := opened[piece]; ok {
-				end(piece, o, at)
-				delete(opened, piece)
-			}
-		}
-		f.Close()
-		if err := sc.Err(); err != nil {
-			c.t.Fatalf("reading %s: %v", r.proc.LogPath, err)
-		}
-		for piece, o := range opened {
-			end(piece, o, forever)
+		for piece, rs := range parsed {
+			runs[piece] = append(runs[piece], rs...)
 		}
 	}
 	return runs
+}
+
+// parsePieceRuns reads a replica's runs of every piece from its log lines:
+// when the apiserver may receive its writes.
+//
+//   - A run starts at "Starting piece".
+//   - It ends at "Piece stopped": the piece's write gate is closed and the
+//     writes it let through are answered by then.
+//   - A run stopped because the replica's authority ran out ("Stopping
+//     piece" authority=false) ends at that line or at the authority's
+//     deadline it logs, whichever is first, plus chaosGrace: the replica
+//     sends no write after either (its transport refuses writes past the
+//     deadline, and the stop revokes the piece's gate before it is
+//     logged), but a write sent just before can reach the apiserver's
+//     handler after them (the chaos soak saw two 0.1 ms apart, sent as
+//     etcd came back from a restart, received after the logged stop),
+//     and it abandons the writes unanswered at the deadline rather than
+//     wait for their answers. No other replica can take the piece before
+//     the replica's lease runs out, a lease duration after its last
+//     renewal, which judgeWrite checks on its own.
+//   - A run its process never logged the end of ends where the process
+//     was killed, plus chaosGrace.
+//   - A run through a pause of the process that outlasted the renew
+//     deadline ends where the pause began, plus chaosGrace (the replica
+//     cannot act after it until its pieces are started again).
+func parsePieceRuns(replica string, lines []string, year int, deaths map[int]time.Time, pauses map[int][][2]time.Time) (map[string][]pieceRun, error) {
+	runs := map[string][]pieceRun{}
+	forever := time.Unix(0, math.MaxInt64)
+	type open struct {
+		pid    int
+		start  time.Time
+		lostAt time.Time // authority ran out; zero if not
+		// until: the authority's deadline logged with the loss.
+		until time.Time
+	}
+	opened := map[string]open{}
+	end := func(piece string, o open, at time.Time, why string) {
+		var authorityEnded time.Time
+		if !o.lostAt.IsZero() {
+			authorityEnded = o.lostAt
+			if !o.until.IsZero() && o.until.Before(authorityEnded) {
+				authorityEnded = o.until
+			}
+			if bound := authorityEnded.Add(chaosGrace); bound.Before(at) || why == "logged stop" {
+				at, why = bound, fmt.Sprintf("authority lost at %s (deadline %s) + %v", o.lostAt.Format("15:04:05.000000"), o.until.Local().Format("15:04:05.000000"), chaosGrace)
+			}
+		}
+		if died, ok := deaths[o.pid]; ok && died.Add(chaosGrace).Before(at) {
+			at, why = died.Add(chaosGrace), "killed + "+chaosGrace.String()
+		}
+		for _, p := range pauses[o.pid] {
+			if p[1].Sub(p[0]) >= membership.DefaultRenewDeadline && p[0].After(o.start) && p[0].Before(at) {
+				at, why = p[0].Add(chaosGrace), "paused + "+chaosGrace.String()
+				break
+			}
+		}
+		runs[piece] = append(runs[piece], pieceRun{replica: replica, start: o.start, end: at, ended: fmt.Sprintf("pid %d, %s", o.pid, why), authorityEnded: authorityEnded})
+	}
+	for _, line := range lines {
+		m := klogPieceByPid.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		at, err := time.ParseInLocation("2006 0102 15:04:05.000000", fmt.Sprintf("%d %s", year, m[1]), time.Local)
+		if err != nil {
+			return nil, err
+		}
+		pid, _ := strconv.Atoi(m[2])
+		piece := m[4]
+		if m[3] == "Stopping piece" {
+			if o, ok := opened[piece]; ok && o.pid == pid && m[5] == "false" {
+				o.lostAt = at
+				if m[6] != "" {
+					if o.until, err = time.Parse(time.RFC3339Nano, m[6]); err != nil {
+						return nil, fmt.Errorf("authorityUntil of %q: %w", line, err)
+					}
+				}
+				opened[piece] = o
+			}
+			continue
+		}
+		if o, ok := opened[piece]; ok && (m[3] == "Starting piece" || o.pid != pid) {
+			// The incarnation that started it died without stopping it.
+			end(piece, o, at, "its process ended")
+			delete(opened, piece)
+		}
+		if m[3] == "Starting piece" {
+			opened[piece] = open{pid: pid, start: at}
+		} else if o, ok := opened[piece]; ok {
+			end(piece, o, at, "logged stop")
+			delete(opened, piece)
+		}
+	}
+	for piece, o := range opened {
+		end(piece, o, forever, "still running")
+	}
+	return runs, nil
 }

@@ -348,9 +348,16 @@ func checkSingleWriter(t *testing.T, auditLog string, since time.Time, minReplic
 // printed first.
 func startCluster(ctx context.Context, t *testing.T, opts localcluster.Options) *localcluster.Cluster {
 	t.Helper()
+	return startClusterIn(ctx, t, "", opts)
+}
+
+// startClusterIn is startCluster for a test with several control planes:
+// each keeps its files in its own folder, sub.
+func startClusterIn(ctx context.Context, t *testing.T, sub string, opts localcluster.Options) *localcluster.Cluster {
+	t.Helper()
 	if dir := os.Getenv("FCM_E2E_KEEP_DIR"); dir != "" {
 		// Keep certificates, data and logs for a look after the test.
-		opts.Dir = filepath.Join(dir, t.Name())
+		opts.Dir = filepath.Join(dir, t.Name(), sub)
 	}
 	cluster, err := localcluster.Start(ctx, opts)
 	if err != nil {

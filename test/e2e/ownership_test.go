@@ -28,16 +28,60 @@ type ownershipViolation struct {
 	replicas []string // the replicas involved
 	what     string
 	writes   []string // the offending writes, as found in the audit log
+	// around: every replica's runs of the piece near the violation.
+	around []string
 }
 
 func (v ownershipViolation) String() string {
-	return fmt.Sprintf("%s (%s): %s; writes: %s", v.piece, strings.Join(v.replicas, ", "), v.what, strings.Join(v.writes, "; "))
+	out := fmt.Sprintf("%s (%s): %s; writes: %s", v.piece, strings.Join(v.replicas, ", "), v.what, strings.Join(v.writes, "; "))
+	if len(v.around) > 0 {
+		out += "\n\truns of the piece around it: " + strings.Join(v.around, "\n\t\t")
+	}
+	return out
 }
 
-// pieceRun is one replica's run of a piece: the time it may act in.
+// auditWriteText describes a write from the audit log: what, by whom, when
+// the apiserver received and answered it, and its answer.
+func auditWriteText(e auditEvent, replica, client string) string {
+	code := 0
+	if e.ResponseStatus != nil {
+		code = e.ResponseStatus.Code
+	}
+	return fmt.Sprintf("%s %s/%s/%s by %s (%s) received %s answered %s (%d)", e.Verb, e.ObjectRef.Resource, e.ObjectRef.Namespace, e.ObjectRef.Name, replica, client,
+		e.RequestReceivedTimestamp.Local().Format("15:04:05.000000"), e.StageTimestamp.Local().Format("15:04:05.000000"), code)
+}
+
+// pieceRun is one replica's run of a piece: the time in which the
+// apiserver may receive its writes.
 type pieceRun struct {
 	replica    string
 	start, end time.Time
+	// ended says why end is where it is (failure output).
+	ended string
+	// authorityEnded: when the replica could send nothing more, for a
+	// run stopped because its authority ran out (zero otherwise); end
+	// is later by the transit grace.
+	authorityEnded time.Time
+}
+
+func (r pieceRun) String() string {
+	end := "still running"
+	if r.end.Year() < 2200 {
+		end = r.end.Local().Format("15:04:05.000000")
+	}
+	return fmt.Sprintf("%s %s-%s (%s)", r.replica, r.start.Local().Format("15:04:05.000000"), end, r.ended)
+}
+
+// runsAround lists every replica's runs of a piece that come within 30 s
+// of at (failure output: what each replica ran around a violation).
+func runsAround(runs []pieceRun, at time.Time) []string {
+	var out []string
+	for _, r := range runs {
+		if r.start.Before(at.Add(30*time.Second)) && r.end.After(at.Add(-30*time.Second)) {
+			out = append(out, r.String())
+		}
+	}
+	return out
 }
 
 // checkOwnership reads every replica's record of when it ran the
@@ -58,7 +102,7 @@ func checkOwnership(t *testing.T, auditLog string, logs map[string]string, names
 		runs[piece] = []pieceRun{}
 		for replica, path := range logs {
 			for _, iv := range ownership(t, path, piece) {
-				runs[piece] = append(runs[piece], pieceRun{replica, iv[0], iv[1]})
+				runs[piece] = append(runs[piece], pieceRun{replica: replica, start: iv[0], end: iv[1], ended: "logged"})
 			}
 		}
 	}
@@ -100,9 +144,7 @@ func ownershipViolations(t *testing.T, auditLog string, runs map[string][]pieceR
 		if !partitionControllerClients[client] {
 			return
 		}
-		writesIn[piece] = append(writesIn[piece], write{replica, client,
-			fmt.Sprintf("%s %s/%s/%s by %s (%s) at %s", e.Verb, e.ObjectRef.Resource, e.ObjectRef.Namespace, e.ObjectRef.Name, replica, client, e.StageTimestamp.Local().Format("15:04:05.000000")),
-			e.RequestReceivedTimestamp, e.StageTimestamp})
+		writesIn[piece] = append(writesIn[piece], write{replica, client, auditWriteText(e, replica, client), e.RequestReceivedTimestamp, e.StageTimestamp})
 	})
 
 	var out []ownershipViolation
@@ -119,7 +161,7 @@ func ownershipViolations(t *testing.T, auditLog string, runs map[string][]pieceR
 					to = b.end
 				}
 				v := ownershipViolation{piece: piece, replicas: []string{a.replica, b.replica},
-					what: fmt.Sprintf("both ran it from %s to %s", from.Format("15:04:05.000"), to.Format("15:04:05.000"))}
+					what: fmt.Sprintf("both ran it from %s to %s", from.Format("15:04:05.000"), to.Format("15:04:05.000")), around: runsAround(rs, from)}
 				for _, w := range writesIn[piece] {
 					if !w.at.Before(from) && !w.at.After(to) {
 						v.writes = append(v.writes, w.text)
@@ -130,10 +172,39 @@ func ownershipViolations(t *testing.T, auditLog string, runs map[string][]pieceR
 		}
 		for _, w := range writesIn[piece] {
 			if why := judgeWrite(rs, w.replica, w.received, w.at); why != "" {
-				out = append(out, ownershipViolation{piece: piece, replicas: []string{w.replica}, what: why, writes: []string{w.text}})
+				out = append(out, ownershipViolation{piece: piece, replicas: []string{w.replica}, what: why, writes: []string{w.text}, around: runsAround(rs, w.received)})
 			}
 		}
 	}
+	return out
+}
+
+// lateWrites lists, for every write by a partition controller that the
+// apiserver received after its replica's authority over the piece had
+// ended (within the transit grace judgeWrite allows), how long after.
+func lateWrites(t *testing.T, auditLog string, runs map[string][]pieceRun, pieceOf map[string]string) []time.Duration {
+	t.Helper()
+	var out []time.Duration
+	readAudit(t, auditLog, func(e auditEvent) {
+		if e.ObjectRef == nil || !isWriteVerb(e.Verb) {
+			return
+		}
+		piece, ok := pieceOf[e.ObjectRef.Namespace]
+		rest, agent := strings.CutPrefix(e.UserAgent, "fleet-controller-manager/")
+		if !ok || !agent {
+			return
+		}
+		replica, client, _ := strings.Cut(rest, "/")
+		if !partitionControllerClients[client] {
+			return
+		}
+		for _, r := range runs[piece] {
+			if r.replica == replica && !r.authorityEnded.IsZero() && e.RequestReceivedTimestamp.After(r.authorityEnded) && !e.RequestReceivedTimestamp.After(r.end) {
+				out = append(out, e.RequestReceivedTimestamp.Sub(r.authorityEnded))
+			}
+		}
+	})
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
 	return out
 }
 
@@ -191,7 +262,7 @@ func singletonViolations(t *testing.T, auditLog string, runs map[string][]pieceR
 		checked++
 		if why := judgeWrite(runs[piece], replica, e.RequestReceivedTimestamp, e.StageTimestamp); why != "" {
 			out = append(out, ownershipViolation{piece: piece, replicas: []string{replica}, what: why,
-				writes: []string{fmt.Sprintf("%s %s/%s/%s by %s (%s) at %s", e.Verb, e.ObjectRef.Resource, e.ObjectRef.Namespace, e.ObjectRef.Name, replica, client, e.StageTimestamp.Local().Format("15:04:05.000000"))}})
+				writes: []string{auditWriteText(e, replica, client)}, around: runsAround(runs[piece], e.RequestReceivedTimestamp)})
 		}
 	})
 	return out, checked
@@ -225,26 +296,77 @@ func judgeWrite(runs []pieceRun, replica string, received, answered time.Time) s
 	return ""
 }
 
+// TestJudgeWrite: runs read from replicas' log lines (parsePieceRuns),
+// and writes judged against them (judgeWrite).
 func TestJudgeWrite(t *testing.T) {
-	at := func(s float64) time.Time { return time.Unix(1000, 0).Add(time.Duration(s * float64(time.Second))) }
-	runs := []pieceRun{{"a", at(0), at(10)}, {"b", at(25), at(40)}}
+	const pid = 4242
+	line := func(clock, msg, rest string) string {
+		return fmt.Sprintf(`I1126 %s %7d manager.go:1] "%s" piece="partition/31"%s`, clock, pid, msg, rest)
+	}
+	at := func(clock string) time.Time {
+		ts, err := time.ParseInLocation("2006 0102 15:04:05.000000", "2026 1126 "+clock, time.Local)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ts
+	}
+	utc := func(clock string) string { return at(clock).UTC().Format(time.RFC3339Nano) }
+	started := line("06:05:00.000000", "Starting piece", ` view="x" epoch=3`)
+	// b's log: a stop for lost authority (logged at 19.400, deadline
+	// 19.390), as in the chaos soak's etcd restart; a's: a run that ends
+	// by a move (stopped at 10.000), and c's, which starts the piece at
+	// 06:07:35.
+	lost := []string{started,
+		line("06:07:19.400000", "Stopping piece", ` authority=false authorityUntil="`+utc("06:07:19.390000")+`" leaving=false`),
+		line("06:07:19.420000", "Piece stopped", ` ran="2m19s"`)}
+	moved := []string{started,
+		line("06:07:10.000000", "Stopping piece", ` authority=true authorityUntil="`+utc("06:07:20.000000")+`" leaving=false`),
+		line("06:07:10.010000", "Piece stopped", ` ran="2m10s"`)}
+	noDeadline := []string{started,
+		line("06:07:19.400000", "Stopping piece", ` authority=false leaving=false`),
+		line("06:07:25.000000", "Piece stopped", ` ran="2m25s"`)}
+	next := []string{line("06:07:35.000000", "Starting piece", ` view="y" epoch=4`)}
 	for _, tc := range []struct {
 		name               string
+		logs               map[string][]string
+		deaths             map[int]time.Time
+		pauses             map[int][][2]time.Time
 		replica            string
-		received, answered float64
+		received, answered string
 		ok                 bool
 	}{
-		{"inside its run", "a", 1, 2, true},
-		{"sent before the stop, answered after it", "a", 9.9, 10.5, true},
-		{"received after its run ended", "a", 11, 11.1, false},
-		{"received before its run began", "b", 24, 26, false},
-		{"answered after another replica started the piece", "a", 9, 26, false},
-		{"by a replica that never ran it", "c", 5, 5.1, false},
+		{"inside its run", map[string][]string{"b": lost}, nil, nil, "b", "06:06:00.000000", "06:06:00.100000", true},
+		{"received before its run began", map[string][]string{"b": lost}, nil, nil, "b", "06:04:59.000000", "06:05:00.100000", false},
+		{"by a replica that never ran it", map[string][]string{"b": lost}, nil, nil, "a", "06:06:00.000000", "06:06:00.100000", false},
+		// The soak's failure: sent before the deadline, received 26 ms
+		// after the logged stop.
+		{"authority lost: received just after the logged stop", map[string][]string{"b": lost}, nil, nil, "b", "06:07:19.426351", "06:07:19.426400", true},
+		{"authority lost: received within the grace of the deadline", map[string][]string{"b": lost}, nil, nil, "b", "06:07:21.300000", "06:07:21.300100", true},
+		{"authority lost: received past the grace of the deadline", map[string][]string{"b": lost}, nil, nil, "b", "06:07:21.500000", "06:07:21.500100", false},
+		{"authority lost, no deadline logged: within the stop's grace", map[string][]string{"b": noDeadline}, nil, nil, "b", "06:07:21.300000", "06:07:21.300100", true},
+		{"authority lost, no deadline logged: past the stop's grace", map[string][]string{"b": noDeadline}, nil, nil, "b", "06:07:21.500000", "06:07:21.500100", false},
+		{"moved: received before the piece stopped", map[string][]string{"a": moved}, nil, nil, "a", "06:07:10.005000", "06:07:10.006000", true},
+		{"moved: received after the piece stopped", map[string][]string{"a": moved}, nil, nil, "a", "06:07:10.020000", "06:07:10.021000", false},
+		{"answered after another replica started the piece", map[string][]string{"b": lost, "c": next}, nil, nil, "b", "06:07:19.426351", "06:07:35.100000", false},
+		{"the new owner's write", map[string][]string{"b": lost, "c": next}, nil, nil, "c", "06:07:36.000000", "06:07:36.100000", true},
+		{"killed: within the grace", map[string][]string{"b": {started}}, map[int]time.Time{pid: at("06:06:00.000000")}, nil, "b", "06:06:01.500000", "06:06:01.600000", true},
+		{"killed: past the grace", map[string][]string{"b": {started}}, map[int]time.Time{pid: at("06:06:00.000000")}, nil, "b", "06:06:02.500000", "06:06:02.600000", false},
+		{"paused past the renew deadline: after it", map[string][]string{"b": {started}}, nil, map[int][][2]time.Time{pid: {{at("06:06:00.000000"), at("06:06:15.000000")}}}, "b", "06:06:16.000000", "06:06:16.100000", false},
+		{"paused briefly: after it", map[string][]string{"b": {started}}, nil, map[int][][2]time.Time{pid: {{at("06:06:00.000000"), at("06:06:03.000000")}}}, "b", "06:06:04.000000", "06:06:04.100000", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			var runs []pieceRun
+			for replica, lines := range tc.logs {
+				parsed, err := parsePieceRuns(replica, lines, 2026, tc.deaths, tc.pauses)
+				if err != nil {
+					t.Fatal(err)
+				}
+				runs = append(runs, parsed["partition/31"]...)
+			}
+			sort.Slice(runs, func(i, j int) bool { return runs[i].start.Before(runs[j].start) })
 			why := judgeWrite(runs, tc.replica, at(tc.received), at(tc.answered))
 			if (why == "") != tc.ok {
-				t.Errorf("judgeWrite = %q, want ok=%v", why, tc.ok)
+				t.Errorf("judgeWrite = %q, want ok=%v; runs: %v", why, tc.ok, runs)
 			}
 		})
 	}
