@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"k8s.io/controller-manager/controller"
+
+	"github.com/fleet-controller-manager/fleet-controller-manager/informers"
 	"k8s.io/klog/v2"
 	kcmapp "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 )
@@ -91,4 +93,31 @@ func (r *Runtime) CacheHandler() http.Handler {
 			klog.ErrorS(err, "Writing the cache status")
 		}
 	})
+}
+
+// InformersPath serves, per piece this replica runs, the informers its
+// controllers were given (informers.PieceFactory.Census): which
+// controllers read which cache, typed or metadata, from where, and
+// whether it has synced.
+const InformersPath = "/debug/fleet/informers"
+
+// InformersHandler serves InformersPath.
+func (r *Runtime) InformersHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if err := json.NewEncoder(w).Encode(r.Census()); err != nil {
+			klog.ErrorS(err, "Writing the informer census")
+		}
+	})
+}
+
+// Census lists, per piece running here ("partition" for the partition
+// controllers), the informers its controllers were given.
+func (r *Runtime) Census() map[string][]informers.InformerRecord {
+	out := map[string][]informers.InformerRecord{}
+	r.factories.Range(func(key, value any) bool {
+		out[key.(string)] = value.(*informers.PieceFactory).Census()
+		return true
+	})
+	return out
 }

@@ -170,7 +170,7 @@ func (s *partitionSet) start(ctx context.Context, p int) error {
 	}
 	cc.InformerFactory = factory
 	cc.ObjectOrMetadataInformerFactory = informerfactory.NewInformerFactory(factory, factory.Metadata())
-	built, err := r.buildPartitionControllers(ctx, cc)
+	built, err := r.buildPartitionControllers(ctx, cc, factory)
 	if err != nil {
 		factory.Shutdown()
 		return fmt.Errorf("building the partition controllers: %w", err)
@@ -181,6 +181,7 @@ func (s *partitionSet) start(ctx context.Context, p int) error {
 	r.partitions.Open(piece, p) // not if p's piece stopped while building: run's lose follows
 	startInformers(ctx, cc, "partition")
 	s.running = true
+	r.factories.Store("partition", factory)
 	klog.FromContext(ctx).Info("Partition controllers running", "controllers", len(built), "firstPartition", p)
 	go func() {
 		kcmapp.RunControllers(ctx, cc, built, kcmapp.ControllerStartJitter, 0)

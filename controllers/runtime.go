@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sort"
 	"sync"
 	"time"
 
@@ -56,7 +57,11 @@ type Runtime struct {
 	partitions *partitionFence
 	// singletonRuns: each running singleton piece's write gate
 	// (shard.Piece -> *partitionFence with one slot), for Revoke.
-	singletonRuns                          sync.Map
+	singletonRuns sync.Map
+	// factories: the informer factory of each running singleton piece
+	// (by piece name) and of the partition controllers ("partition"),
+	// for Census.
+	factories                              sync.Map
 	partitionRootBuilder, partitionBuilder *sharedLimiterBuilder
 	restClients                            *informers.RESTClients
 	plainClient                            kubernetes.Interface
@@ -265,21 +270,33 @@ func (r *Runtime) partitionControllers() map[string]*kcmapp.ControllerDescriptor
 }
 
 // buildPartitionControllers builds the partition controllers on cc, the
-// token controller first, as KCM starts it.
-func (r *Runtime) buildPartitionControllers(ctx context.Context, cc kcmapp.ControllerContext) ([]kcmapp.Controller, error) {
-	var tokens kcmapp.Controller
+// token controller first, as KCM starts it. They are built one at a time,
+// so that factory's census says which controller asked for which
+// informer.
+func (r *Runtime) buildPartitionControllers(ctx context.Context, cc kcmapp.ControllerContext, factory *informers.PieceFactory) ([]kcmapp.Controller, error) {
+	defer factory.Building("")
+	var built []kcmapp.Controller
 	if r.enabled(names.ServiceAccountTokenController) {
-		var err error
-		if tokens, err = r.newTokensController(ctx, cc); err != nil {
+		factory.Building(names.ServiceAccountTokenController)
+		tokens, err := r.newTokensController(ctx, cc)
+		if err != nil {
 			return nil, err
 		}
+		built = append(built, tokens)
 	}
-	built, err := kcmapp.BuildControllers(ctx, cc, r.partitionControllers(), nil, ignoreHealthChecks{})
-	if err != nil {
-		return nil, err
+	descriptors := r.partitionControllers()
+	order := make([]string, 0, len(descriptors))
+	for name := range descriptors {
+		order = append(order, name)
 	}
-	if tokens != nil {
-		built = append([]kcmapp.Controller{tokens}, built...)
+	sort.Strings(order)
+	for _, name := range order {
+		factory.Building(name)
+		one, err := kcmapp.BuildControllers(ctx, cc, map[string]*kcmapp.ControllerDescriptor{name: descriptors[name]}, nil, ignoreHealthChecks{})
+		if err != nil {
+			return nil, err
+		}
+		built = append(built, one...)
 	}
 	return built, nil
 }

@@ -54,6 +54,9 @@ func (r *Runtime) runSingleton(ctx context.Context, piece shard.Piece) error {
 		return fmt.Errorf("informers of %s: %w", piece, err)
 	}
 	defer factory.Shutdown()
+	factory.Building(piece.Name())
+	r.factories.Store(piece.Name(), factory)
+	defer r.factories.Delete(piece.Name())
 	cc.InformerFactory = factory
 	// With the owned cache, typed only where a reader needs the objects
 	// or the replica holds them anyway: resourcequota's evaluators read

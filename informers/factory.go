@@ -88,6 +88,10 @@ type PieceFactory struct {
 	live    bool
 	stopped bool
 	pending []pendingHandler
+	// building and census: the informers handed out, by controller
+	// (census.go).
+	building string
+	census   []censusEntry
 }
 
 type pendingHandler struct {
@@ -178,19 +182,31 @@ func (f *PieceFactory) clusterScoped(obj runtime.Object) bool {
 // namespaced kinds to the owned cache if there is one, else the shared
 // factory.
 func (f *PieceFactory) InformerFor(obj runtime.Object, newFunc internalinterfaces.NewInformerFunc) cache.SharedIndexInformer {
+	informer, source, selector := f.typedInformer(obj, func() cache.SharedIndexInformer { return f.Shared.InformerFor(f, obj, newFunc) })
+	f.record(obj, schema.GroupVersionResource{}, true, source, selector, informer)
+	return informer
+}
+
+// typedInformer routes obj's kind (InformerFor, ForResource): pooled
+// makes the pool's informer of it.
+func (f *PieceFactory) typedInformer(obj runtime.Object, pooled func() cache.SharedIndexInformer) (informer cache.SharedIndexInformer, source, fieldSelector string) {
+	clusterWide := SourceClusterWide
+	if f.Scope != nil {
+		clusterWide = SourceScopedView
+	}
 	if _, ok := obj.(*corev1.Namespace); ok {
-		return f.view(f.Shared.InformerFor(f, obj, newFunc), true)
+		return f.view(pooled(), true), clusterWide, ""
 	}
 	if held, ok := f.Held[reflect.TypeOf(obj)]; ok {
-		return &sharedView{SharedIndexInformer: held, factory: f}
+		return &sharedView{SharedIndexInformer: held, factory: f}, SourceHeldEverywhere, ""
 	}
 	if f.clusterScoped(obj) {
-		return &sharedView{SharedIndexInformer: f.Shared.InformerFor(f, obj, newFunc), factory: f}
+		return &sharedView{SharedIndexInformer: pooled(), factory: f}, SourceClusterWide, ""
 	}
 	if f.Owned != nil {
-		return f.view(f.Owned.InformerFor(obj), false)
+		return f.view(f.Owned.InformerFor(obj), false), SourceOwnedPartitions, f.Owned.FieldSelectorOf(obj)
 	}
-	return f.view(f.Shared.InformerFor(f, obj, newFunc), false)
+	return f.view(pooled(), false), clusterWide, ""
 }
 
 // Start starts the piece's informers that are not running yet; they run
@@ -277,38 +293,28 @@ func (f *PieceFactory) WaitForCacheSyncWithContext(ctx context.Context) cache.Sy
 // ForResource gives a generic informer of the resource, routed like
 // InformerFor.
 func (f *PieceFactory) ForResource(gvr schema.GroupVersionResource) (informers.GenericInformer, error) {
-	generic := func(informer cache.SharedIndexInformer) (informers.GenericInformer, error) {
-		return genericInformer{informer: informer, resource: gvr.GroupResource()}, nil
-	}
 	gvk, err := f.Mapper.KindFor(gvr)
 	if err != nil {
 		return nil, fmt.Errorf("kind of %s: %w", gvr, err)
 	}
-	mapping, err := f.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	obj, err := scheme.Scheme.New(gvk)
 	if err != nil {
-		return nil, fmt.Errorf("scope of %s: %w", gvr, err)
+		return nil, fmt.Errorf("informer for %s: %w", gvr, err)
 	}
-	clusterScoped := mapping.Scope.Name() == meta.RESTScopeNameRoot
-	if !clusterScoped && (f.Owned != nil || len(f.Held) > 0) {
-		obj, err := scheme.Scheme.New(gvk)
+	var pooledErr error
+	informer, source, selector := f.typedInformer(obj, func() cache.SharedIndexInformer {
+		i, err := f.Shared.ForResource(f, gvr, gvk)
 		if err != nil {
-			return nil, fmt.Errorf("informer for %s: %w", gvr, err)
+			pooledErr = err
+			return nil
 		}
-		if held, ok := f.Held[reflect.TypeOf(obj)]; ok {
-			return generic(&sharedView{SharedIndexInformer: held, factory: f})
-		}
-		if f.Owned != nil {
-			return generic(f.view(f.Owned.InformerFor(obj), false))
-		}
+		return i
+	})
+	if pooledErr != nil {
+		return nil, pooledErr
 	}
-	informer, err := f.Shared.ForResource(f, gvr, gvk)
-	if err != nil {
-		return nil, err
-	}
-	if clusterScoped && !(gvr.Group == "" && gvr.Resource == "namespaces") {
-		return generic(&sharedView{SharedIndexInformer: informer, factory: f})
-	}
-	return generic(f.view(informer, clusterScoped))
+	f.record(obj, gvr, true, source, selector, informer)
+	return genericInformer{informer: informer, resource: gvr.GroupResource()}, nil
 }
 
 type genericInformer struct {

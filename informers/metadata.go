@@ -26,8 +26,10 @@ func (m *metadataView) ForResource(gvr schema.GroupVersionResource) informers.Ge
 	informer := m.factory.Shared.MetadataFor(m.factory, gvr)
 	namespaces := gvr.Group == "" && gvr.Resource == "namespaces"
 	if !namespaces && m.clusterScoped(gvr) {
+		m.factory.record(nil, gvr, false, SourceClusterWide, "", informer)
 		return genericInformer{informer: &sharedView{SharedIndexInformer: informer, factory: m.factory}, resource: gvr.GroupResource()}
 	}
+	m.factory.record(nil, gvr, false, SourceScopedView, "", informer)
 	return genericInformer{informer: m.factory.view(informer, namespaces), resource: gvr.GroupResource()}
 }
 

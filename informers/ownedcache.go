@@ -404,6 +404,14 @@ func (o *OwnedCache) FieldSelectors() map[string]string {
 	return out
 }
 
+// FieldSelectorOf is the selector narrowing obj's kind ("" none).
+func (o *OwnedCache) FieldSelectorOf(obj runtime.Object) string {
+	if selector, ok := o.config.FieldSelectors[reflect.TypeOf(obj)]; ok {
+		return selector.String()
+	}
+	return ""
+}
+
 // Keys lists the keys each informer holds, by resource (tests, debug).
 func (o *OwnedCache) Keys() map[string][]string {
 	o.mu.Lock()

@@ -160,6 +160,7 @@ func run(ctx context.Context, kcm *options.KubeControllerManagerOptions, fleet *
 		if rt, ok := runner.(*controllers.Runtime); ok {
 			serveMux.UnlistedHandlePrefix("/debug/controllers/", rt.DebugHandler())
 			serveMux.UnlistedHandle(controllers.CachePath, rt.CacheHandler())
+			serveMux.UnlistedHandle(controllers.InformersPath, rt.InformersHandler())
 		}
 		// Not the membership client: page views must not delay renewals.
 		serveMux.Handle("/debug/fleet", shard.FleetPage(func(ctx context.Context) (shard.FleetStatus, error) {

@@ -1,0 +1,275 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	clientinformers "k8s.io/client-go/informers"
+	fakeclient "k8s.io/client-go/kubernetes/fake"
+
+	"github.com/fleet-controller-manager/fleet-controller-manager/controllers"
+	"github.com/fleet-controller-manager/fleet-controller-manager/informers"
+	"github.com/fleet-controller-manager/fleet-controller-manager/test/localcluster"
+)
+
+// TestInformersLikeKubeControllerManager reads, from a fleet of one that
+// runs every controller, which informers each controller was given
+// (/debug/fleet/informers) and compares them with what
+// kube-controller-manager's factory gives: one typed informer per
+// resource where client-go has one (its ObjectOrMetadataInformerFactory
+// tries typed first), metadata only where it has none, every object of
+// the resource, started. Every informer must have synced (an informer
+// made after its factory started and never started does not: the quota
+// evaluators' ConfigMaps, Secrets and ReplicationControllers), a
+// controller must not read one resource through two informers of
+// different kinds, and every other difference from KCM must be named in
+// docs/controllers.md's table of informer differences with its argument.
+func TestInformersLikeKubeControllerManager(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	cluster := startCluster(ctx, t, localcluster.Options{})
+	client, err := cluster.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, err := cluster.StartFleetReplica(ctx, filepath.Join(binDir(t), "fleet-controller-manager"), "fcm-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFleetRunning(ctx, t, client, []string{"fcm-0"})
+	// A quota: its evaluators ask for their informers at its first count.
+	createNamespace(ctx, t, client, "census")
+	q := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "quota"}, Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{
+		"configmaps": resource.MustParse("10"), "secrets": resource.MustParse("10"), "replicationcontrollers": resource.MustParse("10"),
+		"pods": resource.MustParse("10"), "services": resource.MustParse("10"), "persistentvolumeclaims": resource.MustParse("10"),
+		"count/deployments.apps": resource.MustParse("10")}}}
+	if _, err := client.CoreV1().ResourceQuotas("census").Create(ctx, q, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	httpClient, err := cluster.AdminHTTPClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var census map[string][]informers.InformerRecord
+	read := func() (bool, string) {
+		resp, err := httpClient.Get(fmt.Sprintf("https://127.0.0.1:%d%s", port, controllers.InformersPath))
+		if err != nil {
+			return false, err.Error()
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != 200 {
+			return false, fmt.Sprintf("HTTP %d: %s %v", resp.StatusCode, body, err)
+		}
+		census = nil
+		if err := json.Unmarshal(body, &census); err != nil {
+			return false, err.Error()
+		}
+		var unsynced []string
+		for piece, records := range census {
+			for _, r := range records {
+				if !r.Synced {
+					unsynced = append(unsynced, fmt.Sprintf("%s: %s", piece, describe(r)))
+				}
+			}
+		}
+		sort.Strings(unsynced)
+		_, quota := census["resourcequota-controller"]
+		_, partition := census["partition"]
+		return quota && partition && len(unsynced) == 0, fmt.Sprintf("%d pieces (partition controllers built: %v); not synced: %s", len(census), partition, strings.Join(unsynced, "; "))
+	}
+	poll(ctx, t, "every informer a controller was given to sync", time.Minute, read)
+	// The quota's evaluators ask at its first count; read once more after it.
+	poll(ctx, t, "the quota counted", 30*time.Second, func() (bool, string) {
+		got, err := client.CoreV1().ResourceQuotas("census").Get(ctx, "quota", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(got.Status.Used) == len(q.Spec.Hard), fmt.Sprint(got.Status.Used)
+	})
+	poll(ctx, t, "every informer a controller was given to sync", time.Minute, read)
+
+	if os.Getenv("FCM_E2E_CENSUS") != "" {
+		for piece, records := range census {
+			t.Logf("census: %s: %d informers", piece, len(records))
+		}
+		for _, piece := range []string{"partition", "resourcequota-controller", "garbage-collector-controller"} {
+			for _, r := range census[piece] {
+				t.Logf("census %s: %s", piece, describe(r))
+			}
+		}
+	}
+	allowed := readInformerDifferences(t)
+	typedInKCM := func(group, res string) bool {
+		for _, version := range []string{"v1", "v1beta1", "v1beta2", "v2", "v1alpha1"} {
+			if _, err := clientinformers.NewSharedInformerFactory(fakeclient.NewClientset(), 0).ForResource(schema.GroupVersionResource{Group: group, Version: version, Resource: res}); err == nil {
+				return true
+			}
+		}
+		return false
+	}
+	var problems []string
+	// Readers of whole objects: resourcequota's evaluators of Pods,
+	// Services, PVCs and ResourceClaims, and its own ResourceQuotas.
+	for _, resource := range []string{"/pods", "/services", "/persistentvolumeclaims", "/resourcequotas"} {
+		for _, r := range census["resourcequota-controller"] {
+			if r.Group+"/"+r.Resource == resource && !r.Typed {
+				problems = append(problems, fmt.Sprintf("resourcequota-controller: %s is metadata; its evaluator reads whole objects", describe(r)))
+			}
+		}
+	}
+	seen, documentedUsed := 0, map[string]bool{}
+	pieces := make([]string, 0, len(census))
+	for piece := range census {
+		pieces = append(pieces, piece)
+	}
+	sort.Strings(pieces)
+	for _, piece := range pieces {
+		kinds := map[string]map[bool]bool{} // controller/resource -> typed seen
+		for _, r := range census[piece] {
+			seen++
+			controller := r.Controller
+			if controller == "" {
+				controller = "partition controllers, at run time"
+			}
+			key := controller + " " + r.Group + "/" + r.Resource
+			if kinds[key] == nil {
+				kinds[key] = map[bool]bool{}
+			}
+			kinds[key][r.Typed] = true
+			for _, diff := range differencesFromKCM(r, typedInKCM) {
+				row := findDifference(allowed, piece, controller, r, diff)
+				if row == "" {
+					problems = append(problems, fmt.Sprintf("%s: %s: %s, not in docs/controllers.md", piece, describe(r), diff))
+					continue
+				}
+				documentedUsed[row] = true
+			}
+		}
+		for key, typed := range kinds {
+			if typed[true] && typed[false] {
+				problems = append(problems, fmt.Sprintf("%s: %s read through a typed and a metadata informer (KCM gives one)", piece, key))
+			}
+		}
+	}
+	if seen == 0 {
+		t.Fatal("the census lists no informer")
+	}
+	for row := range allowed {
+		if !documentedUsed[row] {
+			problems = append(problems, fmt.Sprintf("docs/controllers.md names a difference the census no longer shows: %s", row))
+		}
+	}
+	sort.Strings(problems)
+	if len(problems) > 0 {
+		t.Errorf("informers that differ from KCM's:\n%s", strings.Join(problems, "\n"))
+	}
+	t.Logf("%d informers of %d pieces compared with KCM's factory; %d documented differences apply", seen, len(census), len(documentedUsed))
+}
+
+func describe(r informers.InformerRecord) string {
+	kind := "metadata"
+	if r.Typed {
+		kind = "typed"
+	}
+	out := fmt.Sprintf("%s %s/%s (%s, %s", r.Controller, r.Group, r.Resource, kind, r.Source)
+	if r.FieldSelector != "" {
+		out += ", " + r.FieldSelector
+	}
+	return out + ")"
+}
+
+// differencesFromKCM names how r differs from what KCM's factory gives.
+func differencesFromKCM(r informers.InformerRecord, typedInKCM func(group, resource string) bool) []string {
+	var out []string
+	if !r.Typed && typedInKCM(r.Group, r.Resource) {
+		out = append(out, "metadata")
+	}
+	switch r.Source {
+	case informers.SourceOwnedPartitions:
+		out = append(out, "owned partitions")
+	case informers.SourceScopedView:
+		out = append(out, "scoped view")
+	}
+	if r.FieldSelector != "" {
+		out = append(out, "narrowed to "+r.FieldSelector)
+	}
+	return out
+}
+
+// readInformerDifferences reads docs/controllers.md's table of the
+// informers that differ from KCM's (between its informers markers):
+// rows "| controllers | resources | difference | why |", keyed by the row.
+func readInformerDifferences(t *testing.T) map[string][3][]string {
+	t.Helper()
+	data, err := os.ReadFile(repoPath(t, "docs/controllers.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(data), "<!-- informers:begin -->")
+	table, _, ok2 := strings.Cut(rest, "<!-- informers:end -->")
+	if !ok || !ok2 {
+		t.Fatal("docs/controllers.md has no informers table between <!-- informers:begin --> and <!-- informers:end -->")
+	}
+	out := map[string][3][]string{}
+	for _, line := range strings.Split(table, "\n") {
+		cells := strings.Split(strings.Trim(strings.TrimSpace(line), "|"), "|")
+		if len(cells) < 4 || strings.HasPrefix(strings.TrimSpace(cells[0]), "---") || strings.TrimSpace(cells[0]) == "controllers" {
+			continue
+		}
+		var row [3][]string
+		for i := range 3 {
+			for _, v := range strings.Split(cells[i], ",") {
+				row[i] = append(row[i], strings.Trim(strings.TrimSpace(v), "`"))
+			}
+		}
+		if strings.TrimSpace(cells[3]) == "" {
+			t.Errorf("docs/controllers.md: the informer difference %q gives no argument", line)
+		}
+		out[strings.TrimSpace(line)] = row
+	}
+	return out
+}
+
+// findDifference finds the documented row that allows diff for r; "" if
+// none. A row names controllers ("every partition controller" and
+// "every singleton" name those of a kind), resources ("every resource"
+// any), and the difference.
+func findDifference(allowed map[string][3][]string, piece, controller string, r informers.InformerRecord, diff string) string {
+	resource := r.Resource
+	if r.Group != "" {
+		resource += "." + r.Group
+	}
+	matches := func(list []string, value string, every string) bool {
+		for _, v := range list {
+			if v == value || v == every {
+				return true
+			}
+		}
+		return false
+	}
+	every := "every singleton"
+	if piece == "partition" {
+		every = "every partition controller"
+	}
+	for row, cells := range allowed {
+		if matches(cells[0], controller, every) && matches(cells[1], resource, "every resource") && matches(cells[2], diff, "") {
+			return row
+		}
+	}
+	return ""
+}
