@@ -559,17 +559,19 @@ func (c *chaosRun) pieceRuns() map[string][]pieceRun {
 //   - It ends at "Piece stopped": the piece's write gate is closed and the
 //     writes it let through are answered by then.
 //   - A run stopped because the replica's authority ran out ("Stopping
-//     piece" authority=false) ends at that line or at the authority's
-//     deadline it logs, whichever is first, plus chaosGrace: the replica
+//     piece" authority=false) ends at that line. Its writes may reach the
+//     apiserver until that line or the authority's deadline it logs,
+//     whichever is first, plus chaosGrace (writesUntil): the replica
 //     sends no write after either (its transport refuses writes past the
 //     deadline, and the stop revokes the piece's gate before it is
 //     logged), but a write sent just before can reach the apiserver's
 //     handler after them (the chaos soak saw two 0.1 ms apart, sent as
 //     etcd came back from a restart, received after the logged stop),
-//     and it abandons the writes unanswered at the deadline rather than
-//     wait for their answers. No other replica can take the piece before
-//     the replica's lease runs out, a lease duration after its last
-//     renewal, which judgeWrite checks on its own.
+//     and the replica abandons the writes unanswered at the deadline
+//     rather than wait for their answers, so "Piece stopped" does not
+//     bound them. Another replica may start the piece once this one's
+//     lease has run out or it has said it stopped: a write that is
+//     answered after that is judged by judgeWrite's second rule.
 //   - A run its process never logged the end of ends where the process
 //     was killed, plus chaosGrace.
 //   - A run through a pause of the process that outlasted the renew
@@ -587,26 +589,38 @@ func parsePieceRuns(replica string, lines []string, year int, deaths map[int]tim
 	}
 	opened := map[string]open{}
 	end := func(piece string, o open, at time.Time, why string) {
-		var authorityEnded time.Time
+		// cut bounds t by the process's death or long pause.
+		cut := func(t time.Time, why string) (time.Time, string) {
+			if died, ok := deaths[o.pid]; ok && died.Add(chaosGrace).Before(t) {
+				t, why = died.Add(chaosGrace), "killed + "+chaosGrace.String()
+			}
+			for _, p := range pauses[o.pid] {
+				if p[1].Sub(p[0]) >= membership.DefaultRenewDeadline && p[0].After(o.start) && p[0].Before(t) {
+					t, why = p[0].Add(chaosGrace), "paused + "+chaosGrace.String()
+					break
+				}
+			}
+			return t, why
+		}
+		run := pieceRun{replica: replica, start: o.start}
+		if !o.lostAt.IsZero() && o.lostAt.Before(at) {
+			at, why = o.lostAt, "authority lost"
+		}
+		run.end, why = cut(at, why)
 		if !o.lostAt.IsZero() {
-			authorityEnded = o.lostAt
-			if !o.until.IsZero() && o.until.Before(authorityEnded) {
-				authorityEnded = o.until
+			run.authorityEnded = o.lostAt
+			if !o.until.IsZero() && o.until.Before(run.authorityEnded) {
+				run.authorityEnded = o.until
 			}
-			if bound := authorityEnded.Add(chaosGrace); bound.Before(at) || why == "logged stop" {
-				at, why = bound, fmt.Sprintf("authority lost at %s (deadline %s) + %v", o.lostAt.Format("15:04:05.000000"), o.until.Local().Format("15:04:05.000000"), chaosGrace)
-			}
-		}
-		if died, ok := deaths[o.pid]; ok && died.Add(chaosGrace).Before(at) {
-			at, why = died.Add(chaosGrace), "killed + "+chaosGrace.String()
-		}
-		for _, p := range pauses[o.pid] {
-			if p[1].Sub(p[0]) >= membership.DefaultRenewDeadline && p[0].After(o.start) && p[0].Before(at) {
-				at, why = p[0].Add(chaosGrace), "paused + "+chaosGrace.String()
-				break
+			var whyWrites string
+			run.writesUntil, whyWrites = cut(run.authorityEnded.Add(chaosGrace), "")
+			why += fmt.Sprintf(" at %s, deadline %s", o.lostAt.Format("15:04:05.000000"), o.until.Local().Format("15:04:05.000000"))
+			if whyWrites != "" {
+				why += "; writes: " + whyWrites
 			}
 		}
-		runs[piece] = append(runs[piece], pieceRun{replica: replica, start: o.start, end: at, ended: fmt.Sprintf("pid %d, %s", o.pid, why), authorityEnded: authorityEnded})
+		run.ended = fmt.Sprintf("pid %d, %s", o.pid, why)
+		runs[piece] = append(runs[piece], run)
 	}
 	for _, line := range lines {
 		m := klogPieceByPid.FindStringSubmatch(line)

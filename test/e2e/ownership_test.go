@@ -51,11 +51,16 @@ func auditWriteText(e auditEvent, replica, client string) string {
 		e.RequestReceivedTimestamp.Local().Format("15:04:05.000000"), e.StageTimestamp.Local().Format("15:04:05.000000"), code)
 }
 
-// pieceRun is one replica's run of a piece: the time in which the
-// apiserver may receive its writes.
+// pieceRun is one replica's run of a piece.
 type pieceRun struct {
-	replica    string
+	replica string
+	// start and end: when the replica ran the piece (no other replica
+	// may run it then).
 	start, end time.Time
+	// writesUntil, when set, is how late the apiserver may receive the
+	// run's writes, if not end (a run stopped for lost authority:
+	// parsePieceRuns).
+	writesUntil time.Time
 	// ended says why end is where it is (failure output).
 	ended string
 	// authorityEnded: when the replica could send nothing more, for a
@@ -69,7 +74,11 @@ func (r pieceRun) String() string {
 	if r.end.Year() < 2200 {
 		end = r.end.Local().Format("15:04:05.000000")
 	}
-	return fmt.Sprintf("%s %s-%s (%s)", r.replica, r.start.Local().Format("15:04:05.000000"), end, r.ended)
+	out := fmt.Sprintf("%s %s-%s (%s", r.replica, r.start.Local().Format("15:04:05.000000"), end, r.ended)
+	if !r.writesUntil.IsZero() {
+		out += "; its writes may arrive until " + r.writesUntil.Local().Format("15:04:05.000000")
+	}
+	return out + ")"
 }
 
 // runsAround lists every replica's runs of a piece that come within 30 s
@@ -199,7 +208,7 @@ func lateWrites(t *testing.T, auditLog string, runs map[string][]pieceRun, piece
 			return
 		}
 		for _, r := range runs[piece] {
-			if r.replica == replica && !r.authorityEnded.IsZero() && e.RequestReceivedTimestamp.After(r.authorityEnded) && !e.RequestReceivedTimestamp.After(r.end) {
+			if r.replica == replica && !r.authorityEnded.IsZero() && e.RequestReceivedTimestamp.After(r.authorityEnded) && !e.RequestReceivedTimestamp.After(r.writesUntil) {
 				out = append(out, e.RequestReceivedTimestamp.Sub(r.authorityEnded))
 			}
 		}
@@ -280,7 +289,11 @@ func singletonViolations(t *testing.T, auditLog string, runs map[string][]pieceR
 func judgeWrite(runs []pieceRun, replica string, received, answered time.Time) string {
 	var own *pieceRun
 	for i, r := range runs {
-		if r.replica == replica && !received.Before(r.start) && !received.After(r.end) {
+		until := r.end
+		if !r.writesUntil.IsZero() {
+			until = r.writesUntil
+		}
+		if r.replica == replica && !received.Before(r.start) && !received.After(until) {
 			own = &runs[i]
 			break
 		}
