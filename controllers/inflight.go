@@ -33,6 +33,7 @@ const authorityRecheck = 500 * time.Millisecond
 // partition piece waited for its writes until HTTP/2's health check gave
 // up on the connection, well after the other replica had started it.
 func abandonAtDeadline(req *http.Request, fence Fence, next http.RoundTripper) (*http.Response, error) {
+	admitted := time.Now()
 	var (
 		mu        sync.Mutex
 		conn      net.Conn
@@ -68,7 +69,8 @@ func abandonAtDeadline(req *http.Request, fence Fence, next http.RoundTripper) (
 		if conn != nil {
 			resetConn(conn)
 		}
-		klog.InfoS("Write still in flight when this replica's authority ran out: its connection was reset so it cannot arrive later", "method", req.Method, "path", req.URL.Path)
+		klog.InfoS("Write still in flight when this replica's authority ran out: its connection was reset, so what the apiserver has not received of it yet never arrives",
+			"method", req.Method, "path", req.URL.Path, "admitted", admitted.UTC().Format(time.RFC3339Nano), "deadline", until.UTC().Format(time.RFC3339Nano))
 	}
 	_, until := fence.Authority()
 	mu.Lock()

@@ -96,14 +96,14 @@ type PieceFactory struct {
 
 type pendingHandler struct {
 	informer cache.SharedIndexInformer
-	add      func() (cache.ResourceEventHandlerRegistration, *scopedHandler, error)
+	add      addHandler
 	handle   *deferredRegistration
 }
 
 // addSharedHandler adds a piece's handler to a shared informer now if the
 // piece's informers have started, else when they start (see
 // deferredRegistration).
-func (f *PieceFactory) addSharedHandler(informer cache.SharedIndexInformer, add func() (cache.ResourceEventHandlerRegistration, *scopedHandler, error)) (cache.ResourceEventHandlerRegistration, error) {
+func (f *PieceFactory) addSharedHandler(informer cache.SharedIndexInformer, add addHandler) (cache.ResourceEventHandlerRegistration, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.stopped {
@@ -134,20 +134,26 @@ func (f *PieceFactory) goLive() {
 }
 
 // addNow adds a handler and records it for Shutdown. Called with f.mu held.
-func (f *PieceFactory) addNow(informer cache.SharedIndexInformer, add func() (cache.ResourceEventHandlerRegistration, *scopedHandler, error)) (cache.ResourceEventHandlerRegistration, error) {
-	h, scoped, err := add()
+func (f *PieceFactory) addNow(informer cache.SharedIndexInformer, add addHandler) (cache.ResourceEventHandlerRegistration, error) {
+	r, err := add()
 	if err != nil {
 		return nil, err
 	}
-	f.handlers = append(f.handlers, registration{informer: informer, handle: h, scoped: scoped})
-	return h, nil
+	r.informer = informer
+	f.handlers = append(f.handlers, r)
+	return r.handle, nil
 }
+
+// addHandler adds a piece's handler to a shared informer.
+type addHandler func() (registration, error)
 
 type registration struct {
 	informer cache.SharedIndexInformer
 	handle   cache.ResourceEventHandlerRegistration
 	// scoped: the handler's Scope wrapper, unregistered with the handle.
 	scoped *scopedHandler
+	// stopResync ends the handler's own resync (resync.go), if it has one.
+	stopResync func()
 }
 
 // NewPieceFactory builds the factory of a singleton or of the replica's
@@ -251,6 +257,9 @@ func (f *PieceFactory) Shutdown() {
 	f.handlers = nil
 	f.mu.Unlock()
 	for _, h := range handlers {
+		if h.stopResync != nil {
+			h.stopResync()
+		}
 		if h.scoped != nil {
 			f.Scope.unregister(h.scoped)
 		}

@@ -64,18 +64,32 @@ func (v *sharedView) AddEventHandlerWithResyncPeriod(h cache.ResourceEventHandle
 
 func (v *sharedView) AddEventHandlerWithOptions(h cache.ResourceEventHandler, options cache.HandlerOptions) (cache.ResourceEventHandlerRegistration, error) {
 	informer := v.SharedIndexInformer
-	return v.factory.addSharedHandler(informer, func() (cache.ResourceEventHandlerRegistration, *scopedHandler, error) {
+	return v.factory.addSharedHandler(informer, func() (registration, error) {
 		handler, scoped := v.filtered(h)
 		if scoped != nil {
 			// Registered first: a Gain racing with the informer's own
 			// initial additions delivers twice rather than never.
 			v.scope.register(scoped)
 		}
-		r, err := informer.AddEventHandlerWithOptions(handler, options)
-		if err != nil && scoped != nil {
-			v.scope.unregister(scoped)
+		// A period of the handler's own is kept by the view
+		// (resync.go): the shared informer may be running already.
+		period := options.ResyncPeriod
+		if period != nil && *period > 0 {
+			none := time.Duration(0)
+			options.ResyncPeriod = &none
 		}
-		return r, scoped, err
+		r, err := informer.AddEventHandlerWithOptions(handler, options)
+		if err != nil {
+			if scoped != nil {
+				v.scope.unregister(scoped)
+			}
+			return registration{}, err
+		}
+		added := registration{handle: r, scoped: scoped}
+		if period != nil && *period > 0 {
+			added.stopResync = resyncEvery(informer, handler, *period)
+		}
+		return added, nil
 	})
 }
 

@@ -1,0 +1,37 @@
+package informers
+
+import (
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/cache"
+)
+
+// resyncEvery calls handler's OnUpdate(obj, obj) for every object informer
+// holds, every period (with 10% jitter), until the returned stop is called:
+// a resync of the handler's own. client-go lets a handler ask for a
+// shorter resync than its informer's only before the informer starts; a
+// shared informer of the replica may have started long before a piece's
+// controller adds its handler, and client-go then raises the period to
+// the informer's (12 to 24 hours). The namespace and resourcequota
+// controllers ask for 5 minutes (their sync periods) and the HPA for 15 s,
+// which KCM gives them.
+func resyncEvery(informer cache.SharedIndexInformer, handler cache.ResourceEventHandler, period time.Duration) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(wait.Jitter(period, 0.1)):
+			}
+			if !informer.HasSynced() {
+				continue
+			}
+			for _, obj := range informer.GetStore().List() {
+				handler.OnUpdate(obj, obj)
+			}
+		}
+	}()
+	return func() { close(done) }
+}
