@@ -31,6 +31,9 @@ KUBE_LDFLAGS  := -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
 FCM_LDFLAGS   := $(KUBE_LDFLAGS) \
                  -X github.com/fleet-controller-manager/fleet-controller-manager/cmd/fleet-controller-manager/app.fleetVersion=$(VERSION)
 
+# pipefail in recipes: a test run piped into its summary fails with it.
+SHELL         := /bin/bash
+
 KUBE_TOOLS    := kube-apiserver kube-controller-manager kube-scheduler kubectl
 
 # Tests and the demo find every tool here.
@@ -104,10 +107,12 @@ test-deps:
 	  $$sudo apt-get install -y -q $$missing >/dev/null || { $$sudo apt-get update -q && $$sudo apt-get install -y -q $$missing >/dev/null; }; \
 	fi
 
+# Each go test runs through test/testsummary, which prints the output as
+# -v would and ends with the slowest tests and the time per package.
 test: tools build test-deps
 	$(GO) vet -tags e2e ./...
-	$(GO) test -count=1 ./...
-	$(GO) test -count=1 -p 1 -tags e2e -v -timeout 60m ./informers/ ./test/e2e/...
+	set -o pipefail; $(GO) test -count=1 -json ./... | $(GO) run ./test/testsummary
+	set -o pipefail; $(GO) test -count=1 -p 1 -tags e2e -json -timeout 60m ./informers/ ./test/e2e/... | $(GO) run ./test/testsummary
 
 cluster: tools
 	$(GO) run ./test/localcluster/cmd/localcluster --kubeconfig-out .local/kubeconfig --scheduler --kwok-nodes 3
