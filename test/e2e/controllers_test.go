@@ -91,8 +91,15 @@ func testFleetWorkload(t *testing.T, minSharing int, replicaArgs ...string) {
 		t.Fatal(err)
 	}
 	poll(ctx, t, "garbage collection of web-0's ReplicaSets and Pods", 3*time.Minute, func() (bool, string) {
-		rs, _ := client.AppsV1().ReplicaSets(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web-0"})
-		pods, _ := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web-0"})
+		// A failed list is not an empty one.
+		rs, err := client.AppsV1().ReplicaSets(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web-0"})
+		if err != nil {
+			return false, err.Error()
+		}
+		pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web-0"})
+		if err != nil {
+			return false, err.Error()
+		}
 		return len(rs.Items) == 0 && len(pods.Items) == 0, fmt.Sprintf("%d replicasets, %d pods left", len(rs.Items), len(pods.Items))
 	})
 	// Namespace deletion finishes.
@@ -251,12 +258,21 @@ func waitWorkload(ctx context.Context, t *testing.T, client kubernetes.Interface
 		if err != nil {
 			return false, err.Error()
 		}
+		if len(deps.Items) != 5 {
+			return false, fmt.Sprintf("%d deployments, want 5", len(deps.Items))
+		}
 		for _, d := range deps.Items {
 			if d.Status.AvailableReplicas != 10 {
 				return false, fmt.Sprintf("deployment %s: %d available", d.Name, d.Status.AvailableReplicas)
 			}
 		}
-		jobs, _ := client.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{})
+		jobs, err := client.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		if len(jobs.Items) != 2 {
+			return false, fmt.Sprintf("%d jobs, want 2", len(jobs.Items))
+		}
 		for _, j := range jobs.Items {
 			if j.Status.Succeeded != 2 {
 				return false, fmt.Sprintf("job %s: %d succeeded", j.Name, j.Status.Succeeded)
@@ -270,7 +286,10 @@ func waitWorkload(ctx context.Context, t *testing.T, client kubernetes.Interface
 		if err != nil || ds.Status.NumberReady != 3 {
 			return false, "daemonset not ready"
 		}
-		slices, _ := client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=web"})
+		slices, err := client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=web"})
+		if err != nil {
+			return false, err.Error()
+		}
 		endpoints := 0
 		for _, s := range slices.Items {
 			endpoints += len(s.Endpoints)

@@ -186,12 +186,18 @@ func snapshot(ctx context.Context, t *testing.T, client kubernetes.Interface, na
 	t.Helper()
 	out := map[string]string{}
 	for _, ns := range namespaces {
-		deps, _ := client.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
+		deps, err := client.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatalf("snapshot of %s: %v", ns, err)
+		}
 		for _, d := range deps.Items {
 			s := d.Status
 			out[ns+"/deployment/"+d.Name] = fmt.Sprintf("replicas=%d updated=%d ready=%d available=%d", s.Replicas, s.UpdatedReplicas, s.ReadyReplicas, s.AvailableReplicas)
 		}
-		rss, _ := client.AppsV1().ReplicaSets(ns).List(ctx, metav1.ListOptions{})
+		rss, err := client.AppsV1().ReplicaSets(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatalf("snapshot of %s: %v", ns, err)
+		}
 		perOwner := map[string]int{}
 		for _, rs := range rss.Items {
 			for _, o := range rs.OwnerReferences {
@@ -201,19 +207,31 @@ func snapshot(ctx context.Context, t *testing.T, client kubernetes.Interface, na
 		for owner, n := range perOwner {
 			out[ns+"/replicasets-of/"+owner] = fmt.Sprint(n)
 		}
-		jobs, _ := client.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{})
+		jobs, err := client.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatalf("snapshot of %s: %v", ns, err)
+		}
 		for _, j := range jobs.Items {
 			out[ns+"/job/"+j.Name] = fmt.Sprintf("succeeded=%d failed=%d", j.Status.Succeeded, j.Status.Failed)
 		}
-		sts, _ := client.AppsV1().StatefulSets(ns).List(ctx, metav1.ListOptions{})
+		sts, err := client.AppsV1().StatefulSets(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatalf("snapshot of %s: %v", ns, err)
+		}
 		for _, s := range sts.Items {
 			out[ns+"/statefulset/"+s.Name] = fmt.Sprintf("replicas=%d ready=%d", s.Status.Replicas, s.Status.ReadyReplicas)
 		}
-		dss, _ := client.AppsV1().DaemonSets(ns).List(ctx, metav1.ListOptions{})
+		dss, err := client.AppsV1().DaemonSets(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatalf("snapshot of %s: %v", ns, err)
+		}
 		for _, d := range dss.Items {
 			out[ns+"/daemonset/"+d.Name] = fmt.Sprintf("desired=%d ready=%d", d.Status.DesiredNumberScheduled, d.Status.NumberReady)
 		}
-		pods, _ := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatalf("snapshot of %s: %v", ns, err)
+		}
 		phases := map[string]int{}
 		for _, p := range pods.Items {
 			owner := "none"
@@ -225,7 +243,10 @@ func snapshot(ctx context.Context, t *testing.T, client kubernetes.Interface, na
 		for k, n := range phases {
 			out[ns+"/pods/"+k] = fmt.Sprint(n)
 		}
-		slices, _ := client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{})
+		slices, err := client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatalf("snapshot of %s: %v", ns, err)
+		}
 		endpoints := map[string]int{}
 		for _, s := range slices.Items {
 			endpoints[s.Labels["kubernetes.io/service-name"]] += len(s.Endpoints)
@@ -233,11 +254,17 @@ func snapshot(ctx context.Context, t *testing.T, client kubernetes.Interface, na
 		for svc, n := range endpoints {
 			out[ns+"/endpoints-of/"+svc] = fmt.Sprint(n)
 		}
-		sas, _ := client.CoreV1().ServiceAccounts(ns).List(ctx, metav1.ListOptions{})
+		sas, err := client.CoreV1().ServiceAccounts(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatalf("snapshot of %s: %v", ns, err)
+		}
 		for _, sa := range sas.Items {
 			out[ns+"/serviceaccount/"+sa.Name] = "present"
 		}
-		cms, _ := client.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
+		cms, err := client.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatalf("snapshot of %s: %v", ns, err)
+		}
 		for _, cm := range cms.Items {
 			out[ns+"/configmap/"+cm.Name] = fmt.Sprint(len(cm.Data))
 		}

@@ -83,7 +83,7 @@ func TestNetworkCutReplica(t *testing.T) {
 			d = f.waitSettled(all, 3*time.Minute)
 			t.Logf("%s: fleet of 3 settled %v after the link came back (cut lasted %v)", mode, d.Round(time.Millisecond), healAt.Sub(time.Unix(0, cutAt)).Round(time.Second))
 			f.alive()
-			f.checkNoOverlap()
+			f.checkNoOverlap(1)
 		})
 	}
 }
