@@ -462,6 +462,7 @@ func TestFleetFailover(t *testing.T) {
 	}
 	step("before")
 
+	deaths := map[int]time.Time{procs["fcm-2"].Pid(): time.Now()}
 	if err := procs["fcm-2"].Signal(9); err != nil {
 		t.Fatal(err)
 	}
@@ -483,4 +484,19 @@ func TestFleetFailover(t *testing.T) {
 	}
 	waitFleetRunning(ctx, t, client, replicas)
 	step("three-again")
+
+	// Every partition controller write into the namespaces fell in its
+	// replica's runs of the namespace's piece, and no piece ran twice.
+	logs := map[string]string{}
+	for _, r := range replicas {
+		logs[r] = procs[r].LogPath
+	}
+	violations, checked := checkRunsAgainstAudit(t, cluster.AuditLog, logs, deaths, nil, namespaces)
+	for _, v := range violations {
+		t.Errorf("ownership checker: %v", v)
+	}
+	if checked == 0 {
+		t.Error("no partition controller write in the audit log: the ownership checker looked at nothing")
+	}
+	t.Logf("ownership checker: %d partition controller writes into %d namespaces, %d violations", checked, len(namespaces), len(violations))
 }

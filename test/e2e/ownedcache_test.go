@@ -15,6 +15,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -122,7 +123,7 @@ func TestReplicaCachesOwnedNamespaces(t *testing.T) {
 			waitDeploymentReady(ctx, t, client, "late-arrival", "web", 2, 3*time.Minute)
 			poll(ctx, t, "team-00 to be deleted", 3*time.Minute, func() (bool, string) {
 				_, err := client.CoreV1().Namespaces().Get(ctx, "team-00", metav1.GetOptions{})
-				return err != nil, fmt.Sprint(err)
+				return apierrors.IsNotFound(err), fmt.Sprint(err)
 			})
 			waitCachesExact(ctx, t, client, httpClient, ports, "after namespaces were created and deleted")
 		})

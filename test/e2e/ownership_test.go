@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"testing"
@@ -215,6 +216,30 @@ func lateWrites(t *testing.T, auditLog string, runs map[string][]pieceRun, piece
 	})
 	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
 	return out
+}
+
+// checkRunsAgainstAudit reads every replica's runs of every piece from its
+// log (logs: replica -> log path, its incarnations appended; deaths and
+// pauses by process id, as parsePieceRuns takes them) and checks them
+// against each other and against the partition controllers' writes into
+// namespaces; it returns the breaches and how many writes it checked.
+func checkRunsAgainstAudit(t *testing.T, auditLog string, logs map[string]string, deaths map[int]time.Time, pauses map[int][][2]time.Time, namespaces []string) ([]ownershipViolation, int) {
+	t.Helper()
+	runs := map[string][]pieceRun{}
+	for replica, path := range logs {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parsed, err := parsePieceRuns(replica, strings.Split(string(data), "\n"), time.Now().Year(), deaths, pauses)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		for piece, rs := range parsed {
+			runs[piece] = append(runs[piece], rs...)
+		}
+	}
+	return ownershipViolations(t, auditLog, runs, namespacePieces(namespaces)), writesChecked(t, auditLog, namespaces)
 }
 
 // writesChecked counts the partition controllers' writes into namespaces
