@@ -122,9 +122,8 @@ scrape_configs:
 		up := query(`up == 1`)
 		return len(up) == len(replicas), fmt.Sprintf("%d targets up", len(up))
 	})
-	// Rates need samples over their window.
-	time.Sleep(20 * time.Second)
-
+	// Rates need samples over their window: each expression below is
+	// polled until it has data for every replica.
 	exprs := dashboardExprs(t)
 	exprs = append(exprs, ruleExprs(t)...)
 	for _, e := range exprs {
