@@ -95,28 +95,16 @@ func runsAround(runs []pieceRun, at time.Time) []string {
 }
 
 // checkOwnership reads every replica's record of when it ran the
-// partition pieces of namespaces (its log: "Starting piece", "Piece
-// stopped") and the apiserver's audit log, and returns every breach: two
-// replicas' runs of one piece that overlap (with the writes into the
-// piece's namespaces made during the overlap), and every write by a
-// partition controller into those namespaces outside its replica's runs
-// of the namespace's piece.
+// partition pieces of namespaces (its log, read by parsePieceRuns, as the
+// chaos soak reads it) and the apiserver's audit log, and returns every
+// breach: two replicas' runs of one piece that overlap (with the writes
+// into the piece's namespaces made during the overlap), and every write by
+// a partition controller into those namespaces outside its replica's runs
+// of the namespace's piece (judgeWrite).
 func checkOwnership(t *testing.T, auditLog string, logs map[string]string, namespaces []string) []ownershipViolation {
 	t.Helper()
-	pieceOf := namespacePieces(namespaces)
-	runs := map[string][]pieceRun{} // piece -> runs of every replica
-	for _, piece := range pieceOf {
-		if _, done := runs[piece]; done {
-			continue
-		}
-		runs[piece] = []pieceRun{}
-		for replica, path := range logs {
-			for _, iv := range ownership(t, path, piece) {
-				runs[piece] = append(runs[piece], pieceRun{replica: replica, start: iv[0], end: iv[1], ended: "logged"})
-			}
-		}
-	}
-	return ownershipViolations(t, auditLog, runs, pieceOf)
+	violations, _ := checkRunsAgainstAudit(t, auditLog, logs, nil, nil, namespaces)
+	return violations
 }
 
 // namespacePieces maps each namespace to its partition piece.
