@@ -90,10 +90,10 @@ type Runtime struct {
 // NewRuntime prepares the replica-wide parts: client builders whose clients
 // share one rate limiter per controller across all pieces (so a fleet of one
 // spends exactly what kube-controller-manager spends), one RESTMapper, one
-// typed and one metadata informer factory that every singleton and the
-// partition controller set see (in the per-piece modes, partition pieces
-// watch their namespaced kinds themselves), and, in filtered-watch mode,
-// the partition controller set. mode must be resolved (informers.Resolve).
+// pool of typed and metadata informers that every singleton and the
+// partition controller set see, and, in the modes that have one, the owned
+// cache of the partition controllers' namespaced kinds. mode must be
+// resolved (informers.Resolve).
 func NewRuntime(ctx context.Context, c *kcmconfig.CompletedConfig, identity string, ring shard.RingConfig, mode informers.Mode, selectorTerms, namespaceWatchMax int, fence Fence) (*Runtime, error) {
 	descriptors := Descriptors()
 	if err := Check(descriptors); err != nil {

@@ -5,8 +5,10 @@
 // # Pieces and the ring
 //
 // A piece is a namespace partition ("partition/i": the i-th equal range of
-// the 64-bit FNV-1a hash of namespace names, the ranges of server-side
-// sharded list/watch) or a singleton controller ("singleton/name"). The
+// a 64-bit hash of namespace names, xxhash by default; with
+// RingConfig.NamespaceHash set to HashFNV, FNV-1a, the hash of server-side
+// sharded list/watch, so that a partition is one shardRange) or a
+// singleton controller ("singleton/name"). The
 // Ring (buraksezer/consistent over xxhash, bounded loads) gives each
 // partition an owner; a singleton goes to the owner of the partition its
 // name hashes to, as consistent.LocateKey does, except the Colocated ones,
