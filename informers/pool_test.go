@@ -56,15 +56,9 @@ func TestPoolStopsWhatNoOneUses(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"}}
-			scheme := runtime.NewScheme()
-			if err := metav1.AddMetaToScheme(scheme); err != nil {
-				t.Fatal(err)
-			}
-			metadataPod := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}, ObjectMeta: pod.ObjectMeta}
 			replica, stop := context.WithCancel(context.Background())
 			defer stop()
-			p := NewPool(replica, PoolConfig{Client: fake.NewSimpleClientset(pod), Metadata: fakemetadata.NewSimpleMetadataClient(scheme, metadataPod)})
+			p := poolOf(t, replica, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"}}, "Pod")
 
 			first := tc.get(t, p, "a")
 			if again := tc.get(t, p, "b"); again != first {
@@ -145,15 +139,9 @@ func TestPoolStartsWhatIsAskedForAfterStart(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns"}}
-			scheme := runtime.NewScheme()
-			if err := metav1.AddMetaToScheme(scheme); err != nil {
-				t.Fatal(err)
-			}
-			metadataCM := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"}, ObjectMeta: cm.ObjectMeta}
 			replica, stop := context.WithCancel(context.Background())
 			defer stop()
-			p := NewPool(replica, PoolConfig{Client: fake.NewSimpleClientset(cm), Metadata: fakemetadata.NewSimpleMetadataClient(scheme, metadataCM)})
+			p := poolOf(t, replica, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns"}}, "ConfigMap")
 			if tc.before {
 				tc.get(t, p, "idle")
 			}
@@ -176,6 +164,19 @@ func TestPoolStartsWhatIsAskedForAfterStart(t *testing.T) {
 			}
 		})
 	}
+}
+
+// poolOf is a pool over fake clients that hold obj, a core v1 object of
+// kind, typed and as metadata.
+func poolOf(t *testing.T, replica context.Context, obj metav1.Object, kind string) *Pool {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := metav1.AddMetaToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	metadata := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: kind},
+		ObjectMeta: metav1.ObjectMeta{Name: obj.GetName(), Namespace: obj.GetNamespace()}}
+	return NewPool(replica, PoolConfig{Client: fake.NewSimpleClientset(obj.(runtime.Object)), Metadata: fakemetadata.NewSimpleMetadataClient(scheme, metadata)})
 }
 
 func mapValues[K comparable](m map[K]bool) []bool {
