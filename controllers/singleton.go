@@ -47,7 +47,7 @@ func (r *Runtime) runSingleton(ctx context.Context, piece shard.Piece) error {
 	}
 	defer r.releaseEverywhere(held)
 	factory, err := informers.NewPieceFactory(informers.PieceConfig{
-		Shared: r.shared, SharedStop: r.sharedStop, Mapper: r.restMapper, Scopes: r.kindScopes, Held: held,
+		Shared: r.shared, SharedStop: r.sharedStop, PieceStop: ctx.Done(), Mapper: r.restMapper, Scopes: r.kindScopes, Held: held,
 		Resync: cc.ResyncPeriod(), Transform: trimManagedFields,
 	})
 	if err != nil {

@@ -62,6 +62,10 @@ type PieceConfig struct {
 	Mapper     meta.RESTMapper
 	// Scopes tells which kinds are cluster-scoped.
 	Scopes KindScopes
+	// PieceStop, if set, closes when the piece stops: a scope look-up
+	// waiting out a failed discovery gives up then, so a stopped piece
+	// is not held (nil: the replica's lifetime, SharedStop).
+	PieceStop <-chan struct{}
 	// Scope: the view of the replica's partition controller set, whose
 	// namespaces change while it runs. Without it the view is
 	// cluster-wide (a singleton).
@@ -93,6 +97,9 @@ type PieceFactory struct {
 	// (census.go).
 	building string
 	census   []censusEntry
+
+	stopOnce sync.Once
+	stopCh   <-chan struct{} // stop's channel
 }
 
 type pendingHandler struct {
@@ -181,7 +188,28 @@ func (f *PieceFactory) clusterScoped(obj runtime.Object) bool {
 	if err != nil || len(gvks) == 0 {
 		return false
 	}
-	return clusterScopedKind(f.Scopes, gvks[0], f.SharedStop)
+	return clusterScopedKind(f.Scopes, gvks[0], f.stop())
+}
+
+// stop closes when the piece or the replica stops (one channel per
+// factory, made on first use).
+func (f *PieceFactory) stop() <-chan struct{} {
+	f.stopOnce.Do(func() {
+		if f.PieceStop == nil {
+			f.stopCh = f.SharedStop
+			return
+		}
+		either := make(chan struct{})
+		go func() {
+			defer close(either)
+			select {
+			case <-f.PieceStop:
+			case <-f.SharedStop:
+			}
+		}()
+		f.stopCh = either
+	})
+	return f.stopCh
 }
 
 // InformerFor routes each kind: cluster-scoped kinds to the shared
