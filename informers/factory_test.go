@@ -2,6 +2,7 @@ package informers
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"runtime/pprof"
 	"strings"
@@ -168,4 +169,30 @@ func cyclesLeaveNoGoroutine(t *testing.T, n int, cycle func()) (before, after in
 	_ = pprof.Lookup("goroutine").WriteTo(&dump, 1)
 	t.Fatalf("goroutines grew from %d to %d over %d piece start/stop cycles:\n%s", before, after, n, dump.String())
 	return before, after
+}
+
+// MapperScopes reads a kind's scope from a RESTMapper that knows every kind
+// it is asked about (tests; a static mapper).
+type MapperScopes struct{ Mapper meta.RESTMapper }
+
+func (m MapperScopes) ClusterScoped(gvk schema.GroupVersionKind) (bool, error) {
+	mapping, err := m.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if meta.IsNoMatchError(err) {
+		return false, fmt.Errorf("%s: %w", gvk, ErrNotServed)
+	}
+	if err != nil {
+		return false, err
+	}
+	return mapping.Scope.Name() == meta.RESTScopeNameRoot, nil
+}
+
+func (m MapperScopes) ClusterScopedResource(gvr schema.GroupVersionResource) (bool, error) {
+	gvk, err := m.Mapper.KindFor(gvr)
+	if meta.IsNoMatchError(err) {
+		return false, fmt.Errorf("%s: %w", gvr, ErrNotServed)
+	}
+	if err != nil {
+		return false, err
+	}
+	return m.ClusterScoped(gvk)
 }

@@ -3,9 +3,9 @@ package informers
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -59,46 +59,11 @@ func (d DiscoveryScopes) find(gv schema.GroupVersion, what string, match func(me
 		return false, fmt.Errorf("discovery of %s: %w", gv, err)
 	}
 	for _, r := range list.APIResources {
-		if match(r) && !isSubresource(r.Name) {
+		if match(r) && !strings.Contains(r.Name, "/") { // not a subresource
 			return !r.Namespaced, nil
 		}
 	}
 	return false, fmt.Errorf("%s: %w", what, ErrNotServed)
-}
-
-func isSubresource(name string) bool {
-	for _, c := range name {
-		if c == '/' {
-			return true
-		}
-	}
-	return false
-}
-
-// MapperScopes reads a kind's scope from a RESTMapper that knows every kind
-// it is asked about (tests; a static mapper).
-type MapperScopes struct{ Mapper meta.RESTMapper }
-
-func (m MapperScopes) ClusterScoped(gvk schema.GroupVersionKind) (bool, error) {
-	mapping, err := m.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-	if meta.IsNoMatchError(err) {
-		return false, fmt.Errorf("%s: %w", gvk, ErrNotServed)
-	}
-	if err != nil {
-		return false, err
-	}
-	return mapping.Scope.Name() == meta.RESTScopeNameRoot, nil
-}
-
-func (m MapperScopes) ClusterScopedResource(gvr schema.GroupVersionResource) (bool, error) {
-	gvk, err := m.Mapper.KindFor(gvr)
-	if meta.IsNoMatchError(err) {
-		return false, fmt.Errorf("%s: %w", gvr, ErrNotServed)
-	}
-	if err != nil {
-		return false, err
-	}
-	return m.ClusterScoped(gvk)
 }
 
 // scopeRetry paces the retries of a failed scope look-up.
