@@ -39,7 +39,7 @@ KUBE_TOOLS    := kube-apiserver kube-controller-manager kube-scheduler kubectl
 # Tests and the demo find every tool here.
 export FCM_BIN_DIR := $(BIN)
 
-.PHONY: all tools build test test-deps bench cluster run clean fuzz chaos
+.PHONY: all tools build test test-long test-deps bench cluster run clean fuzz chaos
 
 all: build
 
@@ -108,11 +108,22 @@ test-deps:
 	fi
 
 # Each go test runs through test/testsummary, which prints the output as
-# -v would and ends with the slowest tests and the time per package.
+# -v would and ends with the slowest tests and the time per package. The
+# e2e tests run at once, in lanes sized to the machine
+# (test/e2e/lanes_test.go); -parallel only has to let every lane fill.
 test: tools build test-deps
 	$(GO) vet -tags e2e ./...
 	set -o pipefail; $(GO) test -count=1 -json ./... | $(GO) run ./test/testsummary
-	set -o pipefail; $(GO) test -count=1 -p 1 -tags e2e -json -timeout 60m ./informers/ ./test/e2e/... | $(GO) run ./test/testsummary
+	set -o pipefail; $(GO) test -count=1 -p 1 -parallel 64 -tags e2e -json -timeout 60m ./informers/ ./test/e2e/... | $(GO) run ./test/testsummary
+
+# The must-show sizes, beyond make test's: the unit tests under -race,
+# 1,000 simulated schedules of the handover protocol, 50 partition moves
+# under load, and a 20-minute chaos soak with a random seed (printed).
+test-long: tools build test-deps
+	set -o pipefail; $(GO) test -count=1 -race -json ./... | $(GO) run ./test/testsummary
+	set -o pipefail; $(GO) test -count=1 -json ./shard/ -run '^TestProtocolSimulation' -args -sim.runs=1000 | $(GO) run ./test/testsummary
+	set -o pipefail; PARTITION_MOVES=50 $(GO) test -count=1 -tags e2e -json -timeout 60m ./test/e2e/ -run '^TestPartitionMovesUnderLoad$$' | $(GO) run ./test/testsummary
+	$(MAKE) chaos DURATION=20
 
 cluster: tools
 	$(GO) run ./test/localcluster/cmd/localcluster --kubeconfig-out .local/kubeconfig --scheduler --kwok-nodes 3

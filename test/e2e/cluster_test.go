@@ -27,6 +27,7 @@ import (
 // kwok on the local control plane and brings a 50-replica Deployment to
 // Ready, then checks that stopping left no process behind.
 func TestClusterSmoke(t *testing.T) {
+	inLane(t, laneLight)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	cluster, err := localcluster.Start(ctx, localcluster.Options{Scheduler: true, KwokNodes: 3, KubeControllerManager: true})
@@ -82,6 +83,7 @@ func TestClusterSmoke(t *testing.T) {
 // nodes Ready; after Ctrl-C, and after the command is killed outright, none of
 // the processes it started is left.
 func TestClusterCommandLeavesNoProcess(t *testing.T) {
+	inLane(t, laneLight)
 	bin := filepath.Join(t.TempDir(), "localcluster")
 	build := exec.Command("go", "build", "-o", bin, "../localcluster/cmd/localcluster")
 	if out, err := build.CombinedOutput(); err != nil {
@@ -218,6 +220,7 @@ func podReady(p *corev1.Pod) bool {
 // against the kubeconfig it writes gets Ready pods, and the sample
 // Deployments become available.
 func TestRunCommand(t *testing.T) {
+	inLane(t, laneLight)
 	bin := filepath.Join(t.TempDir(), "localcluster")
 	build := exec.Command("go", "build", "-o", bin, "../localcluster/cmd/localcluster")
 	if out, err := build.CombinedOutput(); err != nil {

@@ -26,8 +26,8 @@ import (
 	"github.com/fleet-controller-manager/fleet-controller-manager/test/localcluster"
 )
 
-// workloadNamespaces is sized for a 2-core machine; the full
-// workload is 20.
+// workloadNamespaces: enough that each of three replicas runs some of
+// them (the test asserts it), few enough for a 2-core machine.
 const workloadNamespaces = 20
 
 // TestFleetWorkload runs three replicas of the real controllers and brings a
@@ -38,6 +38,7 @@ const workloadNamespaces = 20
 // checks that, in steady state, each namespace was written by one replica
 // per controller. It runs once per informer mode.
 func TestFleetWorkload(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		mode string
 		// sharing is how many of the 3 replicas must write in the workload's
@@ -49,7 +50,10 @@ func TestFleetWorkload(t *testing.T) {
 		{"namespace-watch", 3, []string{"--informer-mode=namespace-watch"}},
 		{"filtered-watch", 3, []string{"--informer-mode=filtered-watch"}},
 	} {
-		t.Run(tc.mode, func(t *testing.T) { testFleetWorkload(t, tc.sharing, tc.args...) })
+		t.Run(tc.mode, func(t *testing.T) {
+			inLane(t, laneHeavy)
+			testFleetWorkload(t, tc.sharing, tc.args...)
+		})
 	}
 }
 
@@ -427,6 +431,7 @@ func poll(ctx context.Context, t *testing.T, what string, timeout time.Duration,
 // fleet 2 -> 1 -> 3 gracefully, creating a Deployment in every namespace at
 // each step: each converges wherever its namespace's owner went.
 func TestFleetFailover(t *testing.T) {
+	inLane(t, laneHeavy)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	cluster := startCluster(ctx, t, localcluster.Options{Scheduler: true, KwokNodes: 3})

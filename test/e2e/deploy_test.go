@@ -40,6 +40,7 @@ func repoPath(t *testing.T, rel string) string {
 // RBAC of deploy/base does its work while a write outside that RBAC is
 // refused.
 func TestDeployManifests(t *testing.T) {
+	inLane(t, laneLight)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	cluster := startCluster(ctx, t, localcluster.Options{Scheduler: true, KwokNodes: 2})

@@ -31,27 +31,34 @@ import (
 // singletons' cluster-wide informers), plus its Leases.
 func TestSameEndStateAsKubeControllerManager(t *testing.T) {
 	namespaces := []string{"eq-a", "eq-b", "eq-c"}
-	watches := map[bool]map[string]int{}
-	run := func(fleet bool) map[string]string {
+	const kcmSide, fleetOfOne, fleetOfThree = "kube-controller-manager", "fleet-of-one", "fleet-of-three"
+	type endState struct {
+		facts   map[string]string
+		watches map[string]int
+	}
+	states := sidesAtOnce(t, laneLight, []string{kcmSide, fleetOfOne, fleetOfThree}, func(t *testing.T, side string) endState {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
-		cluster, client := startKCMOrFleetOfOne(ctx, t, fleet, 3)
+		cluster, client := startKCMOrFleet(ctx, t, map[string]int{fleetOfOne: 1, fleetOfThree: 3}[side], 3)
 		for _, ns := range namespaces {
 			createWorkload(ctx, t, client, ns)
 		}
+		startEndStateChanges(ctx, t, client)
 		for _, ns := range namespaces {
 			waitWorkload(ctx, t, client, ns)
 		}
-		snap := snapshot(ctx, t, client, namespaces)
+		finishEndStateChanges(ctx, t, client)
+		facts := snapshot(ctx, t, client, namespaces)
 		for k, v := range typeCheckPolicy(ctx, t, client) {
-			snap[k] = v
+			facts[k] = v
 		}
-		watches[fleet] = openWatches(ctx, t, client)
+		for k, v := range contentFacts(ctx, t, cluster, client, namespaces) {
+			facts[k] = v
+		}
+		watches := openWatches(ctx, t, client)
 		cluster.Stop()
-		return snap
-	}
-	kcm := run(false)
-	fleet := run(true)
+		return endState{facts, watches}
+	})
 	// A fleet of one may hold, per resource, two watches more than KCM:
 	// the owned cache's request (one, with fewer namespaces than a
 	// selector holds) and the metadata informer of the garbage collector
@@ -61,38 +68,45 @@ func TestSameEndStateAsKubeControllerManager(t *testing.T) {
 	// DaemonSets, the PV binder's PVCs). Leases: the fleet's own, its
 	// members' and KCM's leader Lease.
 	const ownedCacheWatches, fleetLeaseWatches = 2, 3
-	kcmTotal, fleetTotal := watches[false][""], watches[true][""]
-	t.Logf("watches open after the workload (all clients): kube-controller-manager %d, fleet of one %d", kcmTotal, fleetTotal)
+	kcmWatches, fleetWatches := states[kcmSide].watches, states[fleetOfOne].watches
+	t.Logf("watches open after the workload (all clients): kube-controller-manager %d, fleet of one %d, fleet of three %d", kcmWatches[""], fleetWatches[""], states[fleetOfThree].watches[""])
 	var more []string
-	for resource, n := range watches[true] {
-		allowed := watches[false][resource] + ownedCacheWatches
+	for resource, n := range fleetWatches {
+		allowed := kcmWatches[resource] + ownedCacheWatches
 		if resource == "leases" {
-			allowed = watches[false][resource] + fleetLeaseWatches
+			allowed = kcmWatches[resource] + fleetLeaseWatches
 		}
 		if resource != "" && n > allowed {
-			more = append(more, fmt.Sprintf("%s %d (KCM %d)", resource, n, watches[false][resource]))
+			more = append(more, fmt.Sprintf("%s %d (KCM %d)", resource, n, kcmWatches[resource]))
 		}
 	}
 	sort.Strings(more)
 	if len(more) > 0 {
-		t.Errorf("a fleet of one holds %d watches, KCM %d; more than two extra for: %s", fleetTotal, kcmTotal, strings.Join(more, ", "))
+		t.Errorf("a fleet of one holds %d watches, KCM %d; more than two extra for: %s", fleetWatches[""], kcmWatches[""], strings.Join(more, ", "))
 	}
-	var diffs []string
-	for k, v := range kcm {
-		if fleet[k] != v {
-			diffs = append(diffs, fmt.Sprintf("%s: kube-controller-manager %q, fleet %q", k, v, fleet[k]))
+	kcm := states[kcmSide].facts
+	for _, side := range []string{fleetOfOne, fleetOfThree} {
+		fleet := states[side].facts
+		var diffs []string
+		for k, v := range kcm {
+			if fleet[k] != v {
+				diffs = append(diffs, fmt.Sprintf("%s: kube-controller-manager %q, %s %q", k, v, side, fleet[k]))
+			}
+		}
+		for k, v := range fleet {
+			if _, ok := kcm[k]; !ok {
+				diffs = append(diffs, fmt.Sprintf("%s: only under the %s (%q)", k, side, v))
+			}
+		}
+		sort.Strings(diffs)
+		if len(diffs) > 0 {
+			t.Errorf("end states of kube-controller-manager and the %s differ in %d of %d facts:\n%s", side, len(diffs), len(kcm), strings.Join(diffs, "\n"))
 		}
 	}
-	for k, v := range fleet {
-		if _, ok := kcm[k]; !ok {
-			diffs = append(diffs, fmt.Sprintf("%s: only under the fleet (%q)", k, v))
-		}
+	if len(kcm) < minEndStateFacts {
+		t.Errorf("the end state has %d facts, want at least %d: the comparison looks at less than it should", len(kcm), minEndStateFacts)
 	}
-	sort.Strings(diffs)
-	if len(diffs) > 0 {
-		t.Errorf("end states differ:\n%s", strings.Join(diffs, "\n"))
-	}
-	t.Logf("compared %d facts of the end state: identical", len(kcm))
+	t.Logf("compared %d facts of the end state (%s): kube-controller-manager, a fleet of one and a fleet of three identical", len(kcm), factKinds(kcm))
 }
 
 // typeCheckPolicy creates a ValidatingAdmissionPolicy with a well-typed and
@@ -166,16 +180,28 @@ func openWatches(ctx context.Context, t *testing.T, client kubernetes.Interface)
 // fleet of one, and returns once the controllers run.
 func startKCMOrFleetOfOne(ctx context.Context, t *testing.T, fleet bool, kwokNodes int) (*localcluster.Cluster, kubernetes.Interface) {
 	t.Helper()
-	cluster := startCluster(ctx, t, localcluster.Options{Scheduler: true, KwokNodes: kwokNodes, KubeControllerManager: !fleet})
+	return startKCMOrFleet(ctx, t, map[bool]int{true: 1}[fleet], kwokNodes)
+}
+
+// startKCMOrFleet is startKCMOrFleetOfOne for a fleet of replicas, or
+// kube-controller-manager if replicas is 0.
+func startKCMOrFleet(ctx context.Context, t *testing.T, replicas, kwokNodes int) (*localcluster.Cluster, kubernetes.Interface) {
+	t.Helper()
+	cluster := startCluster(ctx, t, localcluster.Options{Scheduler: true, KwokNodes: kwokNodes, KubeControllerManager: replicas == 0})
 	client, err := cluster.Client()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fleet {
-		if _, _, err := cluster.StartFleetReplica(ctx, filepath.Join(binDir(t), "fleet-controller-manager"), "fcm-0"); err != nil {
+	var names []string
+	for i := range replicas {
+		name := fmt.Sprintf("fcm-%d", i)
+		if _, _, err := cluster.StartFleetReplica(ctx, filepath.Join(binDir(t), "fleet-controller-manager"), name); err != nil {
 			t.Fatal(err)
 		}
-		waitFleetRunning(ctx, t, client, []string{"fcm-0"})
+		names = append(names, name)
+	}
+	if replicas > 0 {
+		waitFleetRunning(ctx, t, client, names)
 	}
 	return cluster, client
 }

@@ -351,6 +351,7 @@ func names(n int) []string {
 
 // TestHandoverScaleUpAndDown scales a fleet 1 -> 5 -> 2 gracefully.
 func TestHandoverScaleUpAndDown(t *testing.T) {
+	inLane(t, laneHeavy)
 	f := newFleet(t)
 	all := names(5)
 	f.start(all[0])
@@ -397,6 +398,7 @@ func TestHandoverScaleUpAndDown(t *testing.T) {
 // same identity. The replacement appears while the others take over its
 // predecessor's pieces; it must not hold them up.
 func TestHandoverRollingRestart(t *testing.T) {
+	inLane(t, laneLight)
 	f, all := settledFleet(t, 3)
 	mark := time.Now().UnixNano()
 	for _, n := range all {
@@ -418,6 +420,7 @@ func TestHandoverRollingRestart(t *testing.T) {
 
 // TestHandoverKill kills one of three members with SIGKILL.
 func TestHandoverKill(t *testing.T) {
+	inLane(t, laneHeavy)
 	f, all := settledFleet(t, 3)
 	killedAt := f.signal(all[2], syscall.SIGKILL)
 	d := f.waitSettled(all[:2], 2*time.Minute)
@@ -436,6 +439,7 @@ func TestHandoverKill(t *testing.T) {
 // duration, then resumes it: the others take its pieces, and it must stop
 // them before it acts again.
 func TestHandoverPause(t *testing.T) {
+	inLane(t, laneLight)
 	f, all := settledFleet(t, 3)
 	pausedAt := f.signal(all[2], syscall.SIGSTOP)
 	// While it is stopped the others see its Lease expire and take over.
@@ -452,6 +456,7 @@ func TestHandoverPause(t *testing.T) {
 
 // TestHandoverAPIServerRestart restarts kube-apiserver under a settled fleet.
 func TestHandoverAPIServerRestart(t *testing.T) {
+	inLane(t, laneLight)
 	f, all := settledFleet(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -470,6 +475,7 @@ func TestHandoverAPIServerRestart(t *testing.T) {
 // and huge state annotations under the fleet label, a member's own Lease
 // overwritten with garbage, and a live member's Lease deleted by hand.
 func TestHandoverBadLeases(t *testing.T) {
+	inLane(t, laneLight)
 	f, all := settledFleet(t, 3)
 	client, err := f.cluster.Client()
 	if err != nil {

@@ -39,6 +39,7 @@ import (
 // different kinds, and every other difference from KCM must be named in
 // docs/controllers.md's table of informer differences with its argument.
 func TestInformersLikeKubeControllerManager(t *testing.T) {
+	inLane(t, laneHeavy)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	cluster := startCluster(ctx, t, localcluster.Options{})

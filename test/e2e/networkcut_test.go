@@ -28,8 +28,10 @@ import (
 // expires; when the link comes back it rejoins. No piece ever runs on two
 // replicas at once (the pieces' own records).
 func TestNetworkCutReplica(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []faultproxy.Mode{faultproxy.Blackhole} {
 		t.Run(mode.String(), func(t *testing.T) {
+			inLane(t, laneHeavy)
 			f := newFleet(t)
 			all := names(3)
 			cut := all[2]
@@ -106,8 +108,10 @@ func proxyFor(t *testing.T, f *fleet, member string) *faultproxy.Proxy {
 // ownership: a write held in the network and delivered after the heal
 // would not.
 func TestNetworkCutWithControllers(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []faultproxy.Mode{faultproxy.Cut, faultproxy.Blackhole} {
 		t.Run(mode.String(), func(t *testing.T) {
+			inLane(t, laneHeavy)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 			defer cancel()
 			cluster, client, bin := podCluster(ctx, t)

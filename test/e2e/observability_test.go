@@ -120,6 +120,7 @@ type fleetStatusJSON struct {
 // fleet gauges hold what they should, and /metrics refuses anonymous
 // requests.
 func TestFleetStatusMatchesMetrics(t *testing.T) {
+	inLane(t, laneLight)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	replicas := []string{"obs-0", "obs-1", "obs-2"}
@@ -217,6 +218,7 @@ func TestFleetStatusMatchesMetrics(t *testing.T) {
 // replaces the next replica when this one is ready, never interrupts a
 // handover to it.
 func TestReadinessMeansTookShare(t *testing.T) {
+	inLane(t, laneLight)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	f := startObservedFleet(ctx, t, []string{"obs-0", "obs-1"})
@@ -282,6 +284,7 @@ func TestReadinessMeansTookShare(t *testing.T) {
 // admin client certificate, checks the rendered page shows every member and
 // every partition with its owner, and saves a screenshot.
 func TestFleetPageInChromium(t *testing.T) {
+	inLane(t, laneLight)
 	chromium, err := exec.LookPath("chromium")
 	if err != nil {
 		t.Fatal("chromium is not installed (make test installs it: test-deps)")

@@ -41,6 +41,7 @@ import (
 // the fallbacks (several selectors; one cluster-wide watch per kind,
 // filtered on the client).
 func TestReplicaCachesOwnedNamespaces(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		gateOff bool
@@ -50,6 +51,7 @@ func TestReplicaCachesOwnedNamespaces(t *testing.T) {
 		{"gate off", true, "namespace-watch"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			inLane(t, laneHeavy)
 			ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 			defer cancel()
 			opts := localcluster.Options{Scheduler: true, KwokNodes: 2}

@@ -23,6 +23,7 @@ import (
 // the writes made while both ran it; before the rogue started, it must
 // find nothing.
 func TestCheckerCatchesTwoOwners(t *testing.T) {
+	inLane(t, laneLight)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	cluster, client, bin := podCluster(ctx, t)

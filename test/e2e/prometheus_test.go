@@ -32,6 +32,7 @@ const alertRuleFor = "4s"
 // Grafana dashboard and of the rules returns data for each replica; then
 // kills a replica and waits for the alerts that must fire.
 func TestPrometheusDashboardsAndAlerts(t *testing.T) {
+	inLane(t, laneHeavy)
 	prometheus, err := exec.LookPath("prometheus")
 	if err != nil {
 		t.Fatal("prometheus is not installed (make test installs it: test-deps)")

@@ -44,6 +44,7 @@ type quotaSide struct {
 //     counted a new namespace's PVCs as none), and one more object of
 //     each kind is refused.
 func TestResourceQuotaLikeKubeControllerManager(t *testing.T) {
+	inLane(t, laneHeavy)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	kcmCluster := startClusterIn(ctx, t, "kcm", localcluster.Options{KubeControllerManager: true})

@@ -3,6 +3,12 @@
 // and the time spent in each package, so every run shows where the test
 // budget goes. It exits non-zero if a test or package failed, or if the
 // input held no test event.
+//
+// A test that ran in a lane of the e2e tests (test/e2e/lanes_test.go)
+// logs how long it waited for its lane; the summary lists the time it ran
+// (go test's elapsed time less that wait) and the wait beside it. Such
+// subtests (one per side of a comparison, or per mode) are listed with the
+// top-level tests, since they are what holds a lane.
 package main
 
 import (
@@ -12,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -28,9 +35,13 @@ type event struct {
 
 type result struct {
 	name    string
-	elapsed time.Duration
+	elapsed time.Duration // less the lane wait
+	wait    time.Duration // for a lane
 	action  string
 }
+
+// laneWait is the line test/e2e's inLane logs once a test has its lane.
+var laneWait = regexp.MustCompile(`lane: \d+ of \d+ shares after waiting (\S+)`)
 
 func main() {
 	slowest := flag.Int("slowest", 15, "how many of the slowest tests to list")
@@ -49,6 +60,7 @@ func main() {
 // summarize copies the output of in to out and collects the top-level
 // tests' and the packages' results.
 func summarize(in io.Reader, out io.Writer) (tests, packages []result, failed bool, err error) {
+	waits := map[string]time.Duration{}
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
 	for sc.Scan() {
@@ -62,6 +74,11 @@ func summarize(in io.Reader, out io.Writer) (tests, packages []result, failed bo
 		switch e.Action {
 		case "output", "build-output":
 			fmt.Fprint(out, e.Output)
+			if m := laneWait.FindStringSubmatch(e.Output); m != nil && e.Test != "" {
+				if d, err := time.ParseDuration(m[1]); err == nil {
+					waits[e.Package+"."+e.Test] = d
+				}
+			}
 		case "build-fail":
 			failed = true
 		case "pass", "fail", "skip":
@@ -69,11 +86,13 @@ func summarize(in io.Reader, out io.Writer) (tests, packages []result, failed bo
 				failed = true
 			}
 			d := time.Duration(e.Elapsed * float64(time.Second))
+			name := e.Package + "." + e.Test
+			wait, inLane := waits[name]
 			switch {
 			case e.Test == "":
-				packages = append(packages, result{e.Package, d, e.Action})
-			case !strings.Contains(e.Test, "/"):
-				tests = append(tests, result{e.Package + "." + e.Test, d, e.Action})
+				packages = append(packages, result{name: e.Package, elapsed: d, action: e.Action})
+			case !strings.Contains(e.Test, "/") || inLane:
+				tests = append(tests, result{name: name, elapsed: d - wait, wait: wait, action: e.Action})
 			}
 		}
 	}
@@ -88,7 +107,11 @@ func report(out io.Writer, tests, packages []result, slowest int) {
 		if i == slowest {
 			break
 		}
-		fmt.Fprintf(out, "%9s  %-4s %s\n", t.elapsed.Round(100*time.Millisecond), t.action, t.name)
+		lane := ""
+		if t.wait > 0 {
+			lane = fmt.Sprintf(" (after %v waiting for a lane)", t.wait.Round(100*time.Millisecond))
+		}
+		fmt.Fprintf(out, "%9s  %-4s %s%s\n", t.elapsed.Round(100*time.Millisecond), t.action, t.name, lane)
 	}
 	fmt.Fprintf(out, "=== time per package\n")
 	var total time.Duration

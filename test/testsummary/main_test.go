@@ -21,6 +21,14 @@ func TestSummarize(t *testing.T) {
 {"Action":"pass","Package":"p","Test":"TestB","Elapsed":0.1}
 {"Action":"pass","Package":"p","Elapsed":2.7}
 `, false, 2, []string{"2.5s  pass p.TestA", "2.7s  pass p", "2 passed, 0 failed, 0 skipped"}},
+		{"tests in lanes", `{"Action":"output","Package":"p","Test":"TestA","Output":"    lanes_test.go:70: lane: 2 of 4 shares after waiting 1m0s\n"}
+{"Action":"pass","Package":"p","Test":"TestA","Elapsed":70}
+{"Action":"output","Package":"p","Test":"TestB/sides/fleet","Output":"    lanes_test.go:70: lane: 1 of 4 shares after waiting 3s\n"}
+{"Action":"pass","Package":"p","Test":"TestB/sides/fleet","Elapsed":23}
+{"Action":"pass","Package":"p","Test":"TestB/sides","Elapsed":25}
+{"Action":"pass","Package":"p","Test":"TestB","Elapsed":25}
+{"Action":"pass","Package":"p","Elapsed":80}
+`, false, 3, []string{"20s pass p.TestB/sides/fleet (after 3s waiting for a lane)", "10s pass p.TestA (after 1m0s waiting for a lane)"}},
 		{"a failing test", `{"Action":"fail","Package":"p","Test":"TestA","Elapsed":1}
 {"Action":"fail","Package":"p","Elapsed":1}
 `, true, 1, []string{"1 fail", "0 passed, 1 failed, 0 skipped"}},
