@@ -21,9 +21,11 @@ import (
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
@@ -50,11 +52,22 @@ const (
 )
 
 // startEndStateChanges makes the changes whose results contentFacts
-// records: a namespace to delete once its Deployment runs, a client
-// certificate request the test approves, a legacy service account token
-// Secret.
-func startEndStateChanges(ctx context.Context, t *testing.T, client kubernetes.Interface) {
+// records: a PodDisruptionBudget per namespace (the disruption
+// controller), a namespace to delete once its Deployment runs, a client
+// certificate request the test approves.
+func startEndStateChanges(ctx context.Context, t *testing.T, client kubernetes.Interface, namespaces []string) {
 	t.Helper()
+	for _, ns := range namespaces {
+		if _, err := client.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, &policyv1.PodDisruptionBudget{
+			ObjectMeta: metav1.ObjectMeta{Name: "web-0"},
+			Spec: policyv1.PodDisruptionBudgetSpec{
+				MinAvailable: ptr.To(intstr.FromInt32(7)),
+				Selector:     &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web-0"}},
+			},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("creating a PodDisruptionBudget in %s: %v", ns, err)
+		}
+	}
 	createNamespace(ctx, t, client, goneNamespace)
 	createDeployment(ctx, t, client, goneNamespace, "web", 2)
 	if _, err := client.CoreV1().ConfigMaps(goneNamespace).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings"}}, metav1.CreateOptions{}); err != nil {
@@ -85,16 +98,13 @@ func startEndStateChanges(ctx context.Context, t *testing.T, client kubernetes.I
 	if _, err := client.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csrName, csr, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("approving CSR %s: %v", csrName, err)
 	}
-	if _, err := client.CoreV1().Secrets(tokenNamespace).Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: tokenSecret, Annotations: map[string]string{corev1.ServiceAccountNameKey: tokenAccount}},
-		Type:       corev1.SecretTypeServiceAccountToken,
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("creating token Secret: %v", err)
-	}
 }
 
-// finishEndStateChanges deletes the namespace and the Deployment once the workload
-// converged, and waits for everything the changes started to end.
+// finishEndStateChanges deletes the namespace and the Deployment once the
+// workload converged, creates a legacy service account token Secret (once
+// its ServiceAccount exists: the token controller deletes a token Secret
+// of an account it does not find), and waits for everything the changes
+// started to end.
 func finishEndStateChanges(ctx context.Context, t *testing.T, client kubernetes.Interface) {
 	t.Helper()
 	waitDeploymentReady(ctx, t, client, goneNamespace, "web", 2, 3*time.Minute)
@@ -119,6 +129,12 @@ func finishEndStateChanges(ctx context.Context, t *testing.T, client kubernetes.
 		}
 		return len(csr.Status.Certificate) > 0, fmt.Sprint(csr.Status.Conditions)
 	})
+	if _, err := client.CoreV1().Secrets(tokenNamespace).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: tokenSecret, Annotations: map[string]string{corev1.ServiceAccountNameKey: tokenAccount}},
+		Type:       corev1.SecretTypeServiceAccountToken,
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating token Secret: %v", err)
+	}
 	poll(ctx, t, "the token Secret to be filled in", 2*time.Minute, func() (bool, string) {
 		s, err := client.CoreV1().Secrets(tokenNamespace).Get(ctx, tokenSecret, metav1.GetOptions{})
 		if err != nil {
@@ -273,10 +289,32 @@ func contentFacts(ctx context.Context, t *testing.T, cluster *localcluster.Clust
 			// ServiceAccount does not exist yet, FailedScheduling) are
 			// history that depends on timing; the end state shows what the
 			// retries reached. Counts depend on event aggregation.
-			if strings.HasPrefix(e.Reason, "Failed") {
+			// The apiserver's own repair loops (ClusterIPNotAllocated)
+			// report on their own timer: not the controller manager's.
+			reporter := e.Source.Component
+			if reporter == "" {
+				reporter = e.ReportingController
+			}
+			if strings.HasPrefix(e.Reason, "Failed") || apiserverReporters[reporter] {
 				continue
 			}
-			out[fmt.Sprintf("%s/event/%s/%s/%s", ns, e.InvolvedObject.Kind, normaliseName(e.InvolvedObject.Kind, e.InvolvedObject.Name), e.Reason)] = e.Type + " from " + e.Source.Component
+			out[fmt.Sprintf("%s/event/%s/%s/%s", ns, e.InvolvedObject.Kind, normaliseName(e.InvolvedObject.Kind, e.InvolvedObject.Name), e.Reason)] = e.Type + " from " + reporter
+		}
+		revisions, err := client.AppsV1().ControllerRevisions(ns).List(ctx, metav1.ListOptions{})
+		must(err, ns+" controllerrevisions")
+		for _, r := range revisions.Items {
+			// Named by a hash of the template, like a ReplicaSet.
+			out[ns+"/controllerrevision/"+r.Name] = fmt.Sprintf("revision=%d owner=%s", r.Revision, ownerFact(r.OwnerReferences))
+		}
+		pdbs, err := client.PolicyV1().PodDisruptionBudgets(ns).List(ctx, metav1.ListOptions{})
+		must(err, ns+" poddisruptionbudgets")
+		for _, p := range pdbs.Items {
+			var conds []string
+			for _, c := range p.Status.Conditions {
+				conds = append(conds, fmt.Sprintf("%s=%s(%s)", c.Type, c.Status, c.Reason))
+			}
+			out[ns+"/poddisruptionbudget-status/"+p.Name] = fmt.Sprintf("expected=%d healthy=%d/%d allowed=%d observed=%d/%d conditions=%v",
+				p.Status.ExpectedPods, p.Status.CurrentHealthy, p.Status.DesiredHealthy, p.Status.DisruptionsAllowed, p.Status.ObservedGeneration, p.Generation, conds)
 		}
 		secret, err := client.CoreV1().Secrets(ns).Get(ctx, tokenSecret, metav1.GetOptions{})
 		if err == nil {
@@ -337,6 +375,10 @@ func contentFacts(ctx context.Context, t *testing.T, cluster *localcluster.Clust
 	out["cluster/csr/"+csrName] = fmt.Sprintf("conditions=%v certificate=%s", conds, certFact(csr.Status.Certificate, ca))
 	return out
 }
+
+// apiserverReporters are the kube-apiserver's controllers that report
+// Events.
+var apiserverReporters = map[string]bool{"ipallocator-repair-controller": true, "portallocator-repair-controller": true, "": true}
 
 // podFact is what the controllers decided about a pod: its owner's
 // reference, labels (an owner's UID is the same rule as a name: replaced),

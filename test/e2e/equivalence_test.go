@@ -30,7 +30,7 @@ import (
 // cache and the garbage collector's metadata informer beside the
 // singletons' cluster-wide informers), plus its Leases.
 func TestSameEndStateAsKubeControllerManager(t *testing.T) {
-	namespaces := []string{"eq-a", "eq-b", "eq-c"}
+	namespaces := []string{"eq-a", "eq-b", "eq-c", "eq-d"}
 	const kcmSide, fleetOfOne, fleetOfThree = "kube-controller-manager", "fleet-of-one", "fleet-of-three"
 	type endState struct {
 		facts   map[string]string
@@ -43,7 +43,7 @@ func TestSameEndStateAsKubeControllerManager(t *testing.T) {
 		for _, ns := range namespaces {
 			createWorkload(ctx, t, client, ns)
 		}
-		startEndStateChanges(ctx, t, client)
+		startEndStateChanges(ctx, t, client, namespaces)
 		for _, ns := range namespaces {
 			waitWorkload(ctx, t, client, ns)
 		}
