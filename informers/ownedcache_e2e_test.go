@@ -64,6 +64,8 @@ func TestOwnedCache(t *testing.T) {
 		{"namespace, wide past 2 namespaces", false, false, 2, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			// Each case has its own control plane and mostly waits.
+			t.Parallel()
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			options := localcluster.Options{}

@@ -61,6 +61,9 @@ func main() {
 // tests' and the packages' results.
 func summarize(in io.Reader, out io.Writer) (tests, packages []result, failed bool, err error) {
 	waits := map[string]time.Duration{}
+	// Top-level tests whose subtests took lanes: their own time is their
+	// subtests' waits and runs, listed apart.
+	lanedParents := map[string]bool{}
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
 	for sc.Scan() {
@@ -77,6 +80,9 @@ func summarize(in io.Reader, out io.Writer) (tests, packages []result, failed bo
 			if m := laneWait.FindStringSubmatch(e.Output); m != nil && e.Test != "" {
 				if d, err := time.ParseDuration(m[1]); err == nil {
 					waits[e.Package+"."+e.Test] = d
+					if root, _, sub := strings.Cut(e.Test, "/"); sub {
+						lanedParents[e.Package+"."+root] = true
+					}
 				}
 			}
 		case "build-fail":
@@ -91,6 +97,7 @@ func summarize(in io.Reader, out io.Writer) (tests, packages []result, failed bo
 			switch {
 			case e.Test == "":
 				packages = append(packages, result{name: e.Package, elapsed: d, action: e.Action})
+			case lanedParents[name]:
 			case !strings.Contains(e.Test, "/") || inLane:
 				tests = append(tests, result{name: name, elapsed: d - wait, wait: wait, action: e.Action})
 			}

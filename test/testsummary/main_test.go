@@ -28,7 +28,7 @@ func TestSummarize(t *testing.T) {
 {"Action":"pass","Package":"p","Test":"TestB/sides","Elapsed":25}
 {"Action":"pass","Package":"p","Test":"TestB","Elapsed":25}
 {"Action":"pass","Package":"p","Elapsed":80}
-`, false, 3, []string{"20s pass p.TestB/sides/fleet (after 3s waiting for a lane)", "10s pass p.TestA (after 1m0s waiting for a lane)"}},
+`, false, 2, []string{"20s pass p.TestB/sides/fleet (after 3s waiting for a lane)", "10s pass p.TestA (after 1m0s waiting for a lane)"}},
 		{"a failing test", `{"Action":"fail","Package":"p","Test":"TestA","Elapsed":1}
 {"Action":"fail","Package":"p","Elapsed":1}
 `, true, 1, []string{"1 fail", "0 passed, 1 failed, 0 skipped"}},
