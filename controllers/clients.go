@@ -11,6 +11,8 @@ import (
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/controller-manager/pkg/clientbuilder"
 	"k8s.io/klog/v2"
+
+	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
 )
 
 // sharedLimiterBuilder is the ControllerClientBuilder of a replica's
@@ -42,7 +44,7 @@ type sharedLimiterBuilder struct {
 type limiterPool struct {
 	inner    clientbuilder.ControllerClientBuilder
 	identity string
-	fence    Fence
+	fence    shard.Authority
 
 	mu       sync.Mutex
 	configs  map[string]*restclient.Config
@@ -63,7 +65,7 @@ type budgetKey struct {
 	burst int
 }
 
-func newSharedLimiterBuilder(inner clientbuilder.ControllerClientBuilder, identity string, fence Fence) *sharedLimiterBuilder {
+func newSharedLimiterBuilder(inner clientbuilder.ControllerClientBuilder, identity string, fence shard.Authority) *sharedLimiterBuilder {
 	return &sharedLimiterBuilder{limiterPool: &limiterPool{inner: inner, identity: identity, fence: fence}}
 }
 

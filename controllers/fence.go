@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+
+	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
 )
 
 // ErrPartitionMoved is returned for a write by a partition controller into
@@ -138,7 +140,7 @@ func isWrite(method string) bool {
 // partition this replica does not run.
 type fencedRoundTripper struct {
 	next       http.RoundTripper
-	fence      Fence
+	fence      shard.Authority
 	partitions *partitionFence
 	// run is a singleton piece's run: every write, namespaced or not, is
 	// admitted only while it is open (one "partition", 0).

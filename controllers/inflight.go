@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
 )
 
 // authorityRecheck bounds how long a write in flight goes without its
@@ -36,7 +38,7 @@ const authorityRecheck = 500 * time.Millisecond
 // Found by TestNetworkCutWithControllers: with the link blackholed, a
 // partition piece waited for its writes until HTTP/2's health check gave
 // up on the connection, well after the other replica had started it.
-func abandonAtDeadline(req *http.Request, fence Fence, next http.RoundTripper) (*http.Response, error) {
+func abandonAtDeadline(req *http.Request, fence shard.Authority, next http.RoundTripper) (*http.Response, error) {
 	admitted := time.Now()
 	var (
 		mu        sync.Mutex

@@ -46,6 +46,9 @@ type partitionSet struct {
 	// default limits: partitions without an owner for 5-10 s).
 	lock    chan struct{}
 	running bool
+	// deliverGain brings p into the scope and delivers its objects
+	// (scope.Gain; a test watches the gate from it).
+	deliverGain func(p int) int
 	// lostAt: when each partition last left the scope.
 	lostAt map[int]time.Time
 }
@@ -59,7 +62,9 @@ type partitionSet struct {
 const minOutOfScope = 5 * time.Second
 
 func newPartitionSet(r *Runtime) *partitionSet {
-	return &partitionSet{runtime: r, scope: informers.NewScope(r.ring.Partitions, r.ring.NamespacePartition), lock: make(chan struct{}, 1), lostAt: map[int]time.Time{}}
+	s := &partitionSet{runtime: r, scope: informers.NewScope(r.ring.Partitions, r.ring.NamespacePartition), lock: make(chan struct{}, 1), lostAt: map[int]time.Time{}}
+	s.deliverGain = s.scope.Gain
+	return s
 }
 
 // acquire takes s.lock, or returns false once ctx ends first.
@@ -121,10 +126,14 @@ func (s *partitionSet) gain(ctx context.Context, p int) (bool, error) {
 			return false, err
 		}
 	}
-	n := s.scope.Gain(p)
+	// The gate opens before the scope delivers p's objects: a controller
+	// acts on them at once, and a write refused in between is retried,
+	// but leaves a Warning Event KCM never writes (ReplicaSetCreateError
+	// on a Deployment, seen in the end-state comparison).
 	if !s.runtime.partitions.Open(ctx, p) {
 		return false, nil // stopped while gaining: lose follows
 	}
+	n := s.deliverGain(p)
 	klog.FromContext(ctx).V(2).Info("Partition gained", "partition", p, "delivered", n, "took", time.Since(start).Round(time.Millisecond))
 	return true, nil
 }

@@ -36,3 +36,28 @@ func TestPartitionSetLockGivesUpWithItsPiece(t *testing.T) {
 		t.Fatal("the released lock was not taken")
 	}
 }
+
+// TestGainOpensTheGateBeforeDelivering: the controllers act on a gained
+// partition's objects as they are delivered, so its write gate is open by
+// then; a write refused in between leaves a Warning Event KCM never writes.
+func TestGainOpensTheGateBeforeDelivering(t *testing.T) {
+	const p = 3
+	r := &Runtime{partitions: newPartitionFence(func(string) int { return p })}
+	s := &partitionSet{runtime: r, lock: make(chan struct{}, 1), lostAt: map[int]time.Time{}, running: true}
+	var admitted *bool
+	s.deliverGain = func(int) int {
+		done, ok := r.partitions.admit("team-a")
+		if ok {
+			done()
+		}
+		admitted = &ok
+		return 1
+	}
+	ok, err := s.gain(t.Context(), p)
+	if !ok || err != nil {
+		t.Fatalf("gain: %v, %v", ok, err)
+	}
+	if admitted == nil || !*admitted {
+		t.Fatal("a write into the gained partition was refused while its objects were being delivered")
+	}
+}

@@ -29,16 +29,6 @@ import (
 	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
 )
 
-// Fence is the replica's authority (membership.Member): writes are refused
-// once it is no longer valid, and a write still unanswered when it runs
-// out is abandoned (inflight.go).
-type Fence interface {
-	Valid() bool
-	// Authority says whether the replica may act now and until when at
-	// most (renewals move it later).
-	Authority() (ok bool, until time.Time)
-}
-
 // Runtime runs pieces with Kubernetes' own controllers (it is the
 // shard.Runner of a replica). One Runtime per process.
 type Runtime struct {
@@ -94,15 +84,15 @@ type Runtime struct {
 // partition controller set see, and, in the modes that have one, the owned
 // cache of the partition controllers' namespaced kinds. mode must be
 // resolved (informers.Resolve).
-func NewRuntime(ctx context.Context, c *kcmconfig.CompletedConfig, identity string, ring shard.RingConfig, mode informers.Mode, selectorTerms, namespaceWatchMax int, fence Fence) (*Runtime, error) {
+func NewRuntime(ctx context.Context, c *kcmconfig.CompletedConfig, identity string, ring shard.RingConfig, mode informers.Mode, selectorTerms, namespaceWatchMax int, authority shard.Authority) (*Runtime, error) {
 	descriptors := Descriptors()
 	if err := Check(descriptors); err != nil {
 		return nil, err
 	}
-	rootBuilder := newSharedLimiterBuilder(clientbuilder.SimpleControllerClientBuilder{ClientConfig: c.Kubeconfig}, identity, fence)
+	rootBuilder := newSharedLimiterBuilder(clientbuilder.SimpleControllerClientBuilder{ClientConfig: c.Kubeconfig}, identity, authority)
 	builder := rootBuilder
 	if c.ComponentConfig.KubeCloudShared.UseServiceAccountCredentials {
-		builder = newSharedLimiterBuilder(clientbuilder.NewDynamicClientBuilder(restclient.AnonymousClientConfig(c.Kubeconfig), c.Client.CoreV1(), "kube-system"), identity, fence)
+		builder = newSharedLimiterBuilder(clientbuilder.NewDynamicClientBuilder(restclient.AnonymousClientConfig(c.Kubeconfig), c.Client.CoreV1(), "kube-system"), identity, authority)
 	}
 	partitions := newPartitionFence(ring.NamespacePartition)
 	informerConfig, err := rootBuilder.Config("shared-informers")
@@ -234,7 +224,9 @@ func trimManagedFields(obj any) (any, error) {
 // no longer act: a singleton once its controllers have returned; a
 // partition once its write fence is closed and the writes already sent are
 // answered (its controllers, fenced, may still be winding down).
-func (r *Runtime) Run(ctx context.Context, piece shard.Piece, _ shard.Fence) error {
+// Run ignores the authority it is handed: every piece's clients check the
+// one NewRuntime was given, the same replica's.
+func (r *Runtime) Run(ctx context.Context, piece shard.Piece, _ shard.Authority) error {
 	ctx = klog.NewContext(ctx, withoutReregistrationErrors(klog.FromContext(ctx)))
 	if !piece.IsPartition() {
 		return r.runSingleton(ctx, piece)

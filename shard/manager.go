@@ -12,18 +12,22 @@ import (
 	"github.com/fleet-controller-manager/fleet-controller-manager/membership"
 )
 
-// Fence tells a running piece whether its replica may still act. A piece
-// checks it before every write; it turns false when the replica's authority
-// runs out, even before the piece's context is cancelled (a process resumed
-// after a long pause must not act on what it held before).
-type Fence interface {
+// Authority is the replica's right to act (membership.Member has it). A
+// piece checks it before every write; it turns false when the replica's
+// authority runs out, even before the piece's context is cancelled (a
+// process resumed after a long pause must not act on what it held before).
+type Authority interface {
+	// Valid reports whether the replica may act now.
 	Valid() bool
+	// Authority reports whether the replica may act now and until when at
+	// most (renewals move it later).
+	Authority() (ok bool, until time.Time)
 }
 
 // Runner runs pieces. Run must return only when all of the piece's work has
 // stopped, and should return soon after ctx is cancelled.
 type Runner interface {
-	Run(ctx context.Context, piece Piece, fence Fence) error
+	Run(ctx context.Context, piece Piece, authority Authority) error
 }
 
 // Revoker is a Runner that refuses a stopped piece's new writes at once,
@@ -43,10 +47,9 @@ type Membership interface {
 	Peers() []membership.Peer
 	Publish(membership.State)
 	Confirmed() membership.State
-	Authority() (bool, time.Time)
+	Authority
 	// WhyNoAuthority says why the member may not act ("" when it may).
 	WhyNoAuthority() string
-	Valid() bool
 	Joining() bool
 	Leave(ctx context.Context) error
 }

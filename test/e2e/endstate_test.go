@@ -298,6 +298,9 @@ func contentFacts(ctx context.Context, t *testing.T, cluster *localcluster.Clust
 			if strings.HasPrefix(e.Reason, "Failed") || apiserverReporters[reporter] {
 				continue
 			}
+			if e.Type == corev1.EventTypeWarning {
+				t.Logf("warning event: %s %s/%s %s: %s (%d times)", ns, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message, e.Count)
+			}
 			out[fmt.Sprintf("%s/event/%s/%s/%s", ns, e.InvolvedObject.Kind, normaliseName(e.InvolvedObject.Kind, e.InvolvedObject.Name), e.Reason)] = e.Type + " from " + reporter
 		}
 		revisions, err := client.AppsV1().ControllerRevisions(ns).List(ctx, metav1.ListOptions{})

@@ -106,7 +106,9 @@ func TestSameEndStateAsKubeControllerManager(t *testing.T) {
 	if len(kcm) < minEndStateFacts {
 		t.Errorf("the end state has %d facts, want at least %d: the comparison looks at less than it should", len(kcm), minEndStateFacts)
 	}
-	t.Logf("compared %d facts of the end state (%s): kube-controller-manager, a fleet of one and a fleet of three identical", len(kcm), factKinds(kcm))
+	if !t.Failed() {
+		t.Logf("compared %d facts of the end state (%s): kube-controller-manager, a fleet of one and a fleet of three identical", len(kcm), factKinds(kcm))
+	}
 }
 
 // typeCheckPolicy creates a ValidatingAdmissionPolicy with a well-typed and

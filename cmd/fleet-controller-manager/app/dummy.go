@@ -59,7 +59,7 @@ func (d *dummyRunner) record(r PieceRecord) error {
 	return nil
 }
 
-func (d *dummyRunner) Run(ctx context.Context, piece shard.Piece, fence shard.Fence) error {
+func (d *dummyRunner) Run(ctx context.Context, piece shard.Piece, fence shard.Authority) error {
 	if !fence.Valid() {
 		return fmt.Errorf("piece %s: no authority at start", piece)
 	}
