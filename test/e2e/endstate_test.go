@@ -282,26 +282,8 @@ func contentFacts(ctx context.Context, t *testing.T, cluster *localcluster.Clust
 			}
 			out[ns+"/endpoints/"+e.Name] = fmt.Sprint(subsets)
 		}
-		events, err := client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
-		must(err, ns+" events")
-		for _, e := range events.Items {
-			// Retried failures (FailedCreate while the default
-			// ServiceAccount does not exist yet, FailedScheduling) are
-			// history that depends on timing; the end state shows what the
-			// retries reached. Counts depend on event aggregation.
-			// The apiserver's own repair loops (ClusterIPNotAllocated)
-			// report on their own timer: not the controller manager's.
-			reporter := e.Source.Component
-			if reporter == "" {
-				reporter = e.ReportingController
-			}
-			if strings.HasPrefix(e.Reason, "Failed") || apiserverReporters[reporter] {
-				continue
-			}
-			if e.Type == corev1.EventTypeWarning {
-				t.Logf("warning event: %s %s/%s %s: %s (%d times)", ns, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message, e.Count)
-			}
-			out[fmt.Sprintf("%s/event/%s/%s/%s", ns, e.InvolvedObject.Kind, normaliseName(e.InvolvedObject.Kind, e.InvolvedObject.Name), e.Reason)] = e.Type + " from " + reporter
+		for k, v := range settledEventFacts(ctx, t, client, ns) {
+			out[k] = v
 		}
 		revisions, err := client.AppsV1().ControllerRevisions(ns).List(ctx, metav1.ListOptions{})
 		must(err, ns+" controllerrevisions")
@@ -377,6 +359,54 @@ func contentFacts(ctx context.Context, t *testing.T, cluster *localcluster.Clust
 	}
 	out["cluster/csr/"+csrName] = fmt.Sprintf("conditions=%v certificate=%s", conds, certFact(csr.Status.Certificate, ca))
 	return out
+}
+
+// settledEventFacts records which reasons the controllers reported, per
+// kind of object, in namespace ns, once they stop changing: events are
+// sent asynchronously, behind the controller manager's client rate limit,
+// and in a clean-clone CI run KCM's SuccessfulCreate of two ReplicaSets
+// (of 19) was not yet written when the workload had converged, while both
+// fleets' were. Which object reported what, and how often, is history
+// that depends on that timing; which kinds of report each kind of object
+// got is not.
+func settledEventFacts(ctx context.Context, t *testing.T, client kubernetes.Interface, ns string) map[string]string {
+	t.Helper()
+	read := func() map[string]string {
+		events, err := client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatalf("end state: listing %s events: %v", ns, err)
+		}
+		out := map[string]string{}
+		for _, e := range events.Items {
+			// Retried failures (FailedCreate while the default
+			// ServiceAccount does not exist yet, FailedScheduling) are
+			// history that depends on timing; the end state shows what
+			// the retries reached. The apiserver's own repair loops
+			// (ClusterIPNotAllocated) report on their own timer: not the
+			// controller manager's.
+			reporter := e.Source.Component
+			if reporter == "" {
+				reporter = e.ReportingController
+			}
+			if strings.HasPrefix(e.Reason, "Failed") || apiserverReporters[reporter] {
+				continue
+			}
+			if e.Type == corev1.EventTypeWarning {
+				t.Logf("warning event: %s %s/%s %s: %s (%d times)", ns, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message, e.Count)
+			}
+			out[fmt.Sprintf("%s/event/%s/%s", ns, e.InvolvedObject.Kind, e.Reason)] = e.Type + " from " + reporter
+		}
+		return out
+	}
+	last := read()
+	poll(ctx, t, "the Events of "+ns+" to settle", time.Minute, func() (bool, string) {
+		time.Sleep(2 * time.Second)
+		now := read()
+		settled := fmt.Sprint(now) == fmt.Sprint(last)
+		last = now
+		return settled, fmt.Sprintf("%d kinds of report", len(now))
+	})
+	return last
 }
 
 // apiserverReporters are the kube-apiserver's controllers that report
