@@ -362,10 +362,10 @@ func contentFacts(ctx context.Context, t *testing.T, cluster *localcluster.Clust
 }
 
 // settledEventFacts records which reasons the controllers reported, per
-// kind of object, in namespace ns, once they stop changing: events are
-// sent asynchronously, behind the controller manager's client rate limit,
+// kind of object, in namespace ns, once they stop changing: a controller's
+// broadcaster sends an Event asynchronously, after the change it reports,
 // and in a clean-clone CI run KCM's SuccessfulCreate of two ReplicaSets
-// (of 19) was not yet written when the workload had converged, while both
+// (of 19) was not there when the workload had converged, while both
 // fleets' were. Which object reported what, and how often, is history
 // that depends on that timing; which kinds of report each kind of object
 // got is not.
