@@ -89,17 +89,21 @@ func TestOwnedCache(t *testing.T) {
 	}
 }
 
-// listCounter counts the list requests (not watches) for configmaps.
+// listCounter counts the list and the watch requests for configmaps.
 type listCounter struct {
-	next http.RoundTripper
-	mu   sync.Mutex
-	n    int
+	next           http.RoundTripper
+	mu             sync.Mutex
+	lists, watches int
 }
 
 func (c *listCounter) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/configmaps") && r.URL.Query().Get("watch") != "true" {
+	if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/configmaps") {
 		c.mu.Lock()
-		c.n++
+		if r.URL.Query().Get("watch") == "true" {
+			c.watches++
+		} else {
+			c.lists++
+		}
 		c.mu.Unlock()
 	}
 	return c.next.RoundTrip(r)
@@ -108,7 +112,13 @@ func (c *listCounter) RoundTrip(r *http.Request) (*http.Response, error) {
 func (c *listCounter) count() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.n
+	return c.lists
+}
+
+func (c *listCounter) watchCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.watches
 }
 
 func testOwnedCache(ctx context.Context, t *testing.T, config *rest.Config, sharded bool, wideAbove, loadLists int) {
@@ -244,7 +254,20 @@ func testOwnedCache(ctx context.Context, t *testing.T, config *rest.Config, shar
 	}
 	secretsExact("first list", 0)
 
-	before := counter.count()
+	// sourcesAre waits until the ConfigMap sources are n, wide of them.
+	sourcesAre := func(what string, n, wide int) {
+		t.Helper()
+		var got, gotWide float64
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			got = float64(owned.Sources()["configmaps"])
+			gotWide, _ = testutil.GetGaugeMetricValue(ownedWideSources.WithLabelValues("configmaps"))
+			return got == float64(n) && gotWide == float64(wide), nil
+		})
+		if err != nil {
+			t.Fatalf("%s: ConfigMaps are in %v sources (%v wide), want %d (%d wide)", what, got, gotWide, n, wide)
+		}
+	}
+	before, watchesBefore := counter.count(), counter.watchCount()
 	if err := owned.Load(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -258,37 +281,21 @@ func testOwnedCache(ctx context.Context, t *testing.T, config *rest.Config, shar
 		t.Fatalf("loading partition 1 made %d list requests, want %d", got, loadLists)
 	}
 
-	if sharded {
-		// Partitions 0 and 1 were listed apart, two requests each (three
-		// namespaces, two per selector); they merge into three, from which
-		// the changes below arrive.
-		var got int
-		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-			got = owned.Sources()["configmaps"]
-			return got == 3, nil
-		})
-		if err != nil {
-			t.Fatalf("six namespaces are in %d sources, want 3 (2 namespaces per selector)", got)
-		}
+	// The one watch per kind carries partition 1's changes too: loading
+	// it opened none.
+	if got := counter.watchCount() - watchesBefore; got != 0 {
+		t.Fatalf("loading partition 1 opened %d watches, want none", got)
 	}
-	if wideAbove > 0 {
-		// Partition 0's wide source and partition 1's merge into one.
-		var got, wide float64
-		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-			got = float64(owned.Sources()["configmaps"])
-			wide, _ = testutil.GetGaugeMetricValue(ownedWideSources.WithLabelValues("configmaps"))
-			return got == 1 && wide == 1, nil
-		})
-		if err != nil {
-			t.Fatalf("six namespaces, more than 2, are in %v sources (%v wide), want 1 wide", got, wide)
-		}
-	}
-	createConfigMap("p1-b", "after-merge")
-	waitExact("after the sources merged", 0, 1)
+	sourcesAre("after loading partition 1", 1, 1)
+	createConfigMap("p1-b", "after-load")
+	waitExact("after partition 1 was loaded", 0, 1)
 
 	owned.Unload(0)
 	waitExact("after unloading partition 0", 1)
 	secretsExact("after unloading partition 0", 1)
+	// A namespace created in a loaded partition is listed alone, and no
+	// watch is opened again.
+	before, watchesBefore = counter.count(), counter.watchCount()
 	createConfigMap("p0-a", "after-unload")
 	createConfigMap("p1-a", "new")
 	if err := client.CoreV1().ConfigMaps("p1-b").Delete(ctx, "cm-0", metav1.DeleteOptions{}); err != nil {
@@ -301,6 +308,9 @@ func testOwnedCache(ctx context.Context, t *testing.T, config *rest.Config, shar
 	createConfigMap("p2-d", "unloaded")
 	waitExact("after changes in and out of the loaded namespaces", 1)
 	secretsExact("after a namespace was created", 1)
+	if lists, watches := counter.count()-before, counter.watchCount()-watchesBefore; lists != 1 || watches != 0 {
+		t.Fatalf("unloading a partition and creating a namespace in a loaded one made %d lists and %d watch requests, want 1 and none", lists, watches)
+	}
 
 	if err := client.CoreV1().Namespaces().Delete(ctx, "p1-c", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -349,19 +359,6 @@ func testOwnedCache(ctx context.Context, t *testing.T, config *rest.Config, shar
 	if got, want := cached(), expected(everywhere...); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("right after HoldEverywhere the cache holds %v, want every ConfigMap %v", got, want)
 	}
-	// sourcesAre waits until the ConfigMap sources are n, wide of them.
-	sourcesAre := func(what string, n, wide int) {
-		t.Helper()
-		var got, gotWide float64
-		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-			got = float64(owned.Sources()["configmaps"])
-			gotWide, _ = testutil.GetGaugeMetricValue(ownedWideSources.WithLabelValues("configmaps"))
-			return got == float64(n) && gotWide == float64(wide), nil
-		})
-		if err != nil {
-			t.Fatalf("%s: ConfigMaps are in %v sources (%v wide), want %d (%d wide)", what, got, gotWide, n, wide)
-		}
-	}
 	// Selectors naming every namespace would cost the apiserver a
 	// filtered watcher per two namespaces, and a watch per namespace one
 	// watcher each; the changes below arrive through one unfiltered
@@ -383,13 +380,7 @@ func testOwnedCache(ctx context.Context, t *testing.T, config *rest.Config, shar
 	}
 	owned.ReleaseEverywhere(&corev1.ConfigMap{})
 	waitExact("released", 0)
-	if sharded {
-		// Partition 0's three namespaces, two per selector.
-		sourcesAre("released", 2, 0)
-	} else if wideAbove == 0 {
-		// One per namespace again.
-		sourcesAre("released", 3, 0)
-	}
+	sourcesAre("released", 1, 1)
 	createConfigMap("p2-e", "after-release")
 	createConfigMap("p0-a", "after-release")
 	waitExact("released, after changes in and out of the loaded namespaces", 0)

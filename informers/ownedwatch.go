@@ -21,38 +21,35 @@ import (
 
 // ownedListWatch lists and watches one namespaced kind in the namespaces
 // the replica has loaded (those of the partitions it owns) and hands one
-// informer one stream. The namespaces are split into sources, each with
-// its own request and resume version: with shard selectors a source is
-// one cluster-wide request naming at most maxTerms namespaces; without,
-// one namespace-scoped request, until the replica holds more than
-// wideAbove namespaces: then one cluster-wide request filtered on the
-// client (a *wide* source), since a watch per namespace costs the
-// apiserver more than one that carries every namespace (docs/design.md,
-// "What each mode costs"). Loading namespaces adds sources (listed,
-// then watched); unloading narrows or stops the sources that hold them and
-// deletes their objects from the informer: no other source is listed
-// again. The stream never fails, since any error the reflector sees makes
-// it relist every namespace: a source retries on its own and, when its
-// version has expired, lists its namespaces again and hands over the
-// difference. Every object is filtered on the client as well, so a server
-// that ignores the selector (or an FNV collision) costs bandwidth, never
-// a foreign object in the cache.
+// informer one stream. It holds one watch per kind, the *trunk*: a
+// cluster-wide watch whose events the client keeps only for loaded
+// namespaces. Loading namespaces lists them and nothing else: a *feeder*
+// source lists them (with shard selectors one request per maxTerms
+// namespaces; without, one request per namespace, or one cluster-wide
+// request past wideAbove namespaces), while the trunk holds back their
+// events; once the list is handed over, the held events newer than it
+// follow, and the namespaces are the trunk's. Unloading deletes their
+// objects from the informer and drops their events; no request changes.
+// So namespaces created, deleted or moving between replicas never re-open
+// a watch, and nothing else is listed again (docs/design.md, "The owned
+// cache"). The stream never fails, since any error the reflector sees
+// makes it relist every namespace: a source retries on its own and, when
+// its version has expired, lists its namespaces again and hands over the
+// difference. Every object is filtered on the client, so a server that
+// ignores the selector (or an FNV collision) costs bandwidth, never a
+// foreign object in the cache.
 type ownedListWatch struct {
-	target   func() (*listWatchTarget, error)
-	sharded  bool
+	target  func() (*listWatchTarget, error)
+	sharded bool
+	// maxTerms: namespaces per shard selector of a feeder's list.
 	maxTerms int
-	// wideAbove: without selectors, past this many loaded namespaces the
-	// sources are wide (0: never).
+	// wideAbove: without selectors, a feeder lists up to this many
+	// namespaces one by one, more in one cluster-wide list (0: always one
+	// by one).
 	wideAbove int
-	// wasWide: a wide source existed when the sources were last counted
-	// (the log says when that starts). Guarded by mu.
-	wasWide bool
 	// everywhere: every namespace is loaded for a singleton of this
-	// replica (OwnedCache.HoldEverywhere). With shard selectors the
-	// sources then become one wide source: selectors naming every
-	// namespace would cost the apiserver a filtered watcher per
-	// maxTerms namespaces to deliver the same events as one unfiltered
-	// watch. Guarded by mu.
+	// replica (OwnedCache.HoldEverywhere): the trunk adopts every
+	// namespace, listing nothing for them. Guarded by mu.
 	everywhere bool
 	// indexer is the informer's store, for the objects a purge deletes.
 	indexer func() cache.Indexer
@@ -82,85 +79,69 @@ type ownedListWatch struct {
 	compacting bool
 }
 
-// compactDelay lets the sources of partitions gained together list before
-// they are merged.
+// compactDelay lets feeders hand over before the sources are merged.
 const compactDelay = 2 * time.Second
 
-// scheduleCompact merges sources soon (sharded, or wide). Called with mu
-// held.
+// scheduleCompact merges sources soon. Called with mu held.
 func (lw *ownedListWatch) scheduleCompact() {
-	if lw.compacting || !lw.sharded && !lw.wide() && !lw.hasWide() {
+	if lw.compacting {
 		return
 	}
 	lw.compacting = true
 	time.AfterFunc(compactDelay, lw.compact)
 }
 
-// hasWide says whether a source is wide. Called with mu held.
-func (lw *ownedListWatch) hasWide() bool {
-	for s := range lw.sources {
-		if s.wide {
-			return true
-		}
-	}
-	return false
-}
-
-// compact merges the listed sources into as few as the selector size
-// allows: loading a partition adds a request per kind, and without this a
-// replica that gained partitions one by one would keep a watch per
-// partition and kind. A merged source watches from the oldest version of
-// those it replaces and drops, per namespace, the events they had
-// delivered, so nothing is lost or repeated; if that version has expired,
-// it lists its namespaces again (a local relist). Once wide, every listed
-// source merges into one wide source; once no longer wide (a singleton
-// stopped holding every namespace), the wide source splits back into
-// selector sources, or without selectors one source per namespace, the
-// same way.
+// compact makes the watching sources one trunk again, adopting exactly
+// while every namespace is held: holding every namespace for a singleton
+// starts an adopting source beside the trunk (its list carries every
+// namespace), and releasing them leaves an adopter that should no longer
+// adopt. The merged source watches from the oldest version of those it
+// replaces and drops, per namespace, the events they had delivered, so
+// nothing is lost or repeated; if that version has expired, it lists its
+// namespaces again (a local relist).
 func (lw *ownedListWatch) compact() {
 	lw.sendMu.Lock()
 	defer lw.sendMu.Unlock()
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
 	lw.compacting = false
+	for s := range lw.sources {
+		if s.feeds != nil || len(s.joining) > 0 {
+			// A merge would leave the feeders' namespaces behind.
+			lw.scheduleCompact()
+			return
+		}
+	}
 	var listed []*source
 	through := map[string]string{}
 	var namespaces []string
+	oldest := ""
 	for s := range lw.sources {
 		if s.version == "" {
 			continue
 		}
 		listed = append(listed, s)
+		if oldest == "" || newerVersion(oldest, s.version) {
+			oldest = s.version
+		}
 		for _, ns := range s.namespaces {
 			through[ns] = s.delivered(ns)
 			namespaces = append(namespaces, ns)
 		}
 	}
-	wide := lw.wide()
 	// The merged source adopts only if a source it replaces did: an
 	// adopter's list carried every namespace no other source held, and
 	// without it a namespace adopted at its first event would miss its
 	// older objects.
 	adopts := false
 	for _, s := range listed {
-		adopts = adopts || s.adopts && wide && lw.everywhere
+		adopts = adopts || s.adopts && lw.everywhere
 	}
-	// reshape: a source is wide and should not be, or the reverse (every
-	// namespace was held and is no longer, or the reverse).
 	reshape := false
 	for _, s := range listed {
-		reshape = reshape || s.wide != wide || s.adopts != adopts
+		reshape = reshape || s.adopts != adopts
 	}
-	size := lw.maxTerms
-	switch {
-	case wide:
-		size = len(namespaces)
-	case !lw.sharded && !reshape:
-		return // namespace-scoped sources are never merged
-	case !lw.sharded:
-		size = 1 // a wide source split back into one per namespace
-	}
-	if len(namespaces) == 0 || !reshape && len(listed) <= (len(namespaces)+size-1)/size {
+	if len(listed) == 0 || len(listed) == 1 && !reshape {
 		return
 	}
 	for _, s := range listed {
@@ -170,28 +151,22 @@ func (lw *ownedListWatch) compact() {
 		}
 	}
 	sort.Strings(namespaces)
-	for _, group := range chunks(namespaces, size) {
-		merged := &source{namespaces: group, version: through[group[0]], floors: map[string]string{}, wide: wide, adopts: adopts}
-		for _, ns := range group {
-			if newerVersion(merged.version, through[ns]) {
-				merged.version = through[ns]
-			}
+	merged := &source{namespaces: namespaces, version: oldest, floors: map[string]string{}, wide: true, adopts: adopts}
+	for _, ns := range namespaces {
+		if newerVersion(through[ns], merged.version) {
+			merged.floors[ns] = through[ns]
 		}
-		for _, ns := range group {
-			if newerVersion(through[ns], merged.version) {
-				merged.floors[ns] = through[ns]
-			}
-		}
-		merged.advance(merged.version)
-		lw.sources[merged] = struct{}{}
-		if lw.stream != nil {
-			lw.stream.start(merged)
-		}
+	}
+	merged.advance(merged.version)
+	lw.sources[merged] = struct{}{}
+	if lw.stream != nil {
+		lw.stream.start(merged)
 	}
 	lw.countSources()
 }
 
-// countSources publishes how many sources there are. Called with mu held.
+// countSources publishes how many sources there are (the trunk and the
+// feeders listing for it). Called with mu held.
 func (lw *ownedListWatch) countSources() {
 	if t, err := lw.target(); err == nil {
 		ownedSources.WithLabelValues(t.resource).Set(float64(len(lw.sources)))
@@ -202,15 +177,6 @@ func (lw *ownedListWatch) countSources() {
 			}
 		}
 		ownedWideSources.WithLabelValues(t.resource).Set(float64(wide))
-		switch {
-		case wide > 0 && !lw.wasWide && (lw.sharded || lw.everywhere):
-			klog.InfoS("Owned cache watches this resource in every namespace without a shard selector: a singleton of this replica reads every namespace",
-				"resource", t.resource, "namespaces", len(lw.loaded))
-		case wide > 0 && !lw.wasWide:
-			klog.InfoS("Owned cache watches this resource in every namespace and keeps only its own: the replica holds more namespaces than --namespace-watch-max-namespaces",
-				"resource", t.resource, "namespaces", len(lw.loaded), "limit", lw.wideAbove)
-		}
-		lw.wasWide = wide > 0
 	}
 }
 
@@ -253,6 +219,40 @@ type source struct {
 	// the oldest of theirs and drops what they delivered); nil once its
 	// own version has passed them all.
 	floors map[string]string
+	// joining (the trunk): namespaces being loaded, each with the feeder
+	// that lists it and the trunk's events of it held back until the
+	// feeder's list is handed over.
+	joining map[string]*joining
+	// feeds (a feeder): the trunk its namespaces join. A feeder lists
+	// and never watches.
+	feeds *source
+}
+
+// joining is a namespace on its way into the trunk.
+type joining struct {
+	feeder *source
+	held   []watch.Event
+}
+
+// join marks namespaces as joining s through feeder: s holds back their
+// events from now on. Called with mu held.
+func (s *source) join(namespaces []string, feeder *source) {
+	if s.joining == nil {
+		s.joining = map[string]*joining{}
+	}
+	for _, ns := range namespaces {
+		s.insert(ns)
+		s.joining[ns] = &joining{feeder: feeder}
+	}
+}
+
+// remove takes ns out of the source's namespaces.
+func (s *source) remove(ns string) {
+	i := sort.SearchStrings(s.namespaces, ns)
+	if i < len(s.namespaces) && s.namespaces[i] == ns {
+		s.namespaces = slices.Delete(s.namespaces, i, i+1)
+	}
+	delete(s.joining, ns)
 }
 
 // delivered is the version through which ns's events have been handed
@@ -311,14 +311,14 @@ func (lw *ownedListWatch) Watch(options metav1.ListOptions) (watch.Interface, er
 // sources' lists are ours to make.
 func (lw *ownedListWatch) IsWatchListSemanticsUnSupported() bool { return true }
 
-// wide says whether the sources are wide now: while every namespace is
-// held; else, without selectors, past wideAbove namespaces loaded. Called
-// with mu held.
-func (lw *ownedListWatch) wide() bool {
-	if lw.everywhere || lw.sharded {
-		return lw.everywhere
+// trunk is the source that watches, if there is one. Called with mu held.
+func (lw *ownedListWatch) trunk() *source {
+	for s := range lw.sources {
+		if s.feeds == nil {
+			return s
+		}
 	}
-	return lw.wideAbove > 0 && len(lw.loaded) > lw.wideAbove
+	return nil
 }
 
 // holdEverywhere says that every namespace is (or is no longer) loaded
@@ -350,26 +350,23 @@ func (lw *ownedListWatch) newSources(namespaces []string) []*source {
 		lw.sources[s] = struct{}{}
 		return []*source{s}
 	}
-	// A few namespaces (a gained partition, namespaces just created) are
-	// listed one by one even when wide: a cluster-wide list would fetch
-	// every namespace's objects to keep theirs. They merge into the wide
-	// source once listed.
-	if lw.wide() && len(namespaces) > lw.wideAbove {
-		s := &source{namespaces: namespaces, wide: true}
-		lw.sources[s] = struct{}{}
-		return []*source{s}
+	// The trunk takes the namespaces; a feeder lists them. A trunk that
+	// has not listed yet holds them back too: its list may have been
+	// asked for before they were loaded, and once it has listed, a
+	// feeder lists the ones it did not cover (emit).
+	if t := lw.trunk(); t != nil {
+		if t.version == "" {
+			t.join(namespaces, nil)
+			return nil
+		}
+		f := &source{namespaces: slices.Clone(namespaces), feeds: t}
+		t.join(namespaces, f)
+		lw.sources[f] = struct{}{}
+		return []*source{f}
 	}
-	size := 1
-	if lw.sharded {
-		size = lw.maxTerms
-	}
-	var out []*source
-	for _, group := range chunks(namespaces, size) {
-		s := &source{namespaces: group}
-		lw.sources[s] = struct{}{}
-		out = append(out, s)
-	}
-	return out
+	s := &source{namespaces: slices.Clone(namespaces), wide: true}
+	lw.sources[s] = struct{}{}
+	return []*source{s}
 }
 
 // ListWithContext lists every loaded namespace, in new sources, as one
@@ -396,10 +393,11 @@ func (lw *ownedListWatch) ListWithContext(ctx context.Context, _ metav1.ListOpti
 	highest := "0"
 	listed := map[*source]string{}
 	for _, s := range sources {
-		items, version, err := lw.listSource(ctx, t, s)
+		items, versions, err := lw.listSource(ctx, t, s)
 		if err != nil {
 			return nil, err
 		}
+		version := versions[""]
 		all = append(all, items...)
 		listed[s] = version
 		if newerVersion(version, highest) {
@@ -432,32 +430,91 @@ func (lw *ownedListWatch) ListWithContext(ctx context.Context, _ metav1.ListOpti
 	return t.newList(kept, highest)
 }
 
-// listSource lists the objects of src's namespaces: one paged
-// cluster-wide list with their selector (or none, wide), or one list per
-// namespace. Objects of other namespaces are dropped here.
-func (lw *ownedListWatch) listSource(ctx context.Context, t *listWatchTarget, src *source) ([]runtime.Object, string, error) {
-	namespaces := src.namespaces
+// listSource lists the objects of src's namespaces, as they are when it
+// is called, and says which namespaces it covered, each with the version
+// its list was read at. A feeder lists with shard selectors (one request
+// per maxTerms namespaces), else one request per namespace, or past
+// wideAbove namespaces one cluster-wide request. The trunk lists with one
+// selector naming its namespaces when they fit, else cluster-wide, and
+// when it has none reads only the current version. Objects of other
+// namespaces are dropped here, except an adopting source's.
+func (lw *ownedListWatch) listSource(ctx context.Context, t *listWatchTarget, src *source) ([]runtime.Object, map[string]string, error) {
+	lw.mu.Lock()
+	namespaces := slices.Clone(src.namespaces)
+	lw.mu.Unlock()
+	covered := func(namespaces []string, version string, versions map[string]string) {
+		for _, ns := range namespaces {
+			versions[ns] = version
+		}
+	}
+	versions := map[string]string{}
+	switch {
+	case src.feeds != nil && lw.sharded:
+		var out []runtime.Object
+		for _, group := range chunks(namespaces, lw.maxTerms) {
+			items, version, err := lw.listRequest(ctx, t, group, selectorList)
+			if err != nil {
+				return nil, nil, err
+			}
+			out = append(out, items...)
+			covered(group, version, versions)
+		}
+		return out, versions, nil
+	case src.feeds != nil && (lw.wideAbove == 0 || len(namespaces) <= lw.wideAbove):
+		var out []runtime.Object
+		for _, ns := range namespaces {
+			items, version, err := t.listNamespace(ctx, ns, metav1.ListOptions{})
+			if err != nil {
+				return nil, nil, err
+			}
+			out = append(out, items...)
+			versions[ns] = version
+		}
+		return out, versions, nil
+	}
+	kind := wideList
+	switch {
+	case src.adopts:
+		kind = adoptingList
+	case len(namespaces) == 0:
+		kind = versionOnly
+	case lw.sharded && src.feeds == nil && len(namespaces) <= lw.maxTerms:
+		kind = selectorList
+	}
+	items, version, err := lw.listRequest(ctx, t, namespaces, kind)
+	if err != nil {
+		return nil, nil, err
+	}
+	covered(namespaces, version, versions)
+	versions[""] = version
+	return items, versions, nil
+}
+
+// listKind is how listRequest asks.
+type listKind int
+
+const (
+	wideList     listKind = iota // every namespace, keeping only namespaces'
+	selectorList                 // a shard selector naming namespaces
+	adoptingList                 // every namespace, keeping all
+	versionOnly                  // only the current version
+)
+
+// listRequest makes one paged cluster-wide list of t and returns the
+// objects in namespaces (every object for adoptingList) and the list's
+// version.
+func (lw *ownedListWatch) listRequest(ctx context.Context, t *listWatchTarget, namespaces []string, kind listKind) ([]runtime.Object, string, error) {
 	want := map[string]bool{}
 	for _, ns := range namespaces {
 		want[ns] = true
 	}
-	if !lw.sharded && !src.wide {
-		var out []runtime.Object
-		version := "0"
-		for _, ns := range namespaces {
-			items, v, err := t.listNamespace(ctx, ns, metav1.ListOptions{})
-			if err != nil {
-				return nil, "", err
-			}
-			out = append(out, items...)
-			version = v
-		}
-		return out, version, nil
-	}
 	var out []runtime.Object
 	options := metav1.ListOptions{Limit: 500, FieldSelector: t.fieldSelector}
-	if lw.sharded && !src.wide {
+	switch kind {
+	case selectorList:
 		options.ShardSelector = namespaceSelector(namespaces)
+	case versionOnly:
+		options.Limit = 1
 	}
 	for {
 		list, err := t.client.Get().Resource(t.resource).VersionedParams(&options, scheme.ParameterCodec).Do(ctx).Get()
@@ -468,7 +525,7 @@ func (lw *ownedListWatch) listSource(ctx context.Context, t *listWatchTarget, sr
 		if err != nil {
 			return nil, "", fmt.Errorf("listing %s: %w", t.resource, err)
 		}
-		if sharded, ok := listMeta.(metav1.ShardedListInterface); lw.sharded && !src.wide && (!ok || sharded.GetShardInfo() == nil) {
+		if sharded, ok := listMeta.(metav1.ShardedListInterface); kind == selectorList && (!ok || sharded.GetShardInfo() == nil) {
 			selectorIgnored.WithLabelValues(t.resource).Inc()
 		}
 		items, err := meta.ExtractListWithAlloc(list)
@@ -477,11 +534,11 @@ func (lw *ownedListWatch) listSource(ctx context.Context, t *listWatchTarget, sr
 		}
 		for _, item := range items {
 			// An adopting source keeps every namespace: emit decides.
-			if m, err := meta.Accessor(item); err == nil && (src.adopts || want[m.GetNamespace()]) {
+			if m, err := meta.Accessor(item); err == nil && (kind == adoptingList || want[m.GetNamespace()]) {
 				out = append(out, item)
 			}
 		}
-		if listMeta.GetContinue() == "" {
+		if listMeta.GetContinue() == "" || kind == versionOnly {
 			return out, listMeta.GetResourceVersion(), nil
 		}
 		options.Continue = listMeta.GetContinue()
@@ -641,30 +698,21 @@ func (lw *ownedListWatch) unload(namespaces []string) {
 		lw.mu.Unlock()
 		return
 	}
+	// The trunk's watch carries every namespace: it drops their events
+	// from now on. A feeder left with nothing to list stops; one still
+	// listing them hands over only what is still joining (feed).
 	for s := range lw.sources {
-		var keep []string
-		for _, ns := range s.namespaces {
-			if !gone[ns] {
-				keep = append(keep, ns)
-			}
+		for ns := range gone {
+			s.remove(ns)
 		}
-		if len(keep) == len(s.namespaces) {
-			continue
-		}
-		delete(lw.sources, s)
-		if lw.stream != nil {
-			lw.stream.stop(s)
-		}
-		if len(keep) > 0 {
-			narrowed := &source{namespaces: keep, version: s.version, floors: s.floors, wide: s.wide, adopts: s.adopts}
-			lw.sources[narrowed] = struct{}{}
+		if s.feeds != nil && len(s.namespaces) == 0 {
+			delete(lw.sources, s)
 			if lw.stream != nil {
-				lw.stream.start(narrowed)
+				lw.stream.stop(s)
 			}
 		}
 	}
 	lw.countSources()
-	lw.scheduleCompact()
 	indexer := lw.indexer()
 	var deletions []watch.Event
 	for ns := range gone {
@@ -827,10 +875,14 @@ func (s *ownedStream) send(e watch.Event) bool {
 
 // emit sends events of src, if src is still a source, each if its
 // namespace is loaded, and records them in the ledger; then src resumes
-// from version ("": unchanged). Deletions of objects src's namespaces no
-// longer have (a relist) are computed here, against the ledger.
-func (s *ownedStream) emit(ctx context.Context, src *source, events []watch.Event, version string, relist bool) bool {
+// from version ("": unchanged). The events of a namespace joining src are
+// held back for its feeder (feed). listed, for the events of src's list,
+// names the namespaces it covered: deletions of the objects they no
+// longer have are computed here, against the ledger, and namespaces
+// joining src that the list did not cover get a feeder.
+func (s *ownedStream) emit(ctx context.Context, src *source, events []watch.Event, version string, listed map[string]string) bool {
 	lw := s.lw
+	relist := listed != nil
 	lw.sendMu.Lock()
 	defer lw.sendMu.Unlock()
 	lw.mu.Lock()
@@ -838,31 +890,23 @@ func (s *ownedStream) emit(ctx context.Context, src *source, events []watch.Even
 		lw.mu.Unlock()
 		return false
 	}
+	var covered []string
 	if relist {
-		present := map[string]bool{}
-		for _, e := range events {
-			if m, err := meta.Accessor(e.Object); err == nil {
-				present[m.GetNamespace()+"/"+m.GetName()] = true
+		for ns := range listed {
+			if ns != "" && src.has(ns) {
+				covered = append(covered, ns)
 			}
 		}
-		indexer := lw.indexer()
-		for _, ns := range src.namespaces {
-			for name := range lw.ledger[ns] {
-				if present[ns+"/"+name] {
-					continue
-				}
-				obj, exists, err := indexer.GetByKey(ns + "/" + name)
-				if err != nil || !exists {
-					obj = lw.placeholder(ns, name)
-				}
-				if obj != nil {
-					events = append(events, watch.Event{Type: watch.Deleted, Object: obj.(runtime.Object)})
-				}
-			}
+		sort.Strings(covered)
+		events = append(events, lw.deletionsAbsent(covered, events)...)
+		// The list carries them from its version on, as the trunk's
+		// watch will.
+		for _, ns := range covered {
+			delete(src.joining, ns)
 		}
 	}
 	lw.mu.Unlock()
-	var listed []runtime.Object
+	var added []runtime.Object
 	for _, e := range events {
 		m, err := meta.Accessor(e.Object)
 		if err != nil {
@@ -871,8 +915,12 @@ func (s *ownedStream) emit(ctx context.Context, src *source, events []watch.Even
 		ns := m.GetNamespace()
 		lw.mu.Lock()
 		loaded := lw.adopt(src, ns)
+		j, joining := src.joining[ns]
+		if joining && loaded && !relist {
+			j.held = append(j.held, e)
+		}
 		lw.mu.Unlock()
-		if !loaded || !src.has(ns) {
+		if !loaded || !src.has(ns) || joining {
 			continue
 		}
 		if !relist {
@@ -883,15 +931,9 @@ func (s *ownedStream) emit(ctx context.Context, src *source, events []watch.Even
 		if !s.send(e) {
 			return false
 		}
-		lw.mu.Lock()
-		if e.Type == watch.Deleted {
-			delete(lw.ledger[ns], m.GetName())
-		} else {
-			record(lw.ledger, ns, m.GetName())
-		}
-		lw.mu.Unlock()
+		lw.recordSent(e, ns, m.GetName())
 		if relist && e.Type == watch.Added {
-			listed = append(listed, e.Object)
+			added = append(added, e.Object)
 		}
 	}
 	lw.mu.Lock()
@@ -902,7 +944,8 @@ func (s *ownedStream) emit(ctx context.Context, src *source, events []watch.Even
 		src.advance(version)
 	}
 	if relist {
-		lw.noteListed(src.namespaces, listed)
+		lw.noteListed(covered, added)
+		lw.feedUncovered(s, src)
 		lw.scheduleCompact()
 	}
 	lw.mu.Unlock()
@@ -910,6 +953,147 @@ func (s *ownedStream) emit(ctx context.Context, src *source, events []watch.Even
 		lw.highest = version
 	}
 	return s.bookmark()
+}
+
+// deletionsAbsent are deletions of the objects the informer holds in
+// namespaces that a list (events) no longer has. Called with mu held.
+func (lw *ownedListWatch) deletionsAbsent(namespaces []string, events []watch.Event) []watch.Event {
+	present := map[string]bool{}
+	for _, e := range events {
+		if m, err := meta.Accessor(e.Object); err == nil {
+			present[m.GetNamespace()+"/"+m.GetName()] = true
+		}
+	}
+	indexer := lw.indexer()
+	var deletions []watch.Event
+	for _, ns := range namespaces {
+		for name := range lw.ledger[ns] {
+			if present[ns+"/"+name] {
+				continue
+			}
+			obj, exists, err := indexer.GetByKey(ns + "/" + name)
+			if err != nil || !exists {
+				obj = lw.placeholder(ns, name)
+			}
+			if obj != nil {
+				deletions = append(deletions, watch.Event{Type: watch.Deleted, Object: obj.(runtime.Object)})
+			}
+		}
+	}
+	return deletions
+}
+
+// recordSent records a sent event in the ledger.
+func (lw *ownedListWatch) recordSent(e watch.Event, ns, name string) {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	if e.Type == watch.Deleted {
+		delete(lw.ledger[ns], name)
+	} else {
+		record(lw.ledger, ns, name)
+	}
+}
+
+// feedUncovered gives a feeder to the namespaces joining the trunk that
+// no feeder lists (they joined while the trunk's own list was on its
+// way, and it did not cover them). Called with mu held.
+func (lw *ownedListWatch) feedUncovered(s *ownedStream, trunk *source) {
+	if trunk.feeds != nil {
+		return
+	}
+	var namespaces []string
+	for ns, j := range trunk.joining {
+		if j.feeder == nil {
+			namespaces = append(namespaces, ns)
+		}
+	}
+	if len(namespaces) == 0 {
+		return
+	}
+	sort.Strings(namespaces)
+	f := &source{namespaces: namespaces, feeds: trunk}
+	trunk.join(namespaces, f)
+	lw.sources[f] = struct{}{}
+	s.start(f)
+	lw.countSources()
+}
+
+// feed hands over feeder f's list: for every namespace still joining the
+// trunk through f, its objects and the deletions of what the informer
+// holds of it and the list lacks, then the trunk's events of it held back
+// and newer than the list; from then on the trunk carries it. f is then
+// no longer a source. The trunk's events are held from before f's list
+// was asked for, so together they miss nothing.
+func (s *ownedStream) feed(ctx context.Context, f *source, items []runtime.Object, versions map[string]string) {
+	lw := s.lw
+	lw.sendMu.Lock()
+	defer lw.sendMu.Unlock()
+	lw.mu.Lock()
+	stopped := ctx.Err() != nil
+	_, current := lw.sources[f]
+	delete(lw.sources, f)
+	s.stop(f)
+	trunk := f.feeds
+	_, trunkCurrent := lw.sources[trunk]
+	if !current || !trunkCurrent || stopped {
+		lw.countSources()
+		lw.mu.Unlock()
+		return
+	}
+	var namespaces []string
+	held := map[string][]watch.Event{}
+	for ns := range versions {
+		if j := trunk.joining[ns]; j != nil && j.feeder == f {
+			namespaces = append(namespaces, ns)
+			held[ns] = j.held
+			delete(trunk.joining, ns)
+		}
+	}
+	sort.Strings(namespaces)
+	take := map[string]bool{}
+	for _, ns := range namespaces {
+		take[ns] = true
+	}
+	var events []watch.Event
+	for _, item := range items {
+		if m, err := meta.Accessor(item); err == nil && take[m.GetNamespace()] {
+			events = append(events, watch.Event{Type: watch.Added, Object: item})
+		}
+	}
+	events = append(events, lw.deletionsAbsent(namespaces, events)...)
+	listedCount := len(events)
+	for _, ns := range namespaces {
+		for _, e := range held[ns] {
+			if m, err := meta.Accessor(e.Object); err == nil && newerVersion(m.GetResourceVersion(), versions[ns]) {
+				events = append(events, e)
+			}
+		}
+	}
+	lw.countSources()
+	lw.mu.Unlock()
+	var added []runtime.Object
+	for i, e := range events {
+		m, err := meta.Accessor(e.Object)
+		if err != nil {
+			continue
+		}
+		if !s.send(e) {
+			return
+		}
+		lw.recordSent(e, m.GetNamespace(), m.GetName())
+		if i < listedCount && e.Type == watch.Added {
+			added = append(added, e.Object)
+		}
+	}
+	lw.mu.Lock()
+	lw.noteListed(namespaces, added)
+	lw.mu.Unlock()
+	for _, ns := range namespaces {
+		if newerVersion(versions[ns], lw.highest) {
+			lw.highest = versions[ns]
+		}
+	}
+	s.bookmark()
 }
 
 // bookmark brings the store's version up to the newest any source has
@@ -963,7 +1147,7 @@ func (s *ownedStream) produce(ctx context.Context, src *source) {
 		version := src.version
 		lw.mu.Unlock()
 		if version == "" {
-			items, listVersion, err := lw.listSource(ctx, s.target, src)
+			items, versions, err := lw.listSource(ctx, s.target, src)
 			if err != nil {
 				if ctx.Err() == nil {
 					logger.Error(err, "Listing a source of the owned cache; retrying")
@@ -971,14 +1155,18 @@ func (s *ownedStream) produce(ctx context.Context, src *source) {
 				}
 				continue
 			}
+			if src.feeds != nil {
+				s.feed(ctx, src, items, versions)
+				return
+			}
 			events := make([]watch.Event, 0, len(items))
 			for _, item := range items {
 				events = append(events, watch.Event{Type: watch.Added, Object: item})
 			}
-			if !s.emit(ctx, src, events, listVersion, true) {
+			if !s.emit(ctx, src, events, versions[""], versions) {
 				return
 			}
-			version = listVersion
+			version = versions[""]
 		}
 		options := metav1.ListOptions{ResourceVersion: version, Watch: true, AllowWatchBookmarks: true, TimeoutSeconds: s.timeout, FieldSelector: s.target.fieldSelector}
 		request := s.target.client.Get().Resource(s.target.resource)
@@ -1034,14 +1222,14 @@ func (s *ownedStream) follow(ctx context.Context, src *source, w watch.Interface
 				return apierrors.IsResourceExpired(err) || apierrors.IsGone(err)
 			case watch.Bookmark:
 				if m, err := meta.Accessor(e.Object); err == nil {
-					s.emit(ctx, src, nil, m.GetResourceVersion(), false)
+					s.emit(ctx, src, nil, m.GetResourceVersion(), nil)
 				}
 			default:
 				m, err := meta.Accessor(e.Object)
 				if err != nil {
 					continue
 				}
-				if !s.emit(ctx, src, []watch.Event{e}, m.GetResourceVersion(), false) {
+				if !s.emit(ctx, src, []watch.Event{e}, m.GetResourceVersion(), nil) {
 					return false
 				}
 			}

@@ -69,7 +69,7 @@ func memoryRun(ctx context.Context, binDir string, s system, l limits, cfg confi
 		apiServerArgs = append(apiServerArgs, "--profiling=true")
 	}
 	cluster, err := localcluster.Start(ctx, localcluster.Options{BinDir: binDir, Dir: dir, Scheduler: true,
-		KwokNodes: pods/100 + 2, KwokPodParallelism: 64, APIServerArgs: apiServerArgs})
+		KwokNodes: pods/100 + 2, KwokPodParallelism: 64, APIServerArgs: apiServerArgs, AuditReads: true})
 	if err != nil {
 		return nil, "", err
 	}
@@ -109,6 +109,7 @@ func memoryRun(ctx context.Context, binDir string, s system, l limits, cfg confi
 	}
 	b.figures["m_objects_created_s"] = time.Since(created).Seconds()
 	cpuBefore := b.cpuByComponent()
+	auditFrom := fileSize(cluster.AuditLog)
 	machineBefore, err := readMachineCPU()
 	if err != nil {
 		return nil, "", err
@@ -193,6 +194,11 @@ func memoryRun(ctx context.Context, binDir string, s system, l limits, cfg confi
 	b.figures["m_stack_median_mib"], _, _ = medianLargestSum(stacks)
 	b.figures["m_apiserver_rss_mib"] = rssMeans[0]
 	b.figures["m_apiserver_cpu_s"] = b.cpuByComponent()[cluster.APIServer().Name] - cpuBefore[cluster.APIServer().Name]
+	audit, err := readAuditCounts(cluster.AuditLog, auditFrom)
+	if err != nil {
+		return nil, "", err
+	}
+	audit.addFigures(b.figures)
 	if w, err := b.watches(); err == nil {
 		b.figures["watches_open"] = w
 	}

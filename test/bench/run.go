@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -41,7 +39,7 @@ const idleSettle = 10 * time.Second
 func benchRun(ctx context.Context, binDir string, s system, l limits, cfg config, dir string) (map[string]float64, string, error) {
 	pods := cfg.size.Namespaces*cfg.size.Deployments*cfg.size.Replicas + cfg.size.Jobs
 	cluster, err := localcluster.Start(ctx, localcluster.Options{BinDir: binDir, Dir: dir, Scheduler: true,
-		KwokNodes: pods/100 + 2, KwokPodParallelism: 64})
+		KwokNodes: pods/100 + 2, KwokPodParallelism: 64, AuditReads: true})
 	if err != nil {
 		return nil, "", err
 	}
@@ -142,14 +140,13 @@ func benchRun(ctx context.Context, binDir string, s system, l limits, cfg config
 		return nil, "", err
 	}
 	b.figures["idle_goroutines"] = n
-	writes, leaseWrites, err := controllerManagerWrites(cluster.AuditLog, auditFrom)
+	audit, err := readAuditCounts(cluster.AuditLog, auditFrom)
 	if err != nil {
 		return nil, "", err
 	}
-	for verb, n := range writes {
-		b.figures["cm_writes_"+verb] = n
-	}
-	b.figures["lease_writes_per_min"] = leaseWrites / (wall / 60)
+	audit.addFigures(b.figures)
+	b.figures["lease_writes_per_min"] = audit.leaseWrites / (wall / 60)
+	b.figures["apiserver_cpu_s"] = cpu[cluster.APIServer().Name]
 	return b.figures, limiter(cpu, busy, busySeconds, b.isControllerManager), nil
 }
 
@@ -833,52 +830,6 @@ func fileSize(path string) int64 {
 		return 0
 	}
 	return info.Size()
-}
-
-// controllerManagerWrites counts the audit log's writes by controller
-// managers (KCM's or the fleet's own identity, or a controller's service
-// account) from offset on, by verb, and their Lease writes.
-func controllerManagerWrites(path string, offset int64) (map[string]float64, float64, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, 0, err
-	}
-	defer f.Close()
-	if _, err := f.Seek(offset, io.SeekStart); err != nil {
-		return nil, 0, err
-	}
-	writes := map[string]float64{}
-	leases := 0.0
-	dec := json.NewDecoder(bufio.NewReaderSize(f, 1<<20))
-	for {
-		var ev struct {
-			Stage     string                    `json:"stage"`
-			Verb      string                    `json:"verb"`
-			User      struct{ Username string } `json:"user"`
-			ObjectRef struct {
-				Resource string `json:"resource"`
-			} `json:"objectRef"`
-		}
-		if err := dec.Decode(&ev); err != nil {
-			if err == io.EOF {
-				break
-			}
-			klog.ErrorS(err, "Reading the audit log; counting what was read")
-			break
-		}
-		if ev.Stage != "ResponseComplete" {
-			continue
-		}
-		u := ev.User.Username
-		if u != "system:kube-controller-manager" && !strings.HasPrefix(u, "system:serviceaccount:kube-system:") {
-			continue
-		}
-		writes[ev.Verb]++
-		if ev.ObjectRef.Resource == "leases" {
-			leases++
-		}
-	}
-	return writes, leases, nil
 }
 
 // limiter names what limited a run: the CPU (and its largest consumer)

@@ -61,7 +61,16 @@ func TestCheckerCatchesTwoOwners(t *testing.T) {
 	// Both now hold the Deployment's expectations; a scale makes both act.
 	scaleMoving(ctx, t, client, ns, 6)
 	createMoveJob(ctx, t, client, ns, 1)
-	time.Sleep(5 * time.Second)
+	// Until the rogue has written into ns while the owner runs the piece:
+	// the violation the checker must name below.
+	poll(ctx, t, rogue+" to write into "+ns+" while "+owner+" runs "+piece, 2*time.Minute, func() (bool, string) {
+		for _, v := range checkOwnership(t, cluster.AuditLog, logs, []string{ns}) {
+			if v.piece == piece && writesBy(v, rogue) > 0 {
+				return true, ""
+			}
+		}
+		return false, "no write by " + rogue + " yet"
+	})
 	if err := rogueProc.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -78,14 +87,20 @@ func TestCheckerCatchesTwoOwners(t *testing.T) {
 	if named == nil {
 		t.Fatalf("the checker did not name %s run by %s and %s with the writes made meanwhile (found %d violations)", piece, owner, rogue, len(found))
 	}
-	rogueWrites := 0
-	for _, w := range named.writes {
-		if strings.Contains(w, " by "+rogue+" ") {
-			rogueWrites++
-		}
-	}
+	rogueWrites := writesBy(*named, rogue)
 	if rogueWrites == 0 {
 		t.Errorf("the named writes include none by %s: %v", rogue, named.writes)
 	}
 	t.Logf("the checker named %s, %v, and %d writes made while both ran it (%d by %s)", named.piece, named.replicas, len(named.writes), rogueWrites, rogue)
+}
+
+// writesBy counts the writes of v made by replica.
+func writesBy(v ownershipViolation, replica string) int {
+	n := 0
+	for _, w := range v.writes {
+		if strings.Contains(w, " by "+replica+" ") {
+			n++
+		}
+	}
+	return n
 }

@@ -22,24 +22,32 @@ import (
 )
 
 // auditPolicy records who wrote what: every write at Metadata level (user,
-// user agent, verb, object), nothing for reads.
-const auditPolicy = `apiVersion: audit.k8s.io/v1
+// user agent, verb, object), nothing for reads unless reads is set: then
+// lists and watches too (a watch is logged when its response starts and
+// when it ends).
+func auditPolicy(reads bool) string {
+	verbs := `"create", "update", "patch", "delete", "deletecollection"`
+	if reads {
+		verbs += `, "list", "watch"`
+	}
+	return `apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived"]
 rules:
 - level: Metadata
-  verbs: ["create", "update", "patch", "delete", "deletecollection"]
+  verbs: [` + verbs + `]
 - level: None
 `
+}
 
-func (c *Cluster) startAPIServer(ctx context.Context, extraArgs []string) error {
+func (c *Cluster) startAPIServer(ctx context.Context, extraArgs []string, auditReads bool) error {
 	port, err := FreePort()
 	if err != nil {
 		return err
 	}
 	c.URL = fmt.Sprintf("https://127.0.0.1:%d", port)
 	policy := filepath.Join(c.Dir, "audit-policy.yaml")
-	if err := os.WriteFile(policy, []byte(auditPolicy), 0o644); err != nil {
+	if err := os.WriteFile(policy, []byte(auditPolicy(auditReads)), 0o644); err != nil {
 		return fmt.Errorf("writing audit policy: %w", err)
 	}
 	c.AuditLog = filepath.Join(c.Dir, "audit.log")

@@ -59,6 +59,11 @@ type Options struct {
 	KubeControllerManagerArgs []string
 	// APIServerArgs are extra flags for kube-apiserver.
 	APIServerArgs []string
+	// AuditReads also audits lists and watches (Metadata level: user,
+	// user agent, resource), so that a benchmark can say which client
+	// made them. Off by default: the tests read only writes, and the
+	// reads double the audit log.
+	AuditReads bool
 }
 
 // Cluster is a running local control plane.
@@ -68,7 +73,8 @@ type Cluster struct {
 	URL string
 	// AdminKubeconfig is a kubeconfig of a system:masters user.
 	AdminKubeconfig string
-	// AuditLog is the apiserver's audit log: every write, at Metadata level.
+	// AuditLog is the apiserver's audit log: every write (and with
+	// Options.AuditReads every list and watch), at Metadata level.
 	AuditLog string
 	// BinDir is where the binaries came from.
 	BinDir string
@@ -115,7 +121,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err := c.startEtcd(ctx); err != nil {
 		return c, err
 	}
-	if err := c.startAPIServer(ctx, opts.APIServerArgs); err != nil {
+	if err := c.startAPIServer(ctx, opts.APIServerArgs, opts.AuditReads); err != nil {
 		return c, err
 	}
 	if opts.Scheduler {
