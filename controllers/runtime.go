@@ -99,6 +99,11 @@ func NewRuntime(ctx context.Context, c *kcmconfig.CompletedConfig, identity stri
 	if err != nil {
 		return nil, fmt.Errorf("client for informers: %w", err)
 	}
+	// The owned cache's requests name it in their user agent, so that the
+	// apiserver's audit log tells them from the pool's; it shares the
+	// informers' client budget.
+	ownedCacheConfig := restclient.CopyConfig(informerConfig)
+	ownedCacheConfig.UserAgent = "fleet-controller-manager/" + identity + "/owned-cache"
 	plain, err := kubernetes.NewForConfig(informerConfig)
 	if err != nil {
 		return nil, fmt.Errorf("client for informers: %w", err)
@@ -138,7 +143,7 @@ func NewRuntime(ctx context.Context, c *kcmconfig.CompletedConfig, identity stri
 		partitions:           partitions,
 		partitionRootBuilder: rootBuilder.forPartitions(partitions),
 		partitionBuilder:     builder.forPartitions(partitions),
-		restClients:          informers.NewRESTClients(informerConfig),
+		restClients:          informers.NewRESTClients(ownedCacheConfig),
 		plainClient:          plain, metadataClient: metadataClient, restMapper: restMapper,
 		kindScopes: informers.DiscoveryScopes{Discovery: discovery},
 		shared: informers.NewPool(ctx, informers.PoolConfig{
@@ -232,6 +237,17 @@ func (r *Runtime) Run(ctx context.Context, piece shard.Piece, _ shard.Authority)
 		return r.runSingleton(ctx, piece)
 	}
 	return r.partitionSet.run(ctx, piece)
+}
+
+// Prepare marks the partition pieces a step starts together as waiting
+// to be gained (shard.Preparer): the first of their gains loads them all
+// into the owned cache at once.
+func (r *Runtime) Prepare(pieces []shard.Piece) {
+	for _, piece := range pieces {
+		if piece.IsPartition() {
+			r.partitionSet.setWaiting(piece.Partition(), true)
+		}
+	}
 }
 
 // Revoke refuses the stopped piece's new writes at once (shard.Revoker):

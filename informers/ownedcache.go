@@ -269,27 +269,35 @@ func (o *OwnedCache) waitNamespaces(ctx context.Context) error {
 // Include marks p loaded without waiting: for partitions the informers'
 // first list brings (before Start).
 func (o *OwnedCache) Include(ctx context.Context, p int) error {
-	return o.load(ctx, p, false)
+	return o.load(ctx, []int{p}, false)
 }
 
-// Load adds p's namespaces and returns once every informer holds what
-// their lists handed over, so that controllers handed p next see its
-// objects together, as after an informer's sync.
-func (o *OwnedCache) Load(ctx context.Context, p int) error {
-	return o.load(ctx, p, true)
+// Load adds the namespaces of partitions and returns once every informer
+// holds what their lists handed over, so that controllers handed them
+// next see their objects together, as after an informer's sync.
+// Partitions loaded together are listed together: one list per kind (per
+// shard selector's worth of namespaces), not one per partition.
+func (o *OwnedCache) Load(ctx context.Context, partitions ...int) error {
+	return o.load(ctx, partitions, true)
 }
 
-func (o *OwnedCache) load(ctx context.Context, p int, await bool) error {
+func (o *OwnedCache) load(ctx context.Context, partitions []int, await bool) error {
 	if err := o.waitNamespaces(ctx); err != nil {
 		return err
 	}
 	o.mu.Lock()
-	if o.partitions[p] {
+	adding := map[int]bool{}
+	for _, p := range partitions {
+		if !o.partitions[p] {
+			o.partitions[p] = true
+			adding[p] = true
+		}
+	}
+	if len(adding) == 0 {
 		o.mu.Unlock()
 		return nil
 	}
-	o.partitions[p] = true
-	namespaces := o.namespacesOf(map[int]bool{p: true})
+	namespaces := o.namespacesOf(adding)
 	var lws []*ownedListWatch
 	for _, i := range o.informers {
 		i.lw.load(namespaces, await)
@@ -297,7 +305,7 @@ func (o *OwnedCache) load(ctx context.Context, p int, await bool) error {
 	}
 	o.mu.Unlock()
 	ownedNamespaces.Add(float64(len(namespaces)))
-	ownedPartitions.Inc()
+	ownedPartitions.Add(float64(len(adding)))
 	if !await {
 		return nil
 	}
@@ -310,7 +318,7 @@ func (o *OwnedCache) load(ctx context.Context, p int, await bool) error {
 		return true, nil
 	})
 	if err != nil {
-		return fmt.Errorf("loading partition %d: %w", p, err)
+		return fmt.Errorf("loading partitions %v: %w", partitions, err)
 	}
 	return nil
 }

@@ -39,6 +39,14 @@ type Revoker interface {
 	Revoke(piece Piece)
 }
 
+// Preparer is a Runner told, before a step starts pieces, which pieces it
+// starts together, so that it can prepare them as one: the controllers
+// load the gained partitions' objects in one list per kind rather than
+// one per partition.
+type Preparer interface {
+	Prepare(pieces []Piece)
+}
+
 // Membership is what the Manager needs of package membership.
 type Membership interface {
 	Identity() string
@@ -255,6 +263,9 @@ func (m *Manager) step(leaving bool) {
 	for _, p := range plan.Intend {
 		m.local.Status[p] = Intended
 		m.clock.intend(now, p)
+	}
+	if r, ok := m.runner.(Preparer); ok && len(plan.Start) > 0 {
+		r.Prepare(plan.Start)
 	}
 	for _, p := range plan.Start {
 		m.start(p)
