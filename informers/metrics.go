@@ -20,12 +20,12 @@ var (
 	})
 	ownedSources = metrics.NewGaugeVec(&metrics.GaugeOpts{
 		Namespace: "fleet", Name: "owned_cache_sources",
-		Help:           "List/watch requests the owned cache keeps open per resource: a shard selector naming up to --shard-selector-max-terms namespaces each, one per namespace, or one cluster-wide (wide) past --namespace-watch-max-namespaces.",
+		Help:           "Sources of the owned cache per resource: its one cluster-wide watch, and the lists of namespaces being loaded into it.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"resource"})
 	ownedWideSources = metrics.NewGaugeVec(&metrics.GaugeOpts{
 		Namespace: "fleet", Name: "owned_cache_wide_sources",
-		Help:           "Owned cache sources per resource that list and watch every namespace and keep only the replica's (namespace-watch past --namespace-watch-max-namespaces).",
+		Help:           "Owned cache sources per resource that watch every namespace and keep only the replica's: 1 once started.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"resource"})
 	selectorIgnored = metrics.NewCounterVec(&metrics.CounterOpts{

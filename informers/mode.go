@@ -17,16 +17,15 @@ const (
 	// ModeAuto picks ModeShardedWatch when the apiserver honours shard
 	// selectors, and ModeNamespaceWatch otherwise.
 	ModeAuto Mode = "auto"
-	// ModeShardedWatch: the owned cache, one list/watch per kind naming the
-	// owned namespaces in a shard selector (ListOptions.ShardSelector,
-	// feature gate ShardedListAndWatch), split when they are more than a
-	// selector holds. Each replica receives and caches only its own
-	// namespaces' objects.
+	// ModeShardedWatch: the owned cache, one cluster-wide watch per kind
+	// kept on the client for the owned namespaces, which are listed as
+	// they are loaded with shard selectors naming them
+	// (ListOptions.ShardSelector, feature gate ShardedListAndWatch). Each
+	// replica caches only its own namespaces' objects.
 	ModeShardedWatch Mode = "sharded-watch"
-	// ModeNamespaceWatch: the owned cache, one namespace-scoped list/watch
-	// per kind and owned namespace. Works on every apiserver and each
-	// replica caches only its own namespaces, at the price of one watch
-	// per namespace and kind across the fleet.
+	// ModeNamespaceWatch: the owned cache as ModeShardedWatch, but a
+	// loaded namespace is listed on its own (or, past a number at once,
+	// in one cluster-wide list). Works on every apiserver.
 	ModeNamespaceWatch Mode = "namespace-watch"
 	// ModeFilteredWatch: one cluster-wide list/watch per kind and replica,
 	// the partition controllers seeing it through a filter on the owned

@@ -20,15 +20,14 @@ import (
 
 // OwnedCacheConfig is what an OwnedCache is made from.
 type OwnedCacheConfig struct {
-	// Sharded: list and watch with shard selectors (the apiserver serves
-	// ShardedListAndWatch); else one namespace-scoped request per
-	// namespace, up to NamespaceWatchMax.
+	// Sharded: list loaded namespaces with shard selectors (the
+	// apiserver serves ShardedListAndWatch); else one namespace-scoped
+	// list per namespace, up to NamespaceWatchMax at once.
 	Sharded bool
 	// MaxTerms: the most namespaces one selector names (sharded).
 	MaxTerms int
-	// NamespaceWatchMax: without selectors, past this many owned
-	// namespaces watch every namespace and keep only the owned ones
-	// (0: never).
+	// NamespaceWatchMax: without selectors, past this many namespaces
+	// loaded at once list every namespace and keep theirs (0: never).
 	NamespaceWatchMax int
 	RESTClients       *RESTClients
 	Mapper            meta.RESTMapper
@@ -72,7 +71,7 @@ type ownedInformer struct {
 	everywhere int
 }
 
-// joinDelay gathers namespaces created together into one source.
+// joinDelay gathers namespaces created together into one list.
 const joinDelay = 200 * time.Millisecond
 
 // NewOwnedCache makes an empty cache (no partition loaded).

@@ -13,7 +13,9 @@ import (
 
 // auditEvent is the part of an audit.k8s.io/v1 Event the tests read.
 type auditEvent struct {
-	Verb      string `json:"verb"`
+	Stage      string `json:"stage"`
+	RequestURI string `json:"requestURI"`
+	Verb       string `json:"verb"`
 	UserAgent string `json:"userAgent"`
 	User      struct {
 		Username string `json:"username"`
@@ -67,4 +69,50 @@ func leaseWrites(t *testing.T, path string, from, to time.Time) map[string]int {
 		}
 	})
 	return out
+}
+
+// cacheRequests are a replica's owned cache's requests, from the audit log
+// of a cluster started with localcluster.Options.AuditReads, by resource.
+type cacheRequests struct {
+	// lists and watches made since the time asked for; scoped: the
+	// watches among them that named namespaces (a shard selector or a
+	// namespace's path).
+	lists, watches, scoped map[string]int
+	// listURIs: the lists' request URIs.
+	listURIs []string
+	// open: watches open when the log was read (whenever made).
+	open map[string]int
+}
+
+// ownedCacheRequests reads replica's owned cache's requests: those whose
+// user agent is fleet-controller-manager/<replica>/owned-cache.
+func ownedCacheRequests(t *testing.T, auditLog, replica string, since time.Time) cacheRequests {
+	t.Helper()
+	r := cacheRequests{lists: map[string]int{}, watches: map[string]int{}, scoped: map[string]int{}, open: map[string]int{}}
+	agent := "fleet-controller-manager/" + replica + "/owned-cache"
+	readAudit(t, auditLog, func(e auditEvent) {
+		if e.ObjectRef == nil || !strings.HasPrefix(e.UserAgent, agent) {
+			return
+		}
+		resource := e.ObjectRef.Resource
+		switch {
+		case e.Verb == "watch" && e.Stage == "ResponseStarted":
+			r.open[resource]++
+			if e.StageTimestamp.Before(since) {
+				return
+			}
+			r.watches[resource]++
+			if strings.Contains(e.RequestURI, "shardSelector=") || strings.Contains(e.RequestURI, "/namespaces/") {
+				r.scoped[resource]++
+			}
+		case e.Verb == "watch" && e.Stage == "ResponseComplete" && (e.ResponseStatus == nil || e.ResponseStatus.Code == 200):
+			// A watch refused before it streamed completes without
+			// having started.
+			r.open[resource]--
+		case e.Verb == "list" && e.Stage == "ResponseComplete" && !e.StageTimestamp.Before(since):
+			r.lists[resource]++
+			r.listURIs = append(r.listURIs, e.RequestURI)
+		}
+	})
+	return r
 }

@@ -6,11 +6,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -35,11 +39,13 @@ import (
 // becomes available. ConfigMaps and Secrets are narrowed to what the
 // partition controllers read (kube-root-ca.crt; service-account-token
 // Secrets): the caches hold none of the others each namespace has, and a
-// token Secret created while the fleet runs gets its token. A selector
-// names at most 3 namespaces and a replica
-// watches at most 3 namespaces one by one, so replicas owning more take
-// the fallbacks (several selectors; one cluster-wide watch per kind,
-// filtered on the client).
+// token Secret created while the fleet runs gets its token. From the
+// audit log: each replica's owned cache holds one watch per kind
+// throughout and never opens one naming namespaces; the namespace created
+// is listed alone; and after a kill -9 each survivor lists what it gained
+// together, one request per kind and three namespaces (a selector names
+// at most 3; without selectors, up to 3 namespaces are listed one by one,
+// more in one cluster-wide list).
 func TestReplicaCachesOwnedNamespaces(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -54,7 +60,7 @@ func TestReplicaCachesOwnedNamespaces(t *testing.T) {
 			inLane(t, laneHeavy)
 			ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 			defer cancel()
-			opts := localcluster.Options{Scheduler: true, KwokNodes: 2}
+			opts := localcluster.Options{Scheduler: true, KwokNodes: 2, AuditReads: true}
 			if tc.gateOff {
 				opts.APIServerArgs = []string{"--feature-gates=ShardedListAndWatch=false"}
 			}
@@ -84,12 +90,13 @@ func TestReplicaCachesOwnedNamespaces(t *testing.T) {
 				createUncachedObjects(ctx, t, client, ns)
 			}
 			ports := map[string]int{}
+			procs := map[string]*localcluster.Process{}
 			start := func(name string) {
 				proc, port, err := cluster.StartFleetReplica(ctx, bin, name, "--shard-selector-max-terms=3", "--namespace-watch-max-namespaces=3")
 				if err != nil {
 					t.Fatal(err)
 				}
-				ports[name] = port
+				ports[name], procs[name] = port, proc
 				log, _ := os.ReadFile(proc.LogPath)
 				if !strings.Contains(string(log), fmt.Sprintf("informerMode=%q", tc.mode)) {
 					t.Fatalf("%s did not choose %s:\n%s", name, tc.mode, proc.LogTail(30))
@@ -99,22 +106,14 @@ func TestReplicaCachesOwnedNamespaces(t *testing.T) {
 			start("fcm-1")
 			waitFleetRunning(ctx, t, client, []string{"fcm-0", "fcm-1"})
 			waitCachesExact(ctx, t, client, httpClient, ports, "a fleet of two")
-			if tc.gateOff {
-				// Eight namespaces on two replicas: one owns four or more.
-				wide := false
-				for name := range ports {
-					log, _ := os.ReadFile(filepath.Join(cluster.Dir, name+".log"))
-					wide = wide || strings.Contains(string(log), "Owned cache watches this resource in every namespace")
-				}
-				if !wide {
-					t.Fatal("no replica of two owning eight namespaces watched cluster-wide past --namespace-watch-max-namespaces=3")
-				}
-			}
+			checkOneWatchPerKind(t, cluster.AuditLog, ports, "a fleet of two")
 
 			start("fcm-2")
 			waitFleetRunning(ctx, t, client, []string{"fcm-0", "fcm-1", "fcm-2"})
 			waitCachesExact(ctx, t, client, httpClient, ports, "after a third replica joined")
+			checkOneWatchPerKind(t, cluster.AuditLog, ports, "after a third replica joined")
 
+			created := time.Now()
 			createNamespace(ctx, t, client, "late-arrival")
 			createDeployment(ctx, t, client, "late-arrival", "web", 2)
 			createUncachedObjects(ctx, t, client, "late-arrival")
@@ -128,8 +127,109 @@ func TestReplicaCachesOwnedNamespaces(t *testing.T) {
 				return apierrors.IsNotFound(err), fmt.Sprint(err)
 			})
 			waitCachesExact(ctx, t, client, httpClient, ports, "after namespaces were created and deleted")
+			checkOneWatchPerKind(t, cluster.AuditLog, ports, "after namespaces were created and deleted")
+			// The namespace created was listed alone: nothing else was
+			// listed again.
+			for name := range ports {
+				for _, uri := range ownedCacheRequests(t, cluster.AuditLog, name, created).listURIs {
+					if !namesOnly(uri, "late-arrival") {
+						t.Errorf("%s's owned cache listed more than the namespace created: %s", name, uri)
+					}
+				}
+			}
+
+			// kill -9 of a replica: each survivor lists what it gains
+			// in one request per kind and selector's worth of
+			// namespaces (three here), and opens no watch for it.
+			before := map[string][]int{}
+			for _, name := range []string{"fcm-0", "fcm-1"} {
+				if before[name], _, err = runningPieces(ctx, client, name); err != nil {
+					t.Fatal(err)
+				}
+			}
+			killed := time.Now()
+			if err := procs["fcm-2"].Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			delete(ports, "fcm-2")
+			waitCachesExact(ctx, t, client, httpClient, ports, "after a replica of three was killed")
+			namespaces, err := client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for name := range ports {
+				after, _, err := runningPieces(ctx, client, name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				gained := map[int]bool{}
+				for _, p := range after {
+					if !slices.Contains(before[name], p) {
+						gained[p] = true
+					}
+				}
+				n := 0
+				for _, ns := range namespaces.Items {
+					if gained[shard.DefaultRingConfig.NamespacePartition(ns.Name)] {
+						n++
+					}
+				}
+				want := (n + 2) / 3 // shard selectors of three namespaces
+				if tc.gateOff && n <= 3 {
+					want = n // one by one up to --namespace-watch-max-namespaces
+				} else if tc.gateOff {
+					want = 1 // past it, one cluster-wide list
+				}
+				got := ownedCacheRequests(t, cluster.AuditLog, name, killed)
+				t.Logf("%s gained %d partitions (%d namespaces): owned cache lists %v, watches %v", name, len(gained), n, got.lists, got.watches)
+				for resource, lists := range got.lists {
+					if lists > want {
+						t.Errorf("%s listed %s %d times for the %d namespaces it gained at once, want at most %d", name, resource, lists, n, want)
+					}
+				}
+				for resource, scoped := range got.scoped {
+					t.Errorf("%s's owned cache opened %d watches of %s naming namespaces after the kill", name, scoped, resource)
+				}
+			}
+			checkOneWatchPerKind(t, cluster.AuditLog, ports, "after a replica of three was killed")
 		})
 	}
+}
+
+// checkOneWatchPerKind fails unless every replica's owned cache holds at
+// most one watch per kind, and has never opened one naming namespaces:
+// partitions and namespaces come and go by lists alone.
+func checkOneWatchPerKind(t *testing.T, auditLog string, ports map[string]int, when string) {
+	t.Helper()
+	for name := range ports {
+		r := ownedCacheRequests(t, auditLog, name, time.Time{})
+		for resource, open := range r.open {
+			if open > 1 {
+				t.Errorf("%s: %s's owned cache holds %d watches of %s, want at most one", when, name, open, resource)
+			}
+		}
+		for resource, scoped := range r.scoped {
+			t.Errorf("%s: %s's owned cache opened %d watches of %s naming namespaces", when, name, scoped, resource)
+		}
+		if r.open["pods"] != 1 {
+			t.Errorf("%s: %s's owned cache holds %d watches of pods, want one", when, name, r.open["pods"])
+		}
+	}
+}
+
+// namesOnly says whether a list's request URI asks for namespace ns alone:
+// its path, or a shard selector with one term, ns's hash.
+func namesOnly(uri, ns string) bool {
+	if strings.Contains(uri, "/namespaces/"+ns+"/") {
+		return true
+	}
+	unescaped, err := url.QueryUnescape(uri)
+	if err != nil {
+		return false
+	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(ns))
+	return strings.Count(unescaped, "shardRange(") == 1 && strings.Contains(unescaped, fmt.Sprintf("'0x%016x'", h.Sum64()))
 }
 
 // waitCachesExact waits until every replica's cache holds exactly the
