@@ -20,7 +20,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 	rl "k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 )
 
@@ -112,7 +111,8 @@ type leaderLease struct {
 	unknownAt   map[string]time.Time
 	left        bool
 	lastHolder  string
-	timer       clock.Timer
+	// wake notifies the member when this renewal's authority runs out.
+	wake *wakeTimer
 	// cache reads the Lease from the watch (nil before it runs).
 	cache func() *coordinationv1.Lease
 
@@ -133,6 +133,7 @@ func newLeaderLease(cfg LeaderLeaseConfig, m *Member) *leaderLease {
 		cfg: cfg, member: m, prefix: prefix, writer: writer, holder: prefix + writer,
 		unknownAt: map[string]time.Time{},
 		waiting:   "not holding kube-controller-manager's leader lease yet",
+		wake:      newWakeTimer(m.cfg.Clock, m.notify),
 	}
 }
 
@@ -277,7 +278,7 @@ func (l *leaderLease) tryAcquireOrRenew(ctx context.Context) (expires time.Time)
 		sent := clk.Now()
 		l.fill(fresh, sent, true, nil)
 		_, err := leases.Create(reqCtx, fresh, metav1.CreateOptions{})
-		l.written(sent, err, "")
+		l.written(ctx, sent, err, "")
 		return
 	case err != nil:
 		l.failed(fmt.Errorf("reading kube-controller-manager's leader lease: %w", err))
@@ -335,7 +336,7 @@ func (l *leaderLease) renewFrom(ctx context.Context, lease *coordinationv1.Lease
 	// The update carries the resourceVersion read: it fails if anyone
 	// (a KCM taking over, another replica) wrote in between.
 	_, err = leases.Update(ctx, updated, metav1.UpdateOptions{})
-	l.written(sent, err, holder)
+	l.written(ctx, sent, err, holder)
 	return time.Time{}, apierrors.IsConflict(err)
 }
 
@@ -439,7 +440,7 @@ func (l *leaderLease) liveWriters(annotation string, now time.Time) []string {
 
 // written records the outcome of a write sent at sent. heldBy is the
 // holder the write replaced.
-func (l *leaderLease) written(sent time.Time, err error, heldBy string) {
+func (l *leaderLease) written(ctx context.Context, sent time.Time, err error, heldBy string) {
 	if err != nil {
 		l.failed(fmt.Errorf("renewing kube-controller-manager's leader lease: %w", err))
 		return
@@ -455,25 +456,7 @@ func (l *leaderLease) written(sent time.Time, err error, heldBy string) {
 		klog.InfoS("Holding kube-controller-manager's leader lease for the fleet", "lease", klog.KRef(l.cfg.Namespace, l.cfg.Name), "holder", l.holder, "previousHolder", heldBy)
 	}
 	l.member.notify()
-	l.wakeAt(sent.Add(l.cfg.RenewDeadline))
-}
-
-// wakeAt notifies the member at t, when this renewal's authority runs out,
-// so pieces stop on time even if nothing else happens.
-func (l *leaderLease) wakeAt(t time.Time) {
-	clk := l.member.cfg.Clock
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.timer == nil {
-		l.timer = clk.NewTimer(t.Sub(clk.Now()))
-		go func() {
-			for range l.timer.C() {
-				l.member.notify()
-			}
-		}()
-		return
-	}
-	l.timer.Reset(t.Sub(clk.Now()))
+	l.wake.at(ctx, sent.Add(l.cfg.RenewDeadline))
 }
 
 func (l *leaderLease) failed(err error) {

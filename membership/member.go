@@ -19,7 +19,6 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 )
 
@@ -69,7 +68,8 @@ type Member struct {
 	renewFails int
 	leaving    bool
 
-	deadlineTimer clock.Timer
+	// deadlineWake notifies when this member's authority runs out.
+	deadlineWake *wakeTimer
 	// writeMu serialises Lease writes of the renew loop and Leave.
 	writeMu sync.Mutex
 
@@ -97,6 +97,7 @@ func New(cfg Config) (*Member, error) {
 		obs:         map[string]*observation{},
 	}
 	m.desired = State{Version: StateVersion, Incarnation: m.incarnation, Joining: true}
+	m.deadlineWake = newWakeTimer(cfg.Clock, m.notify)
 	if cfg.LeaderLease != nil {
 		m.leader = newLeaderLease(*cfg.LeaderLease, m)
 	}
@@ -427,26 +428,14 @@ func (m *Member) renew(ctx context.Context) {
 		m.joinedAt = answered
 		klog.InfoS("Joined the fleet; owning nothing for one lease duration", "lease", m.cfg.Identity, "duration", m.cfg.LeaseDuration)
 		go func() {
-			<-m.cfg.Clock.After(m.cfg.LeaseDuration)
-			m.notify()
-		}()
-	}
-	m.wakeAt(m.deadline)
-}
-
-// wakeAt notifies Changed at t (when authority runs out, so pieces stop on
-// time even if nothing else happens).
-func (m *Member) wakeAt(t time.Time) {
-	if m.deadlineTimer == nil {
-		m.deadlineTimer = m.cfg.Clock.NewTimer(t.Sub(m.cfg.Clock.Now()))
-		go func() {
-			for range m.deadlineTimer.C() {
+			select {
+			case <-m.cfg.Clock.After(m.cfg.LeaseDuration):
 				m.notify()
+			case <-ctx.Done():
 			}
 		}()
-		return
 	}
-	m.deadlineTimer.Reset(t.Sub(m.cfg.Clock.Now()))
+	m.deadlineWake.at(ctx, m.deadline)
 }
 
 // write updates (or creates) the Lease with value.
