@@ -233,7 +233,7 @@ func (l *leaderLease) watched(obj any, deleted bool) {
 	}
 	l.mu.Unlock()
 	if voided {
-		klog.ErrorS(nil, "kube-controller-manager's leader lease no longer held by the fleet; stopping every piece", "lease", klog.KRef(l.cfg.Namespace, l.cfg.Name), "deleted", deleted, "holder", holder)
+		l.member.logger.Error(nil, "kube-controller-manager's leader lease no longer held by the fleet; stopping every piece", "lease", klog.KRef(l.cfg.Namespace, l.cfg.Name), "deleted", deleted, "holder", holder)
 		l.member.notify()
 	}
 }
@@ -317,7 +317,7 @@ func (l *leaderLease) renewFrom(ctx context.Context, lease *coordinationv1.Lease
 		l.lastHolder = holder
 		l.mu.Unlock()
 		if changed {
-			klog.InfoS("kube-controller-manager holds its leader lease; running nothing until it is released or expires", "lease", klog.KRef(l.cfg.Namespace, l.cfg.Name), "holder", holder, "takeoverWait", l.cfg.takeoverWait())
+			l.member.logger.Info("kube-controller-manager holds its leader lease; running nothing until it is released or expires", "lease", klog.KRef(l.cfg.Namespace, l.cfg.Name), "holder", holder, "takeoverWait", l.cfg.takeoverWait())
 			l.member.notify()
 		}
 		// A millisecond past, so the next attempt finds it expired.
@@ -398,7 +398,7 @@ func decodeWriters(s string) ([]string, error) {
 func (l *leaderLease) liveWriters(annotation string, now time.Time) []string {
 	list, err := decodeWriters(annotation)
 	if err != nil {
-		klog.ErrorS(err, "Unreadable list of fleet writers on kube-controller-manager's leader lease; listing every member seen instead", "lease", klog.KRef(l.cfg.Namespace, l.cfg.Name))
+		l.member.logger.Error(err, "Unreadable list of fleet writers on kube-controller-manager's leader lease; listing every member seen instead", "lease", klog.KRef(l.cfg.Namespace, l.cfg.Name))
 		for _, p := range l.member.Peers() {
 			list = append(list, p.Name+"/"+p.State.Incarnation)
 		}
@@ -453,7 +453,7 @@ func (l *leaderLease) written(ctx context.Context, sent time.Time, err error, he
 	l.lastHolder = l.holder
 	l.mu.Unlock()
 	if !was {
-		klog.InfoS("Holding kube-controller-manager's leader lease for the fleet", "lease", klog.KRef(l.cfg.Namespace, l.cfg.Name), "holder", l.holder, "previousHolder", heldBy)
+		l.member.logger.Info("Holding kube-controller-manager's leader lease for the fleet", "lease", klog.KRef(l.cfg.Namespace, l.cfg.Name), "holder", l.holder, "previousHolder", heldBy)
 	}
 	l.member.notify()
 	l.wake.at(ctx, sent.Add(l.cfg.RenewDeadline))
@@ -464,10 +464,10 @@ func (l *leaderLease) failed(err error) {
 	if apierrors.IsConflict(err) {
 		// Another replica (or a KCM) wrote between our read and write;
 		// the next attempt reads again.
-		klog.V(2).InfoS("Leader lease changed while renewing; retrying", "lease", klog.KRef(l.cfg.Namespace, l.cfg.Name))
+		l.member.logger.V(2).Info("Leader lease changed while renewing; retrying", "lease", klog.KRef(l.cfg.Namespace, l.cfg.Name))
 		return
 	}
-	klog.ErrorS(err, "Leader lease not renewed", "lease", klog.KRef(l.cfg.Namespace, l.cfg.Name))
+	l.member.logger.Error(err, "Leader lease not renewed", "lease", klog.KRef(l.cfg.Namespace, l.cfg.Name))
 }
 
 func (l *leaderLease) isLeft() bool {
@@ -528,9 +528,9 @@ func (l *leaderLease) leave(ctx context.Context) error {
 			delete(updated.Annotations, WritersAnnotation)
 		} else {
 			if err != nil {
-				klog.ErrorS(err, "Not releasing kube-controller-manager's leader lease")
+				l.member.logger.Error(err, "Not releasing kube-controller-manager's leader lease")
 			} else {
-				klog.InfoS("Not releasing kube-controller-manager's leader lease: other replicas may still act on it", "others", others)
+				l.member.logger.Info("Not releasing kube-controller-manager's leader lease: other replicas may still act on it", "others", others)
 			}
 			list, _ := decodeWriters(updated.Annotations[WritersAnnotation])
 			set := map[string]bool{}
@@ -553,7 +553,7 @@ func (l *leaderLease) leave(ctx context.Context) error {
 			return fmt.Errorf("leaving kube-controller-manager's leader lease: %w", err)
 		}
 		if release {
-			klog.InfoS("Released kube-controller-manager's leader lease: the fleet runs nothing", "lease", klog.KRef(l.cfg.Namespace, l.cfg.Name))
+			l.member.logger.Info("Released kube-controller-manager's leader lease: the fleet runs nothing", "lease", klog.KRef(l.cfg.Namespace, l.cfg.Name))
 		}
 		return nil
 	}

@@ -68,6 +68,8 @@ type Member struct {
 	renewFails int
 	leaving    bool
 
+	// logger is Run's context's (klog.Background until Run).
+	logger klog.Logger
 	// deadlineWake notifies when this member's authority runs out.
 	deadlineWake *wakeTimer
 	// writeMu serialises Lease writes of the renew loop and Leave.
@@ -98,6 +100,7 @@ func New(cfg Config) (*Member, error) {
 	}
 	m.desired = State{Version: StateVersion, Incarnation: m.incarnation, Joining: true}
 	m.deadlineWake = newWakeTimer(cfg.Clock, m.notify)
+	m.logger = klog.Background()
 	if cfg.LeaderLease != nil {
 		m.leader = newLeaderLease(*cfg.LeaderLease, m)
 	}
@@ -241,6 +244,7 @@ func (m *Member) Peers() []Peer {
 // without deleting the Lease (see Leave). It returns early only if the
 // lease watch cannot start.
 func (m *Member) Run(ctx context.Context) error {
+	m.logger = klog.FromContext(ctx)
 	factory := informers.NewSharedInformerFactoryWithOptions(m.cfg.Client, 0,
 		informers.WithNamespace(m.cfg.Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
@@ -262,7 +266,7 @@ func (m *Member) Run(ctx context.Context) error {
 	m.mu.Lock()
 	m.synced = true
 	m.mu.Unlock()
-	klog.InfoS("Watching fleet", "fleet", m.cfg.Fleet, "namespace", m.cfg.Namespace, "identity", m.cfg.Identity, "incarnation", m.incarnation)
+	m.logger.Info("Watching fleet", "fleet", m.cfg.Fleet, "namespace", m.cfg.Namespace, "identity", m.cfg.Identity, "incarnation", m.incarnation)
 
 	if err := m.acquire(ctx); err != nil {
 		return err
@@ -316,7 +320,7 @@ func (m *Member) acquire(ctx context.Context) error {
 		case apierrors.IsNotFound(err):
 			return nil
 		case err != nil:
-			klog.ErrorS(err, "Reading own lease before joining", "lease", m.cfg.Identity)
+			m.logger.Error(err, "Reading own lease before joining", "lease", m.cfg.Identity)
 		default:
 			st, perr := ParseState(lease.Annotations[StateAnnotation])
 			if perr == nil && (st.Leaving || st.Incarnation == m.incarnation) {
@@ -325,11 +329,11 @@ func (m *Member) acquire(ctx context.Context) error {
 			}
 			if lease.ResourceVersion != lastRV {
 				if lastRV != "" {
-					klog.ErrorS(nil, "Lease of this identity is being renewed by another process; waiting for it to stop", "lease", m.cfg.Identity, "holder", ptr.Deref(lease.Spec.HolderIdentity, ""))
+					m.logger.Error(nil, "Lease of this identity is being renewed by another process; waiting for it to stop", "lease", m.cfg.Identity, "holder", ptr.Deref(lease.Spec.HolderIdentity, ""))
 				}
 				lastRV, since = lease.ResourceVersion, m.cfg.Clock.Now()
 			} else if m.cfg.Clock.Since(since) > m.cfg.LeaseDuration {
-				klog.InfoS("Taking over the lease of a former incarnation", "lease", m.cfg.Identity)
+				m.logger.Info("Taking over the lease of a former incarnation", "lease", m.cfg.Identity)
 				m.setLease(lease)
 				return nil
 			}
@@ -389,7 +393,7 @@ func (m *Member) renew(ctx context.Context) {
 	m.mu.Unlock()
 	value, err := st.Encode()
 	if err != nil {
-		klog.ErrorS(err, "Not publishing state")
+		m.logger.Error(err, "Not publishing state")
 		return
 	}
 	sent := m.cfg.Clock.Now()
@@ -407,11 +411,11 @@ func (m *Member) renew(ctx context.Context) {
 	if err != nil {
 		renewals.WithLabelValues("failure").Inc()
 		m.renewFails++
-		klog.ErrorS(err, "Renewing lease failed", "lease", m.cfg.Identity, "failures", m.renewFails, "authorityUntil", m.deadline)
+		m.logger.Error(err, "Renewing lease failed", "lease", m.cfg.Identity, "failures", m.renewFails, "authorityUntil", m.deadline)
 		return
 	}
 	if m.renewFails > 0 {
-		klog.InfoS("Renewing lease works again", "lease", m.cfg.Identity, "after", m.renewFails)
+		m.logger.Info("Renewing lease works again", "lease", m.cfg.Identity, "after", m.renewFails)
 	}
 	renewals.WithLabelValues("success").Inc()
 	m.renewFails = 0
@@ -426,7 +430,7 @@ func (m *Member) renew(ctx context.Context) {
 		// judged live members expired, and they it. It owns nothing for a
 		// lease duration, until every live member is certainly seen again.
 		m.joinedAt = answered
-		klog.InfoS("Joined the fleet; owning nothing for one lease duration", "lease", m.cfg.Identity, "duration", m.cfg.LeaseDuration)
+		m.logger.Info("Joined the fleet; owning nothing for one lease duration", "lease", m.cfg.Identity, "duration", m.cfg.LeaseDuration)
 		go func() {
 			select {
 			case <-m.cfg.Clock.After(m.cfg.LeaseDuration):
@@ -466,7 +470,7 @@ func (m *Member) write(ctx context.Context, value string, now time.Time) (*coord
 		updated, err := leases.Update(ctx, m.leaseObject(current.DeepCopy(), value, now), metav1.UpdateOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
-			klog.InfoS("Own lease was deleted by someone else; creating it again", "lease", m.cfg.Identity)
+			m.logger.Info("Own lease was deleted by someone else; creating it again", "lease", m.cfg.Identity)
 			current = nil
 			continue
 		case apierrors.IsConflict(err):
@@ -536,7 +540,7 @@ func (m *Member) Leave(ctx context.Context) error {
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting lease: %w", err)
 	}
-	klog.InfoS("Left the fleet", "lease", m.cfg.Identity)
+	m.logger.Info("Left the fleet", "lease", m.cfg.Identity)
 	if m.leader != nil {
 		return m.leader.leave(ctx)
 	}
@@ -624,7 +628,7 @@ func (m *Member) observe(obj any, deleted bool) {
 	case err != nil:
 		if now.Sub(o.lastBadLog) > time.Minute {
 			o.lastBadLog = now
-			klog.ErrorS(err, "Ignoring unreadable state in fleet lease; keeping the last good one", "lease", lease.Name, "hadGoodState", o.good)
+			m.logger.Error(err, "Ignoring unreadable state in fleet lease; keeping the last good one", "lease", lease.Name, "hadGoodState", o.good)
 		}
 	case o.retired[st.Incarnation]:
 		return
@@ -696,10 +700,10 @@ func (m *Member) deleteStale(ctx context.Context, name, rv string) {
 	})
 	switch {
 	case err == nil:
-		klog.InfoS("Deleted the lease of a member gone for good", "lease", name)
+		m.logger.Info("Deleted the lease of a member gone for good", "lease", name)
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 	default:
-		klog.V(2).InfoS("Cannot delete a stale lease", "lease", name, "err", err)
+		m.logger.V(2).Info("Cannot delete a stale lease", "lease", name, "err", err)
 	}
 }
 
@@ -717,12 +721,12 @@ func (m *Member) confirmExpiry(ctx context.Context, name string) {
 	o.checking = false
 	switch {
 	case err != nil && !apierrors.IsNotFound(err):
-		klog.V(2).InfoS("Cannot confirm lease expiry; keeping the member", "lease", name, "err", err)
+		m.logger.V(2).Info("Cannot confirm lease expiry; keeping the member", "lease", name, "err", err)
 	case err == nil && lease.ResourceVersion != o.rv:
 		// It did change; the watch is behind. Count from now.
 		o.lastChange = m.cfg.Clock.Now()
 	default:
 		o.expired = true
-		klog.InfoS("Member lease expired", "lease", name, "lastChange", o.lastChange)
+		m.logger.Info("Member lease expired", "lease", name, "lastChange", o.lastChange)
 	}
 }
