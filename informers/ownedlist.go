@@ -1,0 +1,129 @@
+package informers
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/scheme"
+)
+
+// How an ownedListWatch lists: the requests of a feeder and of the trunk.
+
+// listSource lists the objects of src's namespaces, as they are when it
+// is called, and says which namespaces it covered, each with the version
+// its list was read at. A feeder lists with shard selectors (one request
+// per maxTerms namespaces), else one request per namespace, or past
+// wideAbove namespaces one cluster-wide request. The trunk lists with one
+// selector naming its namespaces when they fit, else cluster-wide, and
+// when it has none reads only the current version. Objects of other
+// namespaces are dropped here, except an adopting source's.
+func (lw *ownedListWatch) listSource(ctx context.Context, t *listWatchTarget, src *source) ([]runtime.Object, map[string]string, error) {
+	lw.mu.Lock()
+	namespaces := slices.Clone(src.namespaces)
+	lw.mu.Unlock()
+	covered := func(namespaces []string, version string, versions map[string]string) {
+		for _, ns := range namespaces {
+			versions[ns] = version
+		}
+	}
+	versions := map[string]string{}
+	switch {
+	case src.feeds != nil && lw.sharded:
+		var out []runtime.Object
+		for _, group := range chunks(namespaces, lw.maxTerms) {
+			items, version, err := lw.listRequest(ctx, t, group, selectorList)
+			if err != nil {
+				return nil, nil, err
+			}
+			out = append(out, items...)
+			covered(group, version, versions)
+		}
+		return out, versions, nil
+	case src.feeds != nil && (lw.wideAbove == 0 || len(namespaces) <= lw.wideAbove):
+		var out []runtime.Object
+		for _, ns := range namespaces {
+			items, version, err := t.listNamespace(ctx, ns, metav1.ListOptions{})
+			if err != nil {
+				return nil, nil, err
+			}
+			out = append(out, items...)
+			versions[ns] = version
+		}
+		return out, versions, nil
+	}
+	kind := wideList
+	switch {
+	case src.adopts:
+		kind = adoptingList
+	case len(namespaces) == 0:
+		kind = versionOnly
+	case lw.sharded && src.feeds == nil && len(namespaces) <= lw.maxTerms:
+		kind = selectorList
+	}
+	items, version, err := lw.listRequest(ctx, t, namespaces, kind)
+	if err != nil {
+		return nil, nil, err
+	}
+	covered(namespaces, version, versions)
+	versions[""] = version
+	return items, versions, nil
+}
+
+// listKind is how listRequest asks.
+type listKind int
+
+const (
+	wideList     listKind = iota // every namespace, keeping only namespaces'
+	selectorList                 // a shard selector naming namespaces
+	adoptingList                 // every namespace, keeping all
+	versionOnly                  // only the current version
+)
+
+// listRequest makes one paged cluster-wide list of t and returns the
+// objects in namespaces (every object for adoptingList) and the list's
+// version.
+func (lw *ownedListWatch) listRequest(ctx context.Context, t *listWatchTarget, namespaces []string, kind listKind) ([]runtime.Object, string, error) {
+	want := map[string]bool{}
+	for _, ns := range namespaces {
+		want[ns] = true
+	}
+	var out []runtime.Object
+	options := metav1.ListOptions{Limit: 500, FieldSelector: t.fieldSelector}
+	switch kind {
+	case selectorList:
+		options.ShardSelector = namespaceSelector(namespaces)
+	case versionOnly:
+		options.Limit = 1
+	}
+	for {
+		list, err := t.client.Get().Resource(t.resource).VersionedParams(&options, scheme.ParameterCodec).Do(ctx).Get()
+		if err != nil {
+			return nil, "", fmt.Errorf("listing %s in %d namespaces: %w", t.resource, len(namespaces), err)
+		}
+		listMeta, err := meta.ListAccessor(list)
+		if err != nil {
+			return nil, "", fmt.Errorf("listing %s: %w", t.resource, err)
+		}
+		if sharded, ok := listMeta.(metav1.ShardedListInterface); kind == selectorList && (!ok || sharded.GetShardInfo() == nil) {
+			selectorIgnored.WithLabelValues(t.resource).Inc()
+		}
+		items, err := meta.ExtractListWithAlloc(list)
+		if err != nil {
+			return nil, "", fmt.Errorf("listing %s: %w", t.resource, err)
+		}
+		for _, item := range items {
+			// An adopting source keeps every namespace: emit decides.
+			if m, err := meta.Accessor(item); err == nil && (kind == adoptingList || want[m.GetNamespace()]) {
+				out = append(out, item)
+			}
+		}
+		if listMeta.GetContinue() == "" || kind == versionOnly {
+			return out, listMeta.GetResourceVersion(), nil
+		}
+		options.Continue = listMeta.GetContinue()
+	}
+}

@@ -1,0 +1,193 @@
+package informers
+
+import (
+	"slices"
+	"sort"
+	"time"
+
+	"k8s.io/apimachinery/pkg/watch"
+)
+
+// A source is one request of an ownedListWatch: the trunk that watches,
+// a feeder that lists namespaces into it, or an adopting source while
+// every namespace is held; compaction makes them one trunk again.
+
+// compactDelay lets feeders hand over before the sources are merged.
+const compactDelay = 2 * time.Second
+
+// scheduleCompact merges sources soon. Called with mu held.
+func (lw *ownedListWatch) scheduleCompact() {
+	if lw.compacting {
+		return
+	}
+	lw.compacting = true
+	time.AfterFunc(compactDelay, lw.compact)
+}
+
+// compact makes the watching sources one trunk again, adopting exactly
+// while every namespace is held: holding every namespace for a singleton
+// starts an adopting source beside the trunk (its list carries every
+// namespace), and releasing them leaves an adopter that should no longer
+// adopt. The merged source watches from the oldest version of those it
+// replaces and drops, per namespace, the events they had delivered, so
+// nothing is lost or repeated; if that version has expired, it lists its
+// namespaces again (a local relist).
+func (lw *ownedListWatch) compact() {
+	lw.sendMu.Lock()
+	defer lw.sendMu.Unlock()
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	lw.compacting = false
+	for s := range lw.sources {
+		if s.feeds != nil || len(s.joining) > 0 {
+			// A merge would leave the feeders' namespaces behind.
+			lw.scheduleCompact()
+			return
+		}
+	}
+	var listed []*source
+	through := map[string]string{}
+	var namespaces []string
+	oldest := ""
+	for s := range lw.sources {
+		if s.version == "" {
+			continue
+		}
+		listed = append(listed, s)
+		if oldest == "" || newerVersion(oldest, s.version) {
+			oldest = s.version
+		}
+		for _, ns := range s.namespaces {
+			through[ns] = s.delivered(ns)
+			namespaces = append(namespaces, ns)
+		}
+	}
+	// The merged source adopts only if a source it replaces did: an
+	// adopter's list carried every namespace no other source held, and
+	// without it a namespace adopted at its first event would miss its
+	// older objects.
+	adopts := false
+	for _, s := range listed {
+		adopts = adopts || s.adopts && lw.everywhere
+	}
+	reshape := false
+	for _, s := range listed {
+		reshape = reshape || s.adopts != adopts
+	}
+	if len(listed) == 0 || len(listed) == 1 && !reshape {
+		return
+	}
+	for _, s := range listed {
+		delete(lw.sources, s)
+		if lw.stream != nil {
+			lw.stream.stop(s)
+		}
+	}
+	sort.Strings(namespaces)
+	merged := &source{namespaces: namespaces, version: oldest, floors: map[string]string{}, wide: true, adopts: adopts}
+	for _, ns := range namespaces {
+		if newerVersion(through[ns], merged.version) {
+			merged.floors[ns] = through[ns]
+		}
+	}
+	merged.advance(merged.version)
+	lw.sources[merged] = struct{}{}
+	if lw.stream != nil {
+		lw.stream.start(merged)
+	}
+	lw.countSources()
+}
+
+// source is one request's worth of namespaces and its resume version
+// ("": list first).
+type source struct {
+	namespaces []string // sorted
+	version    string
+	// wide: requests every namespace (no selector); the client keeps
+	// only namespaces.
+	wide bool
+	// adopts: wide while every namespace is held (holdEverywhere): it
+	// also takes every namespace no other source holds, at its first
+	// object, listed or watched. Its list and watch carry every
+	// namespace from its version on, so a namespace created later needs
+	// no request of its own, and its objects reach the informer as soon
+	// as a cluster-wide informer's would: held namespaces joined by a
+	// list after the Namespaces informer saw them, and a singleton read
+	// a new namespace's first objects late (resourcequota counted the
+	// PVCs created with their quota as none, and its monitors, which
+	// have no add handler, never counted again until the full resync).
+	adopts bool
+	// floors: per namespace, the version through which the sources this
+	// one merged had delivered its events (a merged source resumes from
+	// the oldest of theirs and drops what they delivered); nil once its
+	// own version has passed them all.
+	floors map[string]string
+	// joining (the trunk): namespaces being loaded, each with the feeder
+	// that lists it and the trunk's events of it held back until the
+	// feeder's list is handed over.
+	joining map[string]*joining
+	// feeds (a feeder): the trunk its namespaces join. A feeder lists
+	// and never watches.
+	feeds *source
+}
+
+// joining is a namespace on its way into the trunk.
+type joining struct {
+	feeder *source
+	held   []watch.Event
+}
+
+// join marks namespaces as joining s through feeder: s holds back their
+// events from now on. Called with mu held.
+func (s *source) join(namespaces []string, feeder *source) {
+	if s.joining == nil {
+		s.joining = map[string]*joining{}
+	}
+	for _, ns := range namespaces {
+		s.insert(ns)
+		s.joining[ns] = &joining{feeder: feeder}
+	}
+}
+
+// remove takes ns out of the source's namespaces.
+func (s *source) remove(ns string) {
+	i := sort.SearchStrings(s.namespaces, ns)
+	if i < len(s.namespaces) && s.namespaces[i] == ns {
+		s.namespaces = slices.Delete(s.namespaces, i, i+1)
+	}
+	delete(s.joining, ns)
+}
+
+// delivered is the version through which ns's events have been handed
+// over.
+func (s *source) delivered(ns string) string {
+	if floor, ok := s.floors[ns]; ok && newerVersion(floor, s.version) {
+		return floor
+	}
+	return s.version
+}
+
+// advance records that the source has delivered through version.
+func (s *source) advance(version string) {
+	s.version = version
+	for _, floor := range s.floors {
+		if newerVersion(floor, version) {
+			return
+		}
+	}
+	s.floors = nil
+}
+
+// insert adds ns to the source's namespaces.
+func (s *source) insert(ns string) {
+	i := sort.SearchStrings(s.namespaces, ns)
+	if i < len(s.namespaces) && s.namespaces[i] == ns {
+		return
+	}
+	s.namespaces = slices.Insert(s.namespaces, i, ns)
+}
+
+func (s *source) has(ns string) bool {
+	i := sort.SearchStrings(s.namespaces, ns)
+	return i < len(s.namespaces) && s.namespaces[i] == ns
+}

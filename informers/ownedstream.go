@@ -1,0 +1,490 @@
+package informers
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/klog/v2"
+)
+
+// The stream an ownedListWatch hands its informer: one producer per
+// source, the trunk's events kept or held back, a feeder's list handed
+// over, and the bookmark that keeps the store's version from going back.
+
+// WatchWithContext opens the one stream: every source resumes from its
+// own version (the reflector's is ignored: events of different sources
+// arrive out of order) and keeps going until the reflector stops the
+// stream.
+func (lw *ownedListWatch) WatchWithContext(ctx context.Context, options metav1.ListOptions) (watch.Interface, error) {
+	t, err := lw.target()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	s := &ownedStream{lw: lw, target: t, ctx: ctx, cancel: cancel, out: make(chan watch.Event), timeout: options.TimeoutSeconds, producers: map[*source]context.CancelFunc{}}
+	lw.sendMu.Lock()
+	lw.mu.Lock()
+	if lw.stream != nil {
+		lw.stream.Stop()
+	}
+	lw.stream = s
+	purge := lw.purge
+	lw.purge = nil
+	lw.mu.Unlock()
+	go func() {
+		defer lw.sendMu.Unlock()
+		lw.sendPurge(s, purge)
+		lw.mu.Lock()
+		defer lw.mu.Unlock()
+		if lw.stream != s {
+			return
+		}
+		for src := range lw.sources {
+			s.start(src)
+		}
+	}()
+	go func() {
+		<-ctx.Done()
+		lw.mu.Lock()
+		if lw.stream == s {
+			lw.stream = nil
+		}
+		lw.mu.Unlock()
+		s.wg.Wait()
+		close(s.out)
+	}()
+	return s, nil
+}
+
+// ownedStream is one stream of an ownedListWatch: a producer per source.
+type ownedStream struct {
+	lw      *ownedListWatch
+	target  *listWatchTarget
+	ctx     context.Context
+	cancel  context.CancelFunc
+	out     chan watch.Event
+	timeout *int64
+	wg      sync.WaitGroup
+
+	// producers, guarded by lw.mu.
+	producers map[*source]context.CancelFunc
+}
+
+func (s *ownedStream) Stop()                          { s.cancel() }
+func (s *ownedStream) ResultChan() <-chan watch.Event { return s.out }
+
+// start runs src's producer. Called with lw.mu held.
+func (s *ownedStream) start(src *source) {
+	if s.ctx.Err() != nil {
+		return
+	}
+	if _, ok := s.producers[src]; ok {
+		return
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	s.producers[src] = cancel
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.produce(ctx, src)
+	}()
+}
+
+// stop ends src's producer; whatever it sends from now on is dropped,
+// since src is no longer a source. Called with lw.mu held.
+func (s *ownedStream) stop(src *source) {
+	if cancel, ok := s.producers[src]; ok {
+		cancel()
+		delete(s.producers, src)
+	}
+}
+
+// send hands e to the reflector (false: the stream ended first). Called
+// with lw.sendMu held.
+func (s *ownedStream) send(e watch.Event) bool {
+	select {
+	case s.out <- e:
+		if m, err := meta.Accessor(e.Object); err == nil {
+			s.lw.stored = m.GetResourceVersion()
+			if newerVersion(s.lw.stored, s.lw.highest) {
+				s.lw.highest = s.lw.stored
+			}
+		}
+		return true
+	case <-s.ctx.Done():
+		return false
+	}
+}
+
+// emit sends events of src, if src is still a source, each if its
+// namespace is loaded, and records them in the ledger; then src resumes
+// from version ("": unchanged). The events of a namespace joining src are
+// held back for its feeder (feed). listed, for the events of src's list,
+// names the namespaces it covered: deletions of the objects they no
+// longer have are computed here, against the ledger, and namespaces
+// joining src that the list did not cover get a feeder.
+func (s *ownedStream) emit(ctx context.Context, src *source, events []watch.Event, version string, listed map[string]string) bool {
+	lw := s.lw
+	relist := listed != nil
+	lw.sendMu.Lock()
+	defer lw.sendMu.Unlock()
+	lw.mu.Lock()
+	if _, current := lw.sources[src]; !current || ctx.Err() != nil {
+		lw.mu.Unlock()
+		return false
+	}
+	var covered []string
+	if relist {
+		for ns := range listed {
+			if ns != "" && src.has(ns) {
+				covered = append(covered, ns)
+			}
+		}
+		sort.Strings(covered)
+		events = append(events, lw.deletionsAbsent(covered, events)...)
+		// The list carries them from its version on, as the trunk's
+		// watch will.
+		for _, ns := range covered {
+			delete(src.joining, ns)
+		}
+	}
+	lw.mu.Unlock()
+	var added []runtime.Object
+	for _, e := range events {
+		m, err := meta.Accessor(e.Object)
+		if err != nil {
+			continue
+		}
+		ns := m.GetNamespace()
+		lw.mu.Lock()
+		loaded := lw.adopt(src, ns)
+		j, joining := src.joining[ns]
+		if joining && loaded && !relist {
+			j.held = append(j.held, e)
+		}
+		lw.mu.Unlock()
+		if !loaded || !src.has(ns) || joining {
+			continue
+		}
+		if !relist {
+			if floor, ok := src.floors[ns]; ok && !newerVersion(m.GetResourceVersion(), floor) {
+				continue
+			}
+		}
+		if !s.send(e) {
+			return false
+		}
+		lw.recordSent(e, ns, m.GetName())
+		if relist && e.Type == watch.Added {
+			added = append(added, e.Object)
+		}
+	}
+	lw.mu.Lock()
+	if relist {
+		src.floors = nil
+	}
+	if version != "" {
+		src.advance(version)
+	}
+	if relist {
+		lw.noteListed(covered, added)
+		lw.feedUncovered(s, src)
+		lw.scheduleCompact()
+	}
+	lw.mu.Unlock()
+	if version != "" && newerVersion(version, lw.highest) {
+		lw.highest = version
+	}
+	return s.bookmark()
+}
+
+// deletionsAbsent are deletions of the objects the informer holds in
+// namespaces that a list (events) no longer has. Called with mu held.
+func (lw *ownedListWatch) deletionsAbsent(namespaces []string, events []watch.Event) []watch.Event {
+	present := map[string]bool{}
+	for _, e := range events {
+		if m, err := meta.Accessor(e.Object); err == nil {
+			present[m.GetNamespace()+"/"+m.GetName()] = true
+		}
+	}
+	indexer := lw.indexer()
+	var deletions []watch.Event
+	for _, ns := range namespaces {
+		for name := range lw.ledger[ns] {
+			if present[ns+"/"+name] {
+				continue
+			}
+			obj, exists, err := indexer.GetByKey(ns + "/" + name)
+			if err != nil || !exists {
+				obj = lw.placeholder(ns, name)
+			}
+			if obj != nil {
+				deletions = append(deletions, watch.Event{Type: watch.Deleted, Object: obj.(runtime.Object)})
+			}
+		}
+	}
+	return deletions
+}
+
+// recordSent records a sent event in the ledger.
+func (lw *ownedListWatch) recordSent(e watch.Event, ns, name string) {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	if e.Type == watch.Deleted {
+		delete(lw.ledger[ns], name)
+	} else {
+		record(lw.ledger, ns, name)
+	}
+}
+
+// feedUncovered gives a feeder to the namespaces joining the trunk that
+// no feeder lists (they joined while the trunk's own list was on its
+// way, and it did not cover them). Called with mu held.
+func (lw *ownedListWatch) feedUncovered(s *ownedStream, trunk *source) {
+	if trunk.feeds != nil {
+		return
+	}
+	var namespaces []string
+	for ns, j := range trunk.joining {
+		if j.feeder == nil {
+			namespaces = append(namespaces, ns)
+		}
+	}
+	if len(namespaces) == 0 {
+		return
+	}
+	sort.Strings(namespaces)
+	f := &source{namespaces: namespaces, feeds: trunk}
+	trunk.join(namespaces, f)
+	lw.sources[f] = struct{}{}
+	s.start(f)
+	lw.countSources()
+}
+
+// feed hands over feeder f's list: for every namespace still joining the
+// trunk through f, its objects and the deletions of what the informer
+// holds of it and the list lacks, then the trunk's events of it held back
+// and newer than the list; from then on the trunk carries it. f is then
+// no longer a source. The trunk's events are held from before f's list
+// was asked for, so together they miss nothing.
+func (s *ownedStream) feed(ctx context.Context, f *source, items []runtime.Object, versions map[string]string) {
+	lw := s.lw
+	lw.sendMu.Lock()
+	defer lw.sendMu.Unlock()
+	lw.mu.Lock()
+	stopped := ctx.Err() != nil
+	_, current := lw.sources[f]
+	delete(lw.sources, f)
+	s.stop(f)
+	trunk := f.feeds
+	_, trunkCurrent := lw.sources[trunk]
+	if !current || !trunkCurrent || stopped {
+		lw.countSources()
+		lw.mu.Unlock()
+		return
+	}
+	var namespaces []string
+	held := map[string][]watch.Event{}
+	for ns := range versions {
+		if j := trunk.joining[ns]; j != nil && j.feeder == f {
+			namespaces = append(namespaces, ns)
+			held[ns] = j.held
+			delete(trunk.joining, ns)
+		}
+	}
+	sort.Strings(namespaces)
+	take := map[string]bool{}
+	for _, ns := range namespaces {
+		take[ns] = true
+	}
+	var events []watch.Event
+	for _, item := range items {
+		if m, err := meta.Accessor(item); err == nil && take[m.GetNamespace()] {
+			events = append(events, watch.Event{Type: watch.Added, Object: item})
+		}
+	}
+	events = append(events, lw.deletionsAbsent(namespaces, events)...)
+	listedCount := len(events)
+	for _, ns := range namespaces {
+		for _, e := range held[ns] {
+			if m, err := meta.Accessor(e.Object); err == nil && newerVersion(m.GetResourceVersion(), versions[ns]) {
+				events = append(events, e)
+			}
+		}
+	}
+	lw.countSources()
+	lw.mu.Unlock()
+	var added []runtime.Object
+	for i, e := range events {
+		m, err := meta.Accessor(e.Object)
+		if err != nil {
+			continue
+		}
+		if !s.send(e) {
+			return
+		}
+		lw.recordSent(e, m.GetNamespace(), m.GetName())
+		if i < listedCount && e.Type == watch.Added {
+			added = append(added, e.Object)
+		}
+	}
+	lw.mu.Lock()
+	lw.noteListed(namespaces, added)
+	lw.mu.Unlock()
+	for _, ns := range namespaces {
+		if newerVersion(versions[ns], lw.highest) {
+			lw.highest = versions[ns]
+		}
+	}
+	s.bookmark()
+}
+
+// bookmark brings the store's version up to the newest any source has
+// delivered, if what was sent last left it behind. Called with lw.sendMu
+// held.
+//
+// The store reports the version of the last event it applied as the
+// version it has read through (LastStoreSyncResourceVersion), and the
+// read-after-write checks of the job, replicaset, daemonset and
+// statefulset controllers (pkg/controller/util/consistency) wait until it
+// reaches the version of their last write. One watch delivers events in
+// version order, so there the store's version only grows. Here a source's
+// list hands over objects at their own, older versions, and so do the
+// deletions of an unloaded partition: without the bookmark the store's
+// version went back and stayed there while nothing else changed, and a
+// Job whose Pod had succeeded was never synced again. The version is
+// the newest delivered, not the lowest every source has reached: a quiet
+// source reaches the present only with the apiserver's bookmark, about
+// once a minute, and every check would wait for it. So a check can pass
+// while its write's event, in another source, is still on its way: a
+// stale read, as without the checks, which the controllers' expectations
+// cover.
+func (s *ownedStream) bookmark() bool {
+	lw := s.lw
+	if lw.highest == "" || !newerVersion(lw.highest, lw.stored) {
+		return true
+	}
+	obj := lw.bookmarkObject(lw.highest)
+	if obj == nil {
+		return true
+	}
+	return s.send(watch.Event{Type: watch.Bookmark, Object: obj})
+}
+
+// produce lists src when it has no version, then watches it until ctx
+// ends, resuming after every close and backing off after failures.
+func (s *ownedStream) produce(ctx context.Context, src *source) {
+	lw := s.lw
+	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 7, Cap: 30 * time.Second}
+	pause := func() bool {
+		select {
+		case <-time.After(backoff.Step()):
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	logger := klog.FromContext(s.ctx).WithValues("resource", s.target.resource, "namespaces", len(src.namespaces))
+	for ctx.Err() == nil {
+		lw.mu.Lock()
+		version := src.version
+		lw.mu.Unlock()
+		if version == "" {
+			items, versions, err := lw.listSource(ctx, s.target, src)
+			if err != nil {
+				if ctx.Err() == nil {
+					logger.Error(err, "Listing a source of the owned cache; retrying")
+					pause()
+				}
+				continue
+			}
+			if src.feeds != nil {
+				s.feed(ctx, src, items, versions)
+				return
+			}
+			events := make([]watch.Event, 0, len(items))
+			for _, item := range items {
+				events = append(events, watch.Event{Type: watch.Added, Object: item})
+			}
+			if !s.emit(ctx, src, events, versions[""], versions) {
+				return
+			}
+			version = versions[""]
+		}
+		options := metav1.ListOptions{ResourceVersion: version, Watch: true, AllowWatchBookmarks: true, TimeoutSeconds: s.timeout, FieldSelector: s.target.fieldSelector}
+		request := s.target.client.Get().Resource(s.target.resource)
+		switch {
+		case src.wide:
+		case lw.sharded:
+			options.ShardSelector = namespaceSelector(src.namespaces)
+		default:
+			request = request.Namespace(src.namespaces[0])
+		}
+		w, err := request.VersionedParams(&options, scheme.ParameterCodec).Watch(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+				s.relist(src)
+				continue
+			}
+			logger.V(2).Info("Watching a source of the owned cache failed; retrying", "err", err)
+			pause()
+			continue
+		}
+		if expired := s.follow(ctx, src, w); expired {
+			s.relist(src)
+		}
+	}
+}
+
+// relist makes src list its namespaces again on its next round.
+func (s *ownedStream) relist(src *source) {
+	s.lw.mu.Lock()
+	src.version = ""
+	s.lw.mu.Unlock()
+	sourceRelists.WithLabelValues(s.target.resource).Inc()
+}
+
+// follow passes w's events on until w ends; true if the server said src's
+// version has expired.
+func (s *ownedStream) follow(ctx context.Context, src *source, w watch.Interface) (expired bool) {
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case e, ok := <-w.ResultChan():
+			if !ok {
+				return false
+			}
+			switch e.Type {
+			case watch.Error:
+				err := apierrors.FromObject(e.Object)
+				return apierrors.IsResourceExpired(err) || apierrors.IsGone(err)
+			case watch.Bookmark:
+				if m, err := meta.Accessor(e.Object); err == nil {
+					s.emit(ctx, src, nil, m.GetResourceVersion(), nil)
+				}
+			default:
+				m, err := meta.Accessor(e.Object)
+				if err != nil {
+					continue
+				}
+				if !s.emit(ctx, src, []watch.Event{e}, m.GetResourceVersion(), nil) {
+					return false
+				}
+			}
+		}
+	}
+}
