@@ -217,11 +217,7 @@ func (m *Manager) step(leaving bool) {
 	}
 	m.local.Leaving = leaving
 	m.local.Confirmed = m.member.Confirmed()
-	memberPeers := m.member.Peers()
-	peers := make([]Peer, len(memberPeers))
-	for i, p := range memberPeers {
-		peers[i] = Peer{Name: p.Name, State: p.State, Participant: p.Participant}
-	}
+	peers := m.member.Peers()
 	m.local.HoldStarts = false
 	if len(m.local.Status) == 0 && time.Since(m.joinedAt) < startHold {
 		for _, p := range peers {

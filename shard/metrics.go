@@ -6,6 +6,8 @@ import (
 
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
+
+	"github.com/fleet-controller-manager/fleet-controller-manager/membership"
 )
 
 // Metrics of the Manager, registered with the registry KCM's /metrics
@@ -111,7 +113,7 @@ type pieceClock struct {
 	intended      map[Piece]time.Time
 }
 
-func (c *pieceClock) observe(now time.Time, peers []Peer) {
+func (c *pieceClock) observe(now time.Time, peers []membership.Peer) {
 	if c.seenElsewhere == nil {
 		c.seenElsewhere, c.intended = map[Piece]time.Time{}, map[Piece]time.Time{}
 	}
@@ -138,7 +140,7 @@ func (c *pieceClock) started(now time.Time, p Piece) {
 func (c *pieceClock) dropped(p Piece) { delete(c.intended, p) }
 
 // record publishes the gauges of one step.
-func (g *stepGauges) record(plan Plan, running map[Piece]PieceStatus, peers []Peer, rings *RingCache, ring RingConfig, pieces []Piece) {
+func (g *stepGauges) record(plan Plan, running map[Piece]PieceStatus, peers []membership.Peer, rings *RingCache, ring RingConfig, pieces []Piece) {
 	listed := map[Piece]bool{}
 	for p := range running {
 		listed[p] = true

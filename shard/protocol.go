@@ -6,18 +6,6 @@ import (
 	"github.com/fleet-controller-manager/fleet-controller-manager/membership"
 )
 
-// Peer is what one member knows of another, from the other's Lease.
-type Peer struct {
-	Name  string
-	State membership.State
-	// Participant is true for a live member that is not leaving: it is in
-	// the view and must acknowledge it (and, unless it is joining, it is in
-	// the ring). A peer that is not a participant is a ghost (a Lease
-	// deleted while it listed pieces, until it would have expired): not in
-	// the view, but nothing it lists may start.
-	Participant bool
-}
-
 // PieceStatus is where a piece is in its local lifecycle.
 type PieceStatus int
 
@@ -90,7 +78,7 @@ type Plan struct {
 //
 // The rules, and why they keep any piece from running on two members at
 // once, are in doc.go.
-func Decide(local Local, peers []Peer, rings *RingCache) Plan {
+func Decide(local Local, peers []membership.Peer, rings *RingCache) Plan {
 	participants := []string{local.Self}
 	var members []string
 	if !local.Joining {

@@ -346,8 +346,8 @@ func (n *simNode) observe(name string, rec *simLeaseRecord, lastState membership
 	n.step()
 }
 
-func (n *simNode) peers() []Peer {
-	var out []Peer
+func (n *simNode) peers() []membership.Peer {
+	var out []membership.Peer
 	names := make([]string, 0, len(n.obs))
 	for name := range n.obs {
 		names = append(names, name)
@@ -361,19 +361,19 @@ func (n *simNode) peers() []Peer {
 			// As membership.Member.Peers: only a graceful leave is gone at
 			// once; a Lease deleted by hand counts for a lease duration.
 			if !o.state.Leaving && age <= simLease {
-				out = append(out, Peer{Name: name, State: o.state, Participant: true})
+				out = append(out, membership.Peer{Name: name, State: o.state, Participant: true})
 			}
 		case o.expired:
 		case age > simLease:
 			// Expiry is confirmed by a fresh read before it counts.
-			out = append(out, Peer{Name: name, State: o.state, Participant: !o.state.Leaving})
+			out = append(out, membership.Peer{Name: name, State: o.state, Participant: !o.state.Leaving})
 			if !o.checking {
 				o.checking = true
 				rv := o.rv
 				n.s.at(n.s.latency(), n, func() { n.confirmExpiry(name, rv) })
 			}
 		default:
-			out = append(out, Peer{Name: name, State: o.state, Participant: !o.state.Leaving})
+			out = append(out, membership.Peer{Name: name, State: o.state, Participant: !o.state.Leaving})
 		}
 	}
 	return out

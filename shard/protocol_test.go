@@ -21,12 +21,12 @@ func TestDecide(t *testing.T) {
 		}
 	}
 	ackA := map[string]membership.Ack{"a": {Incarnation: "ia", Epoch: 3}}
-	peerB := func(view string, acks map[string]membership.Ack, running ...Piece) Peer {
+	peerB := func(view string, acks map[string]membership.Ack, running ...Piece) membership.Peer {
 		st := membership.State{Incarnation: "ib", Epoch: 5, View: view, Acks: acks}
 		for _, p := range running {
 			st.Running = append(st.Running, string(p))
 		}
-		return Peer{Name: "b", State: st, Participant: true}
+		return membership.Peer{Name: "b", State: st, Participant: true}
 	}
 	local := func(mut func(*Local)) Local {
 		l := Local{Self: "a", Incarnation: "ia", Ring: cfg, Pieces: pieces, Authority: true, View: view2, Epoch: 3, Status: map[Piece]PieceStatus{}}
@@ -46,50 +46,50 @@ func TestDecide(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		local Local
-		peers []Peer
+		peers []membership.Peer
 		check func(t *testing.T, plan Plan)
 	}{
-		{"joining owns nothing", local(func(l *Local) { l.Joining = true }), []Peer{peerB(view2, ackA)}, func(t *testing.T, plan Plan) {
+		{"joining owns nothing", local(func(l *Local) { l.Joining = true }), []membership.Peer{peerB(view2, ackA)}, func(t *testing.T, plan Plan) {
 			if len(plan.Owned) != 0 || len(plan.Intend) != 0 {
 				t.Fatalf("joining member owns %v, intends %v", plan.Owned, plan.Intend)
 			}
 		}},
-		{"no authority stops everything", local(func(l *Local) { l.Authority = false; l.Status[aPiece] = Running }), []Peer{peerB(view2, ackA)}, func(t *testing.T, plan Plan) {
+		{"no authority stops everything", local(func(l *Local) { l.Authority = false; l.Status[aPiece] = Running }), []membership.Peer{peerB(view2, ackA)}, func(t *testing.T, plan Plan) {
 			if !has(plan.Stop, aPiece) {
 				t.Fatalf("want %s stopped, plan %+v", aPiece, plan)
 			}
 		}},
-		{"new view waits for lost pieces to stop", local(func(l *Local) { l.View = "old"; l.Status[bPiece] = Stopping }), []Peer{peerB(view2, ackA)}, func(t *testing.T, plan Plan) {
+		{"new view waits for lost pieces to stop", local(func(l *Local) { l.View = "old"; l.Status[bPiece] = Stopping }), []membership.Peer{peerB(view2, ackA)}, func(t *testing.T, plan Plan) {
 			if plan.ApplyView {
 				t.Fatal("applied a view while a lost piece is still stopping")
 			}
 		}},
-		{"new view applied once nothing lost runs", local(func(l *Local) { l.View = "old" }), []Peer{peerB(view2, ackA)}, func(t *testing.T, plan Plan) {
+		{"new view applied once nothing lost runs", local(func(l *Local) { l.View = "old" }), []membership.Peer{peerB(view2, ackA)}, func(t *testing.T, plan Plan) {
 			if !plan.ApplyView || len(plan.Intend) != 0 {
 				t.Fatalf("want the view applied and nothing intended yet: %+v", plan)
 			}
 		}},
-		{"intends when the peer acknowledged", local(nil), []Peer{peerB(view2, ackA)}, func(t *testing.T, plan Plan) {
+		{"intends when the peer acknowledged", local(nil), []membership.Peer{peerB(view2, ackA)}, func(t *testing.T, plan Plan) {
 			if !has(plan.Intend, aPiece) || has(plan.Intend, bPiece) {
 				t.Fatalf("want %s intended and not %s: %+v", aPiece, bPiece, plan.Intend)
 			}
 		}},
-		{"waits for the peer's acknowledgement", local(nil), []Peer{peerB(view2, map[string]membership.Ack{"a": {Incarnation: "ia", Epoch: 2}})}, func(t *testing.T, plan Plan) {
+		{"waits for the peer's acknowledgement", local(nil), []membership.Peer{peerB(view2, map[string]membership.Ack{"a": {Incarnation: "ia", Epoch: 2}})}, func(t *testing.T, plan Plan) {
 			if len(plan.Intend) != 0 {
 				t.Fatalf("intended %v before the peer acknowledged epoch 3", plan.Intend)
 			}
 		}},
-		{"waits for the peer's view", local(nil), []Peer{peerB("other", ackA)}, func(t *testing.T, plan Plan) {
+		{"waits for the peer's view", local(nil), []membership.Peer{peerB("other", ackA)}, func(t *testing.T, plan Plan) {
 			if len(plan.Intend) != 0 {
 				t.Fatalf("intended %v while the peer has another view", plan.Intend)
 			}
 		}},
-		{"a piece the peer lists does not start", local(func(l *Local) { l.Status[aPiece] = Intended }), []Peer{peerB(view2, ackA, aPiece)}, func(t *testing.T, plan Plan) {
+		{"a piece the peer lists does not start", local(func(l *Local) { l.Status[aPiece] = Intended }), []membership.Peer{peerB(view2, ackA, aPiece)}, func(t *testing.T, plan Plan) {
 			if has(plan.Start, aPiece) || has(plan.Intend, aPiece) || !has(plan.Drop, aPiece) {
 				t.Fatalf("want %s dropped, not started: %+v", aPiece, plan)
 			}
 		}},
-		{"a ghost's piece does not start", local(nil), []Peer{peerB(view2, ackA), {Name: "c", State: membership.State{Incarnation: "ic", Running: []string{string(aPiece)}}}}, func(t *testing.T, plan Plan) {
+		{"a ghost's piece does not start", local(nil), []membership.Peer{peerB(view2, ackA), {Name: "c", State: membership.State{Incarnation: "ic", Running: []string{string(aPiece)}}}}, func(t *testing.T, plan Plan) {
 			if has(plan.Intend, aPiece) {
 				t.Fatalf("intended %s that a ghost lists", aPiece)
 			}
@@ -97,7 +97,7 @@ func TestDecide(t *testing.T) {
 		{"confirmed intent starts", local(func(l *Local) {
 			l.Status[aPiece] = Intended
 			l.Confirmed = membership.State{Incarnation: "ia", Epoch: 3, View: view2, Running: []string{string(aPiece)}}
-		}), []Peer{peerB(view2, ackA)}, func(t *testing.T, plan Plan) {
+		}), []membership.Peer{peerB(view2, ackA)}, func(t *testing.T, plan Plan) {
 			if !has(plan.Start, aPiece) {
 				t.Fatalf("want %s started: %+v", aPiece, plan)
 			}
@@ -105,7 +105,7 @@ func TestDecide(t *testing.T) {
 		{"unconfirmed intent waits", local(func(l *Local) {
 			l.Status[aPiece] = Intended
 			l.Confirmed = membership.State{Incarnation: "ia", Epoch: 3, View: view2}
-		}), []Peer{peerB(view2, ackA)}, func(t *testing.T, plan Plan) {
+		}), []membership.Peer{peerB(view2, ackA)}, func(t *testing.T, plan Plan) {
 			if has(plan.Start, aPiece) {
 				t.Fatalf("started %s before its intent was confirmed", aPiece)
 			}
