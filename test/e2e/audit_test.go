@@ -16,8 +16,8 @@ type auditEvent struct {
 	Stage      string `json:"stage"`
 	RequestURI string `json:"requestURI"`
 	Verb       string `json:"verb"`
-	UserAgent string `json:"userAgent"`
-	User      struct {
+	UserAgent  string `json:"userAgent"`
+	User       struct {
 		Username string `json:"username"`
 	} `json:"user"`
 	ObjectRef *struct {

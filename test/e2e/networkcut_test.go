@@ -29,7 +29,7 @@ import (
 // replicas at once (the pieces' own records).
 func TestNetworkCutReplica(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []faultproxy.Mode{faultproxy.Blackhole} {
+	for _, mode := range []faultproxy.Fault{faultproxy.Blackhole} {
 		t.Run(mode.String(), func(t *testing.T) {
 			inLane(t, laneHeavy)
 			f := newFleet(t)
@@ -109,7 +109,7 @@ func proxyFor(t *testing.T, f *fleet, member string) *faultproxy.Proxy {
 // would not.
 func TestNetworkCutWithControllers(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []faultproxy.Mode{faultproxy.Cut, faultproxy.Blackhole} {
+	for _, mode := range []faultproxy.Fault{faultproxy.Cut, faultproxy.Blackhole} {
 		t.Run(mode.String(), func(t *testing.T) {
 			inLane(t, laneHeavy)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)

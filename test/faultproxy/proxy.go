@@ -18,12 +18,13 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// Mode is what the proxy does with traffic.
-type Mode int
+// Fault is what the proxy does with traffic: pass it, or one of the
+// faults it injects.
+type Fault int
 
 const (
 	// Pass forwards traffic, with the configured latency and bandwidth.
-	Pass Mode = iota
+	Pass Fault = iota
 	// Cut resets every open connection and every new one.
 	Cut
 	// Blackhole keeps connections open and accepts new ones but forwards
@@ -31,7 +32,7 @@ const (
 	Blackhole
 )
 
-func (m Mode) String() string {
+func (m Fault) String() string {
 	switch m {
 	case Pass:
 		return "pass"
@@ -40,7 +41,7 @@ func (m Mode) String() string {
 	case Blackhole:
 		return "blackhole"
 	}
-	return fmt.Sprintf("Mode(%d)", int(m))
+	return fmt.Sprintf("Fault(%d)", int(m))
 }
 
 // Proxy forwards connections from its loopback address to a target.
@@ -49,7 +50,7 @@ type Proxy struct {
 	target   string
 
 	mu      sync.Mutex
-	mode    Mode
+	mode    Fault
 	latency time.Duration
 	jitter  time.Duration
 	// bytesPerSecond limits each direction of each connection; 0: none.
@@ -79,7 +80,7 @@ func Start(target string) (*Proxy, error) {
 func (p *Proxy) Addr() string { return p.listener.Addr().String() }
 
 // Set changes the mode; Cut resets the connections open now.
-func (p *Proxy) Set(m Mode) {
+func (p *Proxy) Set(m Fault) {
 	p.mu.Lock()
 	p.mode = m
 	var reset []*pair
@@ -135,7 +136,7 @@ func (p *Proxy) notifyLocked() {
 
 type settings struct {
 	closed         bool
-	mode           Mode
+	mode           Fault
 	latency        time.Duration
 	jitter         time.Duration
 	bytesPerSecond int

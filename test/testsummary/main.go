@@ -33,7 +33,8 @@ type event struct {
 	Output  string
 }
 
-type result struct {
+// outcome is how one test or package ended, and how long it took.
+type outcome struct {
 	name    string
 	elapsed time.Duration // less the lane wait
 	wait    time.Duration // for a lane
@@ -59,7 +60,7 @@ func main() {
 
 // summarize copies the output of in to out and collects the top-level
 // tests' and the packages' results.
-func summarize(in io.Reader, out io.Writer) (tests, packages []result, failed bool, err error) {
+func summarize(in io.Reader, out io.Writer) (tests, packages []outcome, failed bool, err error) {
 	waits := map[string]time.Duration{}
 	// Top-level tests whose subtests took lanes: their own time is their
 	// subtests' waits and runs, listed apart.
@@ -96,17 +97,17 @@ func summarize(in io.Reader, out io.Writer) (tests, packages []result, failed bo
 			wait, inLane := waits[name]
 			switch {
 			case e.Test == "":
-				packages = append(packages, result{name: e.Package, elapsed: d, action: e.Action})
+				packages = append(packages, outcome{name: e.Package, elapsed: d, action: e.Action})
 			case lanedParents[name]:
 			case !strings.Contains(e.Test, "/") || inLane:
-				tests = append(tests, result{name: name, elapsed: d - wait, wait: wait, action: e.Action})
+				tests = append(tests, outcome{name: name, elapsed: d - wait, wait: wait, action: e.Action})
 			}
 		}
 	}
 	return tests, packages, failed, sc.Err()
 }
 
-func report(out io.Writer, tests, packages []result, slowest int) {
+func report(out io.Writer, tests, packages []outcome, slowest int) {
 	sort.SliceStable(tests, func(i, j int) bool { return tests[i].elapsed > tests[j].elapsed })
 	sort.SliceStable(packages, func(i, j int) bool { return packages[i].elapsed > packages[j].elapsed })
 	fmt.Fprintf(out, "\n=== slowest tests\n")
