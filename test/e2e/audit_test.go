@@ -78,8 +78,11 @@ type cacheRequests struct {
 	// watches among them that named namespaces (a shard selector or a
 	// namespace's path).
 	lists, watches, scoped map[string]int
-	// listURIs: the lists' request URIs.
-	listURIs []string
+	// listed: the lists, in order.
+	listed []auditedList
+	// watchEnded: per resource, when each of its watches ended (refused
+	// at once, or closed after it streamed), whenever made.
+	watchEnded map[string][]time.Time
 	// open: watches open when the log was read (whenever made).
 	open map[string]int
 }
@@ -88,7 +91,7 @@ type cacheRequests struct {
 // user agent is fleet-controller-manager/<replica>/owned-cache.
 func ownedCacheRequests(t *testing.T, auditLog, replica string, since time.Time) cacheRequests {
 	t.Helper()
-	r := cacheRequests{lists: map[string]int{}, watches: map[string]int{}, scoped: map[string]int{}, open: map[string]int{}}
+	r := cacheRequests{lists: map[string]int{}, watches: map[string]int{}, scoped: map[string]int{}, open: map[string]int{}, watchEnded: map[string][]time.Time{}}
 	agent := "fleet-controller-manager/" + replica + "/owned-cache"
 	readAudit(t, auditLog, func(e auditEvent) {
 		if e.ObjectRef == nil || !strings.HasPrefix(e.UserAgent, agent) {
@@ -105,14 +108,35 @@ func ownedCacheRequests(t *testing.T, auditLog, replica string, since time.Time)
 			if strings.Contains(e.RequestURI, "shardSelector=") || strings.Contains(e.RequestURI, "/namespaces/") {
 				r.scoped[resource]++
 			}
-		case e.Verb == "watch" && e.Stage == "ResponseComplete" && (e.ResponseStatus == nil || e.ResponseStatus.Code == 200):
+		case e.Verb == "watch" && e.Stage == "ResponseComplete":
+			r.watchEnded[resource] = append(r.watchEnded[resource], e.StageTimestamp)
 			// A watch refused before it streamed completes without
 			// having started.
-			r.open[resource]--
+			if e.ResponseStatus == nil || e.ResponseStatus.Code == 200 {
+				r.open[resource]--
+			}
 		case e.Verb == "list" && e.Stage == "ResponseComplete" && !e.StageTimestamp.Before(since):
 			r.lists[resource]++
-			r.listURIs = append(r.listURIs, e.RequestURI)
+			r.listed = append(r.listed, auditedList{resource: resource, uri: e.RequestURI, at: e.RequestReceivedTimestamp})
 		}
 	})
 	return r
+}
+
+// auditedList is one list request.
+type auditedList struct {
+	resource, uri string
+	at            time.Time
+}
+
+// watchEndedBefore is when the last watch of resource ended within window
+// before at, if one did.
+func (r cacheRequests) watchEndedBefore(resource string, at time.Time, window time.Duration) (time.Time, bool) {
+	var last time.Time
+	for _, ended := range r.watchEnded[resource] {
+		if !ended.After(at) && at.Sub(ended) <= window && ended.After(last) {
+			last = ended
+		}
+	}
+	return last, !last.IsZero()
 }

@@ -118,6 +118,7 @@ func TestReplicaCachesOwnedNamespaces(t *testing.T) {
 			createDeployment(ctx, t, client, "late-arrival", "web", 2)
 			createUncachedObjects(ctx, t, client, "late-arrival")
 			waitTokenFilled(ctx, t, client, "late-arrival")
+			handled := time.Now() // its token Secret was cached and filled
 			if err := client.CoreV1().Namespaces().Delete(ctx, "team-00", metav1.DeleteOptions{}); err != nil {
 				t.Fatal(err)
 			}
@@ -128,13 +129,22 @@ func TestReplicaCachesOwnedNamespaces(t *testing.T) {
 			})
 			waitCachesExact(ctx, t, client, httpClient, ports, "after namespaces were created and deleted")
 			checkOneWatchPerKind(t, cluster.AuditLog, ports, "after namespaces were created and deleted")
-			// The namespace created was listed alone: nothing else was
-			// listed again.
+			// While the namespace created was handled, it was listed
+			// alone: nothing else was listed again, but for a watch that
+			// could not resume (its version gone from the watch cache:
+			// the kind is listed again, as by any informer) right after
+			// it ended.
 			for name := range ports {
-				for _, uri := range ownedCacheRequests(t, cluster.AuditLog, name, created).listURIs {
-					if !namesOnly(uri, "late-arrival") {
-						t.Errorf("%s's owned cache listed more than the namespace created: %s", name, uri)
+				requests := ownedCacheRequests(t, cluster.AuditLog, name, created)
+				for _, l := range requests.listed {
+					if namesOnly(l.uri, "late-arrival") || l.at.After(handled) {
+						continue
 					}
+					if ended, ok := requests.watchEndedBefore(l.resource, l.at, 10*time.Second); ok {
+						t.Logf("%s's owned cache listed %s again %v after its watch ended: %s", name, l.resource, l.at.Sub(ended).Round(time.Millisecond), l.uri)
+						continue
+					}
+					t.Errorf("%s's owned cache listed more than the namespace created, its watch of %s open: %s", name, l.resource, l.uri)
 				}
 			}
 
