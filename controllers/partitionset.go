@@ -3,7 +3,8 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -183,12 +184,7 @@ func (s *partitionSet) setWaiting(p int, waiting bool) {
 func (s *partitionSet) waitingPartitions() []int {
 	s.waitingMu.Lock()
 	defer s.waitingMu.Unlock()
-	out := make([]int, 0, len(s.waiting))
-	for p := range s.waiting {
-		out = append(out, p)
-	}
-	sort.Ints(out)
-	return out
+	return slices.Sorted(maps.Keys(s.waiting))
 }
 
 // dropUnserved unloads p when a gain ended before it took lock, unless p

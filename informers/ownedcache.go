@@ -3,7 +3,9 @@ package informers
 import (
 	"context"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -359,12 +361,7 @@ func (o *OwnedCache) Unload(p int) {
 func (o *OwnedCache) Partitions() []int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	out := make([]int, 0, len(o.partitions))
-	for p := range o.partitions {
-		out = append(out, p)
-	}
-	sort.Ints(out)
-	return out
+	return slices.Sorted(maps.Keys(o.partitions))
 }
 
 // Sources counts each informer's requests, by resource (tests, debug).
