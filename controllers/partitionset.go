@@ -159,7 +159,7 @@ func (s *partitionSet) gain(ctx context.Context, p int) (gained bool, err error)
 	// but leaves a Warning Event KCM never writes (ReplicaSetCreateError
 	// on a Deployment, seen in the end-state comparison).
 	if !s.runtime.partitions.Open(ctx, p) {
-		return false, nil // stopped while gaining: lose follows
+		return false, nil // stopped while gaining: its load is undone (dropUnserved)
 	}
 	n := s.deliverGain(p)
 	klog.FromContext(ctx).V(2).Info("Partition gained", "partition", p, "delivered", n, "took", time.Since(start).Round(time.Millisecond))
@@ -171,9 +171,6 @@ func (s *partitionSet) setWaiting(p int, waiting bool) {
 	s.waitingMu.Lock()
 	defer s.waitingMu.Unlock()
 	if waiting {
-		if s.waiting == nil {
-			s.waiting = map[int]bool{}
-		}
 		s.waiting[p] = true
 	} else {
 		delete(s.waiting, p)

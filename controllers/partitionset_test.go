@@ -43,7 +43,7 @@ func TestPartitionSetLockGivesUpWithItsPiece(t *testing.T) {
 func TestGainOpensTheGateBeforeDelivering(t *testing.T) {
 	const p = 3
 	r := &Runtime{partitions: newPartitionFence(func(string) int { return p })}
-	s := &partitionSet{runtime: r, lock: make(chan struct{}, 1), lostAt: map[int]time.Time{}, running: true}
+	s := &partitionSet{runtime: r, lock: make(chan struct{}, 1), lostAt: map[int]time.Time{}, waiting: map[int]bool{}, running: true}
 	var admitted *bool
 	s.deliverGain = func(int) int {
 		done, ok := r.partitions.admit("team-a")

@@ -61,7 +61,7 @@ func (lw *ownedListWatch) listSource(ctx context.Context, t *listWatchTarget, sr
 		kind = adoptingList
 	case len(namespaces) == 0:
 		kind = versionOnly
-	case lw.sharded && src.feeds == nil && len(namespaces) <= lw.maxTerms:
+	case lw.sharded && len(namespaces) <= lw.maxTerms:
 		kind = selectorList
 	}
 	items, version, err := lw.listRequest(ctx, t, namespaces, kind)

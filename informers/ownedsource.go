@@ -84,7 +84,7 @@ func (lw *ownedListWatch) compact() {
 		}
 	}
 	sort.Strings(namespaces)
-	merged := &source{namespaces: namespaces, version: oldest, floors: map[string]string{}, wide: true, adopts: adopts}
+	merged := &source{namespaces: namespaces, version: oldest, floors: map[string]string{}, adopts: adopts}
 	for _, ns := range namespaces {
 		if newerVersion(through[ns], merged.version) {
 			merged.floors[ns] = through[ns]
@@ -98,15 +98,14 @@ func (lw *ownedListWatch) compact() {
 	lw.countSources()
 }
 
-// source is one request's worth of namespaces and its resume version
-// ("": list first).
+// source is a watching source (the trunk, or an adopting one) or a
+// feeder: the namespaces it carries and its resume version ("": list
+// first). A watching source watches every namespace; the client keeps the
+// ones it carries.
 type source struct {
 	namespaces []string // sorted
 	version    string
-	// wide: requests every namespace (no selector); the client keeps
-	// only namespaces.
-	wide bool
-	// adopts: wide while every namespace is held (holdEverywhere): it
+	// adopts: while every namespace is held (holdEverywhere): it
 	// also takes every namespace no other source holds, at its first
 	// object, listed or watched. Its list and watch carry every
 	// namespace from its version on, so a namespace created later needs

@@ -421,15 +421,8 @@ func (s *ownedStream) produce(ctx context.Context, src *source) {
 			version = versions[""]
 		}
 		options := metav1.ListOptions{ResourceVersion: version, Watch: true, AllowWatchBookmarks: true, TimeoutSeconds: s.timeout, FieldSelector: s.target.fieldSelector}
-		request := s.target.client.Get().Resource(s.target.resource)
-		switch {
-		case src.wide:
-		case lw.sharded:
-			options.ShardSelector = namespaceSelector(src.namespaces)
-		default:
-			request = request.Namespace(src.namespaces[0])
-		}
-		w, err := request.VersionedParams(&options, scheme.ParameterCodec).Watch(ctx)
+		// Every namespace: the client keeps the loaded ones (emit).
+		w, err := s.target.client.Get().Resource(s.target.resource).VersionedParams(&options, scheme.ParameterCodec).Watch(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return

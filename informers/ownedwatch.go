@@ -79,13 +79,13 @@ type ownedListWatch struct {
 func (lw *ownedListWatch) countSources() {
 	if t, err := lw.target(); err == nil {
 		ownedSources.WithLabelValues(t.resource).Set(float64(len(lw.sources)))
-		wide := 0
+		watching := 0
 		for s := range lw.sources {
-			if s.wide {
-				wide++
+			if s.feeds == nil {
+				watching++
 			}
 		}
-		ownedWideSources.WithLabelValues(t.resource).Set(float64(wide))
+		ownedWideSources.WithLabelValues(t.resource).Set(float64(watching))
 	}
 }
 
@@ -161,7 +161,7 @@ func (lw *ownedListWatch) newSources(namespaces []string) []*source {
 			}
 			return nil
 		}
-		s := &source{namespaces: slices.Clone(namespaces), wide: true, adopts: true}
+		s := &source{namespaces: slices.Clone(namespaces), adopts: true}
 		lw.sources[s] = struct{}{}
 		return []*source{s}
 	}
@@ -179,7 +179,7 @@ func (lw *ownedListWatch) newSources(namespaces []string) []*source {
 		lw.sources[f] = struct{}{}
 		return []*source{f}
 	}
-	s := &source{namespaces: slices.Clone(namespaces), wide: true}
+	s := &source{namespaces: slices.Clone(namespaces)}
 	lw.sources[s] = struct{}{}
 	return []*source{s}
 }
