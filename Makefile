@@ -34,12 +34,26 @@ FCM_LDFLAGS   := $(KUBE_LDFLAGS) \
 # pipefail in recipes: a test run piped into its summary fails with it.
 SHELL         := /bin/bash
 
+# Static binaries, without cgo: the image holds the binary alone, and the
+# binary, the image's binaries and the tests share one build cache (cgo on
+# and off compile everything twice). test-long's -race turns it back on.
+export CGO_ENABLED := 0
+
+# The container image (make image, make push): built by deploy/image from
+# the static binaries, without a container daemon. Its tag and --version
+# are both git describe's.
+IMAGE           ?= fleet-controller-manager:$(VERSION)
+IMAGE_PLATFORMS ?= linux/amd64 linux/arm64
+IMAGE_SOURCE    ?= https://github.com/fleet-controller-manager/fleet-controller-manager
+IMAGE_DIR       := $(CURDIR)/build/image
+HOST_PLATFORM   := $(shell $(GO) env GOOS)/$(shell $(GO) env GOARCH)
+
 KUBE_TOOLS    := kube-apiserver kube-controller-manager kube-scheduler kubectl
 
 # Tests and the demo find every tool here.
 export FCM_BIN_DIR := $(BIN)
 
-.PHONY: all tools build test test-long test-deps bench cluster run clean fuzz chaos
+.PHONY: all tools build image image-host push test test-long test-deps bench cluster run clean fuzz chaos
 
 all: build
 
@@ -92,6 +106,28 @@ $(BIN)/fleet-controller-manager:
 	@mkdir -p $(BIN)
 	$(GO) build $(GOFLAGS_BUILD) -ldflags '$(FCM_LDFLAGS)' -o $@ ./cmd/fleet-controller-manager
 
+# One image for every platform in IMAGE_PLATFORMS under build/image: an OCI
+# layout (oci/), the same as one tar (podman load, ctr import, docker load)
+# and a Docker archive per platform. The binaries are stripped (-s -w):
+# 96 MB instead of 137 MB on linux/amd64 (32 MB compressed in the image).
+# `make push IMAGE=<registry>/<name>:<tag>` also pushes the index.
+platform_dir = $(IMAGE_DIR)/$(subst /,-,$(1))
+image:
+	@mkdir -p $(IMAGE_DIR)
+	$(foreach p,$(IMAGE_PLATFORMS),GOOS=$(word 1,$(subst /, ,$(p))) GOARCH=$(word 2,$(subst /, ,$(p))) \
+	  $(GO) build $(GOFLAGS_BUILD) -ldflags '$(FCM_LDFLAGS) -s -w' -o $(call platform_dir,$(p))/fleet-controller-manager ./cmd/fleet-controller-manager && ) true
+	cd deploy/image && $(GO) run . -out $(IMAGE_DIR) -image $(IMAGE) -version $(VERSION) \
+	  -revision $$(git rev-parse HEAD 2>/dev/null) -created $$(git log -1 --format=%ct 2>/dev/null || echo 0) -source $(IMAGE_SOURCE) \
+	  $(foreach p,$(IMAGE_PLATFORMS),-binary $(p)=$(call platform_dir,$(p))/fleet-controller-manager) $(IMAGE_ARGS)
+
+# The image for this machine's platform only: what the e2e test of the
+# manifests runs.
+image-host:
+	$(MAKE) image IMAGE_PLATFORMS=$(HOST_PLATFORM)
+
+push:
+	$(MAKE) image IMAGE_ARGS=-push
+
 # Unit tests first (seconds), then the e2e tests against a real control
 # plane (they are behind the e2e build tag so `go test ./...` stays fast).
 # Debian packages the e2e tests drive: headless Chromium (the /debug/fleet
@@ -111,8 +147,9 @@ test-deps:
 # -v would and ends with the slowest tests and the time per package. The
 # e2e tests run at once, in lanes sized to the machine
 # (test/e2e/lanes_test.go); -parallel only has to let every lane fill.
-test: tools build test-deps
+test: tools build image-host test-deps
 	$(GO) vet -tags e2e ./...
+	cd deploy/image && $(GO) vet ./... && $(GO) test -count=1 ./...
 	set -o pipefail; $(GO) test -count=1 -json ./... | $(GO) run ./test/testsummary
 	set -o pipefail; $(GO) test -count=1 -p 1 -parallel 64 -tags e2e -json -timeout 60m ./informers/ ./test/e2e/... | $(GO) run ./test/testsummary
 
@@ -120,7 +157,7 @@ test: tools build test-deps
 # 1,000 simulated schedules of the handover protocol, 50 partition moves
 # under load, and a 20-minute chaos soak with a random seed (printed).
 test-long: tools build test-deps
-	set -o pipefail; $(GO) test -count=1 -race -json ./... | $(GO) run ./test/testsummary
+	set -o pipefail; CGO_ENABLED=1 $(GO) test -count=1 -race -json ./... | $(GO) run ./test/testsummary
 	set -o pipefail; $(GO) test -count=1 -json ./shard/ -run '^TestProtocolSimulation' -args -sim.runs=1000 | $(GO) run ./test/testsummary
 	set -o pipefail; PARTITION_MOVES=50 $(GO) test -count=1 -tags e2e -json -timeout 60m ./test/e2e/ -run '^TestPartitionMovesUnderLoad$$' | $(GO) run ./test/testsummary
 	$(MAKE) chaos DURATION=20
@@ -152,4 +189,4 @@ fuzz:
 	$(GO) test ./membership -run '^$$' -fuzz FuzzParseLeaseState -fuzztime 60s
 
 clean:
-	rm -rf $(BIN) .local
+	rm -rf $(BIN) .local build

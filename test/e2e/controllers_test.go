@@ -392,7 +392,7 @@ func startClusterIn(ctx context.Context, t *testing.T, sub string, opts localclu
 			return
 		}
 		for _, p := range cluster.Processes() {
-			if !strings.HasPrefix(p.Name, "fcm-") {
+			if !strings.HasPrefix(p.Name, "fcm-") && !strings.HasPrefix(p.Name, "fleet-controller-manager-") {
 				continue
 			}
 			data, err := os.ReadFile(p.LogPath)

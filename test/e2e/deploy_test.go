@@ -6,20 +6,17 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/utils/ptr"
 
 	"github.com/fleet-controller-manager/fleet-controller-manager/test/localcluster"
 )
@@ -48,15 +45,7 @@ func TestDeployManifests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kubectl := func(args ...string) string {
-		t.Helper()
-		cmd := exec.CommandContext(ctx, filepath.Join(binDir(t), "kubectl"), append([]string{"--kubeconfig=" + cluster.AdminKubeconfig}, args...)...)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return string(out)
-	}
+	kubectl := kubectlAsAdmin(ctx, t, cluster)
 	for _, crd := range []string{"monitoring.coreos.com_servicemonitors.yaml", "monitoring.coreos.com_prometheusrules.yaml"} {
 		kubectl("apply", "--server-side", "-f", filepath.Join(binDir(t), "crds", crd))
 	}
@@ -68,12 +57,8 @@ func TestDeployManifests(t *testing.T) {
 
 	// The RBAC for real, and a replica with nothing but that identity.
 	kubectl("apply", "-k", repoPath(t, "deploy/base"))
-	token, err := admin.CoreV1().ServiceAccounts("kube-system").CreateToken(ctx, "fleet-controller-manager",
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig, err := cluster.TokenKubeconfig("fleet-sa", token.Status.Token)
+	token := serviceAccountToken(ctx, t, admin, "kube-system", "fleet-controller-manager")
+	kubeconfig, err := cluster.TokenKubeconfig("fleet-sa", token)
 	if err != nil {
 		t.Fatal(err)
 	}

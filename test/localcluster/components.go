@@ -262,6 +262,35 @@ func (c *Cluster) StartProcess(name, bin string, args []string, env []string) (*
 	return p, nil
 }
 
+// Container is a program run the way a container runtime runs a pod's
+// container, as far as a test on one machine can: chrooted into Root (an
+// image's extracted layers, with the pod's volumes written in), as
+// UID:GID with supplementary Groups, with Env and nothing of the test's
+// environment. The network is the machine's: the program binds what its
+// flags say. Starting one needs root (chroot, setuid).
+type Container struct {
+	Root   string
+	UID    uint32
+	GID    uint32
+	Groups []uint32
+	Env    []string
+}
+
+// StartContainer starts command (a path inside ctr.Root, then its
+// arguments) as a container, as part of the cluster, so that Stop ends it
+// too.
+func (c *Cluster) StartContainer(name string, ctr Container, command []string) (*Process, error) {
+	if len(command) == 0 {
+		return nil, fmt.Errorf("container %s: no command", name)
+	}
+	p := &Process{Name: name, bin: command[0], args: command[1:], container: &ctr, LogPath: filepath.Join(c.Dir, name+".log")}
+	if err := p.start(); err != nil {
+		return nil, err
+	}
+	c.track(p)
+	return p, nil
+}
+
 func (c *Cluster) track(p *Process) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

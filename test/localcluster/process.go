@@ -21,7 +21,10 @@ type Process struct {
 	bin  string
 	args []string
 	env  []string
-	cmd  *exec.Cmd
+	// container, when set, runs the program as a container runtime would:
+	// in its root, as its user, with only its environment.
+	container *Container
+	cmd       *exec.Cmd
 	done chan struct{}
 	err  error
 }
@@ -47,6 +50,12 @@ func (p *Process) start() error {
 	// that a test binary killed outright (timeout, kill -9) takes its children
 	// with it instead of leaving an apiserver behind.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if ctr := p.container; ctr != nil {
+		cmd.Env = ctr.Env
+		cmd.Dir = "/"
+		cmd.SysProcAttr.Chroot = ctr.Root
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: ctr.UID, Gid: ctr.GID, Groups: ctr.Groups}
+	}
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
 		return fmt.Errorf("starting %s (%s): %w", p.Name, p.bin, err)
