@@ -37,6 +37,9 @@ type Config struct {
 	// replica holds it for the fleet and acts only while it does (see
 	// leaderlease.go).
 	LeaderLease *LeaderLeaseConfig
+	// Supports is published in the Lease (SupportsAnnotation) for the
+	// others to agree on what all of them can run.
+	Supports Supports
 	// Clock is for tests; nil means the real clock.
 	Clock clock.WithTicker
 }

@@ -32,12 +32,16 @@ type Peer struct {
 	Participant bool
 	// ObservedAt is when, on this replica's clock, its Lease last changed.
 	ObservedAt time.Time
+	// Supports is what its Lease says it supports, read with State (empty
+	// for a release from before SupportsAnnotation).
+	Supports Supports
 }
 
 // observation is the watch-side record of one Lease.
 type observation struct {
 	state      State
-	good       bool // state holds a valid published state
+	supports   Supports // read from the Lease that state came from
+	good       bool     // state holds a valid published state
 	rv         string
 	lastChange time.Time
 	duration   time.Duration
@@ -78,6 +82,9 @@ type Member struct {
 	// leader holds kube-controller-manager's leader Lease (nil when not
 	// configured).
 	leader *leaderLease
+	// supports is cfg.Supports encoded ("" when empty: the annotation is
+	// not written).
+	supports string
 }
 
 // New checks cfg and prepares a member; Run joins the fleet.
@@ -87,7 +94,8 @@ func New(cfg Config) (*Member, error) {
 		return nil, fmt.Errorf("invalid membership configuration: %w", err)
 	}
 	var b [6]byte
-	if _, err := rand.Read(b[:]); err != nil {
+	var err error
+	if _, err = rand.Read(b[:]); err != nil {
 		return nil, fmt.Errorf("choosing an incarnation: %w", err)
 	}
 	RegisterMetrics()
@@ -97,6 +105,11 @@ func New(cfg Config) (*Member, error) {
 		changed:     make(chan struct{}, 1),
 		publish:     make(chan struct{}, 1),
 		obs:         map[string]*observation{},
+	}
+	if len(cfg.Supports.Placements) > 0 || len(cfg.Supports.StateVersions) > 0 {
+		if m.supports, err = cfg.Supports.Encode(); err != nil {
+			return nil, fmt.Errorf("invalid membership configuration: %w", err)
+		}
 	}
 	m.desired = State{Version: StateVersion, Incarnation: m.incarnation, Joining: true}
 	m.deadlineWake = newWakeTimer(cfg.Clock, m.notify)
@@ -205,6 +218,9 @@ func (m *Member) Joining() bool {
 	return !m.synced || m.joinedAt.IsZero() || m.cfg.Clock.Since(m.joinedAt) < m.cfg.LeaseDuration
 }
 
+// Supports is what this member publishes that it supports.
+func (m *Member) Supports() Supports { return m.cfg.Supports }
+
 // Peers lists the other members as observed now, in name order.
 func (m *Member) Peers() []Peer {
 	m.mu.Lock()
@@ -221,7 +237,7 @@ func (m *Member) Peers() []Peer {
 		if !o.good || o.expired {
 			continue
 		}
-		p := Peer{Name: name, State: o.state, ObservedAt: o.lastChange}
+		p := Peer{Name: name, State: o.state, ObservedAt: o.lastChange, Supports: o.supports}
 		// A Lease deleted after a graceful leave (its last state says
 		// leaving: nothing runs and nothing will) is gone. A Lease deleted
 		// by anyone else may belong to a live member that keeps acting on
@@ -503,6 +519,9 @@ func (m *Member) leaseObject(l *coordinationv1.Lease, value string, now time.Tim
 		l.Annotations = map[string]string{}
 	}
 	l.Annotations[StateAnnotation] = value
+	if m.supports != "" {
+		l.Annotations[SupportsAnnotation] = m.supports
+	}
 	l.Spec.HolderIdentity = ptr.To(m.cfg.Identity)
 	l.Spec.LeaseDurationSeconds = ptr.To(int32(m.cfg.LeaseDuration / time.Second))
 	l.Spec.RenewTime = &metav1.MicroTime{Time: now}
@@ -639,7 +658,15 @@ func (m *Member) observe(obj any, deleted bool) {
 		if o.good && st.Incarnation != o.state.Incarnation {
 			o.retired[o.state.Incarnation] = true
 		}
-		o.state, o.good = st, true
+		supports, serr := ParseSupports(lease.Annotations[SupportsAnnotation])
+		if serr != nil && now.Sub(o.lastBadLog) > time.Minute {
+			// Read as a release from before the annotation: the worst a
+			// wrong guess does is a view no one agrees on, never a piece
+			// run twice (the placement is part of the view).
+			o.lastBadLog = now
+			m.logger.Error(serr, "Ignoring unreadable supports annotation in fleet lease", "lease", lease.Name)
+		}
+		o.state, o.supports, o.good = st, supports, true
 	}
 	o.rv, o.lastChange, o.deleted, o.expired = lease.ResourceVersion, now, false, false
 	o.duration = m.cfg.LeaseDuration

@@ -1,6 +1,7 @@
 package membership
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -95,5 +96,43 @@ func TestObserve(t *testing.T) {
 	m.observe(lease("b", "19", encoded(t, State{Incarnation: "b1", Seq: 99, Epoch: 9, View: "aa"})), false)
 	if got := m.Peers()[0].State; got.Incarnation != "b2" {
 		t.Fatalf("a retired incarnation came back: %+v", got)
+	}
+}
+
+// TestObserveSupports: what a peer supports is read from the same Lease
+// write as its state; a Lease without the annotation (a release from
+// before it) or with an unreadable one supports nothing it says; and a
+// member writes its own into its Lease.
+func TestObserveSupports(t *testing.T) {
+	m, err := New(Config{Client: fake.NewSimpleClientset(), Namespace: "ns", Fleet: "f", Identity: "self",
+		Supports: Supports{Placements: []string{"p/v2", "p/v3"}, StateVersions: []int{1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	with := func(l *coordinationv1.Lease, supports string) *coordinationv1.Lease {
+		l.Annotations[SupportsAnnotation] = supports
+		return l
+	}
+	for _, tc := range []struct {
+		name  string
+		lease *coordinationv1.Lease
+		want  []string
+	}{
+		{"a release from before the annotation", lease("b", "1", encoded(t, State{Incarnation: "b1", Seq: 1})), nil},
+		{"what it says", with(lease("b", "2", encoded(t, State{Incarnation: "b1", Seq: 2})), `{"placements":["p/v2"],"stateVersions":[1]}`), []string{"p/v2"}},
+		{"unreadable: as a release from before", with(lease("b", "3", encoded(t, State{Incarnation: "b1", Seq: 3})), `{"placements":"p/v2"}`), nil},
+		{"an older state does not bring its supports back", with(lease("b", "4", encoded(t, State{Incarnation: "b1", Seq: 1})), `{"placements":["p/v9"]}`), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m.observe(tc.lease, false)
+			peers := m.Peers()
+			if len(peers) != 1 || !slices.Equal(peers[0].Supports.Placements, tc.want) {
+				t.Fatalf("got %+v, want placements %v", peers, tc.want)
+			}
+		})
+	}
+	own := m.leaseObject(&coordinationv1.Lease{}, "state", time.Now())
+	if got, err := ParseSupports(own.Annotations[SupportsAnnotation]); err != nil || !slices.Equal(got.Placements, []string{"p/v2", "p/v3"}) {
+		t.Errorf("own Lease: supports %q (%v), want p/v2 and p/v3", own.Annotations[SupportsAnnotation], err)
 	}
 }

@@ -69,6 +69,28 @@
 // delayed and reordered events, crashes, pauses, outages and hand-deleted
 // Leases; the e2e tests check it on a real apiserver.
 //
+// # Releases side by side
+//
+// A placement (Placements) names how the ring places pieces for the same
+// members and RingConfig; a release that changes placement adds a name and
+// keeps computing the older ones. Each member says in its Lease what it
+// supports (membership.Supports), and Decide places a view by
+// CommonPlacement: the newest placement every participant supports (a
+// member that says nothing, a release from before, supports only
+// PlacementColocatedShare). The placement is part of the ViewID, so the
+// argument above holds unchanged: two members that agree on a view place
+// every piece alike, and members that would place differently never agree
+// on a view, so they start nothing (rule 3) until one of them leaves. Every
+// member computes the placement from the participants it sees, the same
+// set the view is made of, so members that see the same participants
+// agree. A rolling upgrade therefore keeps the older placement while any
+// old replica takes part, and switches, as one view change, moving only
+// what the newer placement moves, when the last one leaves; a rollback
+// switches back when the first old replica joins. The simulation runs
+// fleets of one release, of two consecutive ones and of one beside a
+// release from before the annotation, each start picking one;
+// TestRollingUpgradeAndRollback does it with the real controllers.
+//
 // # Never beside kube-controller-manager
 //
 // A kube-controller-manager (KCM) elects itself through its own leader

@@ -58,6 +58,9 @@ type Membership interface {
 	Authority
 	// WhyNoAuthority says why the member may not act ("" when it may).
 	WhyNoAuthority() string
+	// Supports is what this member publishes it supports; its Placements
+	// are the ones Decide may choose.
+	Supports() membership.Supports
 	Joining() bool
 	Leave(ctx context.Context) error
 }
@@ -145,6 +148,7 @@ func NewManager(member Membership, runner Runner, ring RingConfig, pieces []Piec
 			Self:        member.Identity(),
 			Incarnation: member.Incarnation(),
 			Ring:        ring,
+			Placements:  member.Supports().Placements,
 			Pieces:      pieces,
 			Status:      map[Piece]PieceStatus{},
 		},
@@ -254,7 +258,7 @@ func (m *Manager) step(leaving bool) {
 		m.viewChangedAt = now
 		m.local.View = plan.View
 		m.local.Epoch++
-		klog.InfoS("Applied view", "view", plan.View, "epoch", m.local.Epoch, "members", plan.Members, "participants", plan.Participants, "owned", len(plan.Owned))
+		klog.InfoS("Applied view", "view", plan.View, "epoch", m.local.Epoch, "placement", plan.Ring.Placement, "members", plan.Members, "participants", plan.Participants, "owned", len(plan.Owned))
 	}
 	for _, p := range plan.Intend {
 		m.local.Status[p] = Intended
@@ -295,7 +299,7 @@ func (m *Manager) step(leaving bool) {
 		}
 		m.lastWaiting = plan.Waiting
 	}
-	m.gauges.record(plan, m.local.Status, peers, &m.rings, m.ring, m.pieces)
+	m.gauges.record(plan, m.local.Status, peers, &m.rings, plan.Ring, m.pieces)
 	st := Status{
 		Identity: m.local.Self, View: m.local.View, Epoch: m.local.Epoch, Members: plan.Members,
 		Owned: plan.Owned, Waiting: plan.Waiting, Joining: m.local.Joining, Authority: m.local.Authority,

@@ -62,17 +62,12 @@ func AllPieces(partitions int, singletons []string) []Piece {
 	return out
 }
 
-// ringAlgorithm changes whenever the ring's placement changes for the same
-// inputs (library version, hasher, rules), so that members running
-// different placements never agree on a view.
-const ringAlgorithm = "consistent-v0.10.0/xxhash/v3-colocated-share"
-
 // ViewID fingerprints a view: the ring configuration, the placement
 // algorithm, the members in the ring and every participant (ring members
 // and joining members). Two members that publish the same ViewID compute the
 // same owner for every piece and wait for the same acknowledgements.
 func ViewID(config RingConfig, ringMembers, participants []string) string {
-	key := fmt.Sprintf("%s|%d|%d|%g|%s|%s|%g|%s|%s", ringAlgorithm, config.Partitions, config.ReplicationFactor, config.Load, config.NamespaceHash, config.Colocated, config.ColocatedShare,
+	key := fmt.Sprintf("%s|%d|%d|%g|%s|%s|%g|%s|%s", config.Placement, config.Partitions, config.ReplicationFactor, config.Load, config.NamespaceHash, config.Colocated, config.ColocatedShare,
 		strings.Join(sortedCopy(ringMembers), ","), strings.Join(sortedCopy(participants), ","))
 	return fmt.Sprintf("%016x", xxhash.Sum64String(key))
 }

@@ -22,7 +22,12 @@ const (
 type Local struct {
 	Self        string
 	Incarnation string
-	Ring        RingConfig
+	// Ring is the ring's configuration; its Placement is the view's (see
+	// CommonPlacement).
+	Ring RingConfig
+	// Placements is what this member can compute and publishes as
+	// supported (empty: as a release from before the negotiation).
+	Placements []string
 	// Pieces is every piece of the fleet.
 	Pieces []Piece
 	// Authority is false once the member could not renew its Lease within
@@ -55,6 +60,9 @@ type Plan struct {
 	View         string
 	Members      []string
 	Participants []string
+	// Ring is the ring configuration of the view, with the placement every
+	// participant supports.
+	Ring RingConfig
 	// Owned is what the ring of that view gives this member.
 	Owned []Piece
 	// Stop lists running pieces to cancel.
@@ -94,8 +102,13 @@ func Decide(local Local, peers []membership.Peer, rings *RingCache) Plan {
 	}
 	sort.Strings(members)
 	sort.Strings(participants)
-	plan := Plan{Members: members, Participants: participants, View: ViewID(local.Ring, members, participants)}
-	ring := rings.Get(local.Ring, members, plan.View)
+	config := local.Ring
+	placement, common := CommonPlacement(local.Placements, local.Self, peers)
+	if common {
+		config.Placement = placement
+	}
+	plan := Plan{Members: members, Participants: participants, Ring: config, View: ViewID(config, members, participants)}
+	ring := rings.Get(config, members, plan.View)
 	mine := make(map[Piece]bool)
 	if local.Authority && !local.Leaving && !local.Joining {
 		plan.Owned = ring.Owned(local.Self, local.Pieces)
@@ -121,6 +134,11 @@ func Decide(local Local, peers []membership.Peer, rings *RingCache) Plan {
 	}
 	if !local.Authority || local.Leaving {
 		return plan
+	}
+	if !common {
+		// Rule 3 holds without this (no two members agree on a view
+		// whose placement differs); it says why nothing moves.
+		plan.Waiting = "no placement every participant supports"
 	}
 	if plan.View != local.View {
 		// A view is applied only once everything it takes away has

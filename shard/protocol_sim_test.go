@@ -63,9 +63,10 @@ func (q *eventQueue) Pop() any {
 }
 
 type simLeaseRecord struct {
-	rv      int64
-	state   membership.State
-	deleted bool
+	rv       int64
+	state    membership.State
+	supports membership.Supports
+	deleted  bool
 }
 
 type sim struct {
@@ -92,6 +93,23 @@ type sim struct {
 	// kcmCutUntil: KCM cannot reach the apiserver until then;
 	// fleetDeniedUntil: members' writes to KCM's Lease are refused.
 	kcmCutUntil, fleetDeniedUntil int64
+	// releases are what the members of this run may support: one
+	// release, or two consecutive ones side by side (a rolling upgrade or
+	// rollback: each start picks one).
+	releases []membership.Supports
+}
+
+// simReleases are the fleets a run may hold: one release, a release and
+// the one before it that also computes an older placement, and a release
+// beside one from before members said what they support.
+var simReleases = [][]membership.Supports{
+	{{Placements: Placements}},
+	{{Placements: []string{PlacementColocated}}, {Placements: Placements}},
+	{{}, {Placements: Placements}},
+}
+
+func (s *sim) pickRelease() membership.Supports {
+	return s.releases[s.rng.Intn(len(s.releases))]
 }
 
 func (s *sim) nextName() string {
@@ -101,6 +119,7 @@ func (s *sim) nextName() string {
 
 type simObs struct {
 	state      membership.State
+	supports   membership.Supports
 	rv         int64
 	lastChange int64
 	deleted    bool
@@ -132,6 +151,8 @@ type simNode struct {
 	leader       simLeaderLease
 	// cutUntil: the member's connection to the apiserver is cut until then.
 	cutUntil int64
+	// supports is this process's release (picked at each start).
+	supports membership.Supports
 }
 
 // reaches: this member can talk to the apiserver now.
@@ -264,7 +285,8 @@ func (n *simNode) start() {
 	n.alive, n.paused, n.joined, n.leaving, n.inflight = true, false, false, false, false
 	n.fence, n.seq, n.lastSent, n.dirty = 0, 0, "", true
 	n.pausedQueue = nil
-	n.local = Local{Self: n.name, Incarnation: n.incarnation, Ring: n.s.ring, Pieces: n.s.pieces, Status: map[Piece]PieceStatus{}}
+	n.supports = n.s.pickRelease()
+	n.local = Local{Self: n.name, Incarnation: n.incarnation, Ring: n.s.ring, Placements: n.supports.Placements, Pieces: n.s.pieces, Status: map[Piece]PieceStatus{}}
 	n.stopping = map[Piece]bool{}
 	// A process that finds a live Lease of its name left by an earlier
 	// incarnation must wait until that Lease would have expired.
@@ -342,7 +364,7 @@ func (n *simNode) observe(name string, rec *simLeaseRecord, lastState membership
 		o = &simObs{}
 		n.obs[name] = o
 	}
-	o.state, o.rv, o.lastChange, o.deleted, o.expired = rec.state, rec.rv, n.s.now, false, false
+	o.state, o.supports, o.rv, o.lastChange, o.deleted, o.expired = rec.state, rec.supports, rec.rv, n.s.now, false, false
 	n.step()
 }
 
@@ -361,19 +383,19 @@ func (n *simNode) peers() []membership.Peer {
 			// As membership.Member.Peers: only a graceful leave is gone at
 			// once; a Lease deleted by hand counts for a lease duration.
 			if !o.state.Leaving && age <= simLease {
-				out = append(out, membership.Peer{Name: name, State: o.state, Participant: true})
+				out = append(out, membership.Peer{Name: name, State: o.state, Supports: o.supports, Participant: true})
 			}
 		case o.expired:
 		case age > simLease:
 			// Expiry is confirmed by a fresh read before it counts.
-			out = append(out, membership.Peer{Name: name, State: o.state, Participant: !o.state.Leaving})
+			out = append(out, membership.Peer{Name: name, State: o.state, Supports: o.supports, Participant: !o.state.Leaving})
 			if !o.checking {
 				o.checking = true
 				rv := o.rv
 				n.s.at(n.s.latency(), n, func() { n.confirmExpiry(name, rv) })
 			}
 		default:
-			out = append(out, membership.Peer{Name: name, State: o.state, Participant: !o.state.Leaving})
+			out = append(out, membership.Peer{Name: name, State: o.state, Supports: o.supports, Participant: !o.state.Leaving})
 		}
 	}
 	return out
@@ -509,7 +531,7 @@ func (n *simNode) maybeWrite() {
 			return
 		}
 		s.rv++
-		rec := &simLeaseRecord{rv: s.rv, state: st}
+		rec := &simLeaseRecord{rv: s.rv, state: st, supports: n.supports}
 		s.leases[n.name] = rec
 		s.broadcast(n.name, rec, st)
 	})
@@ -588,7 +610,10 @@ func (n *simNode) pause(d int64) {
 
 func runSimulation(t *testing.T, seed int64, withKCM bool) (settle time.Duration, err error) {
 	rng := rand.New(rand.NewSource(seed))
-	s := &sim{t: t, rng: rng, leases: map[string]*simLeaseRecord{}, ring: RingConfig{Partitions: 16, ReplicationFactor: 32, Load: 1.25}}
+	// The colocated singletons with a share: the two placements differ.
+	s := &sim{t: t, rng: rng, leases: map[string]*simLeaseRecord{}, ring: RingConfig{Partitions: 16, ReplicationFactor: 32, Load: 1.25,
+		Colocated: "garbagecollector,podgc", ColocatedShare: 0.5, Placement: PlacementColocatedShare}}
+	s.releases = simReleases[rng.Intn(len(simReleases))]
 	s.pieces = AllPieces(s.ring.Partitions, []string{"garbagecollector", "namespace", "nodelifecycle", "podgc"})
 	heap.Init(&s.queue)
 	if withKCM && rng.Intn(2) == 0 {
@@ -727,8 +752,27 @@ func (s *sim) allOwned() bool {
 	if len(live) == 0 {
 		return true
 	}
-	ring := NewRing(s.ring, live)
-	_ = ring
+	// Settled is placed the way every live release supports.
+	config := s.ring
+	var supported []string
+	var peers []membership.Peer
+	for _, n := range s.nodes {
+		if n.alive && !n.leaving {
+			if supported == nil {
+				supported = append([]string{}, n.supports.Placements...)
+				if len(supported) == 0 {
+					supported = legacyPlacements
+				}
+			}
+			peers = append(peers, membership.Peer{Name: n.name, Supports: n.supports, Participant: true})
+		}
+	}
+	placement, ok := CommonPlacement(supported, "", peers)
+	if !ok {
+		s.t.Fatalf("the run's releases have no placement in common: %v", s.releases)
+	}
+	config.Placement = placement
+	ring := NewRing(config, live)
 	for _, p := range s.pieces {
 		owner := ring.Owner(p)
 		ok := false

@@ -7,7 +7,7 @@ import (
 )
 
 func TestDecide(t *testing.T) {
-	cfg := RingConfig{Partitions: 4, ReplicationFactor: 16, Load: 1.25}
+	cfg := RingConfig{Partitions: 4, ReplicationFactor: 16, Load: 1.25, Placement: PlacementColocatedShare}
 	pieces := AllPieces(cfg.Partitions, []string{"gc"})
 	view2 := ViewID(cfg, []string{"a", "b"}, []string{"a", "b"})
 	ring2 := NewRing(cfg, []string{"a", "b"})

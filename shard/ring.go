@@ -5,6 +5,7 @@ import (
 	"hash/fnv"
 	"math"
 	"math/bits"
+	"slices"
 	"sort"
 	"strings"
 
@@ -43,6 +44,9 @@ type RingConfig struct {
 	// all get the memory of its largest; the partitions it gives up go to
 	// the others, as a ring without it would place them.
 	ColocatedShare float64
+	// Placement is how pieces are placed (one of Placements). The view
+	// sets it: the newest placement every participant supports.
+	Placement string
 }
 
 // colocatedKey is where the Colocated singletons are placed.
@@ -61,7 +65,7 @@ const (
 // members moves 4x the ideal (bounded loads reshuffle when P/N is small);
 // 16 balance worse (up to 1.5). More partitions cost more controller sets
 // per replica, so we stop at 64.
-var DefaultRingConfig = RingConfig{Partitions: 64, ReplicationFactor: 64, Load: 1.25, NamespaceHash: HashXX, ColocatedShare: DefaultColocatedShare}
+var DefaultRingConfig = RingConfig{Partitions: 64, ReplicationFactor: 64, Load: 1.25, NamespaceHash: HashXX, ColocatedShare: DefaultColocatedShare, Placement: PlacementColocatedShare}
 
 // DefaultColocatedShare is measured with the memory benchmark
 // (docs/design.md, "The ring").
@@ -80,6 +84,8 @@ func (c RingConfig) Validate() error {
 		return fmt.Errorf("namespace hash must be %s or %s, got %q", HashXX, HashFNV, c.NamespaceHash)
 	case !(c.ColocatedShare >= 0 && c.ColocatedShare <= 1):
 		return fmt.Errorf("colocated share must be between 0 and 1, got %g", c.ColocatedShare)
+	case !slices.Contains(Placements, c.Placement):
+		return fmt.Errorf("placement must be one of %v, got %q", Placements, c.Placement)
 	}
 	return nil
 }
@@ -146,7 +152,7 @@ func (c RingConfig) consistent(members []string) *consistent.Consistent {
 // it gives up goes to that partition's owner on the ring of the other
 // members, so a join or leave elsewhere moves few of them.
 func (r *Ring) shrinkColocatedOwner(inRing []string) {
-	if r.config.Colocated == "" || r.config.ColocatedShare >= 1 || len(inRing) < 2 {
+	if r.config.Placement == PlacementColocated || r.config.Colocated == "" || r.config.ColocatedShare >= 1 || len(inRing) < 2 {
 		return
 	}
 	home := int(xxhash.Sum64String(colocatedKey) % uint64(r.config.Partitions))

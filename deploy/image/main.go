@@ -247,7 +247,7 @@ func write(out string, ref name.Tag, index v1.ImageIndex, images map[string]v1.I
 	}
 	if err := path.AppendIndex(index, layout.WithAnnotations(map[string]string{
 		"org.opencontainers.image.ref.name": ref.TagStr(),
-		"io.containerd.image.name":          ref.Name(),
+		"io.containerd.image.name":          containerdName(ref),
 	})); err != nil {
 		return fmt.Errorf("writing the OCI layout: %w", err)
 	}
@@ -266,6 +266,17 @@ func write(out string, ref name.Tag, index v1.ImageIndex, images map[string]v1.I
 	}
 	fmt.Printf("%s: index %s in %s\n", ref, digest, out)
 	return nil
+}
+
+// containerdName is the name ctr and crictl list the image under: Docker
+// Hub's registry is docker.io to them (index.docker.io to
+// go-containerregistry).
+func containerdName(ref name.Tag) string {
+	registry := ref.Context().RegistryStr()
+	if registry == name.DefaultRegistry {
+		registry = "docker.io"
+	}
+	return registry + "/" + ref.Context().RepositoryStr() + ":" + ref.TagStr()
 }
 
 // tarDir writes the files under dir, relative to it, into the tar file out.

@@ -25,8 +25,8 @@ type Process struct {
 	// in its root, as its user, with only its environment.
 	container *Container
 	cmd       *exec.Cmd
-	done chan struct{}
-	err  error
+	done      chan struct{}
+	err       error
 }
 
 func startProcess(dir, name, bin string, args []string, env []string) (*Process, error) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -31,6 +32,10 @@ type FleetOptions struct {
 	// NamespaceWatchMax: in namespace-watch, past this many owned
 	// namespaces watch every namespace and keep the owned ones.
 	NamespaceWatchMax int
+	// Placements are the placements this replica computes and says it
+	// supports; the fleet uses the newest every replica supports. Only
+	// tests narrow it (to play a previous release).
+	Placements []string
 
 	// Dummy pieces: a test mode that runs recording pieces instead of
 	// controllers (the handover e2e tests use it).
@@ -52,6 +57,7 @@ func NewFleetOptions() *FleetOptions {
 		SelectorTerms: informers.DefaultSelectorTerms,
 
 		NamespaceWatchMax: informers.DefaultNamespaceWatchMax,
+		Placements:        shard.Placements,
 	}
 }
 
@@ -74,7 +80,8 @@ func (o *FleetOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.DummyPieces, "dummy-pieces", false, "Test mode: run pieces that only record when they start and stop, instead of controllers.")
 	fs.StringSliceVar(&o.DummySingletons, "dummy-singletons", []string{"garbagecollector", "namespace", "nodelifecycle", "podgc"}, "Test mode: names of the singleton pieces.")
 	fs.StringVar(&o.DummyRecordFile, "dummy-record-file", "", "Test mode: file the pieces append their records to.")
-	for _, name := range []string{"dummy-pieces", "dummy-singletons", "dummy-record-file"} {
+	fs.StringSliceVar(&o.Placements, "supported-placements", o.Placements, "Test mode: the placements this replica says it supports (a previous release's, for upgrade tests).")
+	for _, name := range []string{"dummy-pieces", "dummy-singletons", "dummy-record-file", "supported-placements"} {
 		_ = fs.MarkHidden(name)
 	}
 }
@@ -105,6 +112,14 @@ func (o *FleetOptions) Validate() error {
 	var errs []error
 	if err := o.Ring.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if len(o.Placements) == 0 {
+		errs = append(errs, errors.New("--supported-placements must name at least one placement"))
+	}
+	for _, p := range o.Placements {
+		if !slices.Contains(shard.Placements, p) {
+			errs = append(errs, fmt.Errorf("--supported-placements: %q is not one of %v", p, shard.Placements))
+		}
 	}
 	cfg := membership.Config{
 		Namespace: o.Namespace, Fleet: o.Name, Identity: o.Identity,

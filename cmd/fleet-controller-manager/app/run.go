@@ -86,6 +86,7 @@ func run(ctx context.Context, kcm *options.KubeControllerManagerOptions, fleet *
 		Client: client, Namespace: fleet.Namespace, Fleet: fleet.Name, Identity: fleet.Identity,
 		LeaseDuration: fleet.LeaseDuration.D(), RenewDeadline: fleet.RenewDeadline.D(), RetryPeriod: fleet.RetryPeriod.D(),
 		LeaderLease: leaderLease,
+		Supports:    membership.Supports{Placements: fleet.Placements, StateVersions: []int{membership.StateVersion}},
 	})
 	if err != nil {
 		return err

@@ -1,0 +1,62 @@
+package shard
+
+import (
+	"testing"
+
+	"github.com/fleet-controller-manager/fleet-controller-manager/membership"
+)
+
+func TestCommonPlacement(t *testing.T) {
+	peer := func(name string, participant bool, placements ...string) membership.Peer {
+		return membership.Peer{Name: name, Participant: participant, Supports: membership.Supports{Placements: placements}}
+	}
+	for _, tc := range []struct {
+		name      string
+		supported []string
+		peers     []membership.Peer
+		want      string
+		ok        bool
+	}{
+		{"alone, the newest", Placements, nil, PlacementColocatedShare, true},
+		{"an older release beside it", Placements, []membership.Peer{peer("b", true, PlacementColocated)}, PlacementColocated, true},
+		{"the older release left: its ghost does not count", Placements, []membership.Peer{peer("b", false, PlacementColocated)}, PlacementColocatedShare, true},
+		{"a release from before the annotation supports only v3", Placements, []membership.Peer{peer("b", true)}, PlacementColocatedShare, true},
+		{"this member from before the annotation", nil, []membership.Peer{peer("b", true, Placements...)}, PlacementColocatedShare, true},
+		{"a newer placement this build does not know is ignored", Placements, []membership.Peer{peer("b", true, append([]string{"consistent-v0.10.0/xxhash/v9"}, Placements...)...)}, PlacementColocatedShare, true},
+		{"nothing in common", []string{PlacementColocated}, []membership.Peer{peer("b", true)}, "", false},
+		{"its own entry among the peers is skipped", []string{PlacementColocated}, []membership.Peer{peer("a", true)}, PlacementColocated, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := CommonPlacement(tc.supported, "a", tc.peers)
+			if got != tc.want || ok != tc.ok {
+				t.Errorf("got %q, %v; want %q, %v", got, ok, tc.want, tc.ok)
+			}
+		})
+	}
+}
+
+// TestPlacementsPlaceDifferently: the older placement is still computed
+// (the colocated owner keeps a full share), so a fleet that falls back to
+// it really places as the older release did.
+func TestPlacementsPlaceDifferently(t *testing.T) {
+	members := []string{"a", "b", "c"}
+	count := func(placement string) map[string]int {
+		config := DefaultRingConfig
+		config.Colocated = "garbagecollector,podgc"
+		config.Placement = placement
+		ring := NewRing(config, members)
+		owned := map[string]int{}
+		for p := range config.Partitions {
+			owned[ring.PartitionOwner(p)]++
+		}
+		return owned
+	}
+	older, newer := count(PlacementColocated), count(PlacementColocatedShare)
+	config := DefaultRingConfig
+	config.Colocated = "garbagecollector,podgc"
+	owner := NewRing(config, members).SingletonOwner("garbagecollector")
+	if older[owner] <= newer[owner] {
+		t.Errorf("the colocated owner %s holds %d partitions under %s and %d under %s; want fewer under the share", owner, older[owner], PlacementColocated, newer[owner], PlacementColocatedShare)
+	}
+	t.Logf("partitions per member: %s %v, %s %v", PlacementColocated, older, PlacementColocatedShare, newer)
+}

@@ -1,0 +1,300 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
+	"github.com/fleet-controller-manager/fleet-controller-manager/test/localcluster"
+)
+
+// previousRelease plays the release before this one: it computes only the
+// older placement (--supported-placements, a hidden test flag), as a build
+// from before PlacementColocatedShare would.
+var previousRelease = []string{"--supported-placements=" + shard.PlacementColocated}
+
+// TestRollingUpgradeAndRollback replaces a fleet of three replicas of the
+// previous release one by one with this release, as a Deployment's rolling
+// update does (the new replica ready before the old one leaves), under a
+// workload, then rolls back the same way. While any replica of the previous
+// release takes part, every replica places pieces its way; once the last one
+// has left, the fleet switches to the newer placement, moving only what it
+// moves; the rollback switches back as soon as the first old replica joins.
+// No piece is without an owner for more than 2 s, every write of the
+// partition controllers falls inside its writer's runs (the audit-log
+// checker), and the workload converges after each phase.
+func TestRollingUpgradeAndRollback(t *testing.T) {
+	inLane(t, laneHeavy)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	// Three nodes: createWorkload's DaemonSet is ready on three.
+	cluster := startCluster(ctx, t, localcluster.Options{Scheduler: true, KwokNodes: 3, KwokPodParallelism: 32})
+	client, err := cluster.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &upgrade{t: t, ctx: ctx, cluster: cluster, client: client, logs: map[string]string{}, ports: map[string]int{}}
+	old := []string{"old-0", "old-1", "old-2"}
+	for _, name := range old {
+		u.start(name, previousRelease...)
+	}
+	waitFleetRunning(ctx, t, client, old)
+	u.checkPlacement(old, shard.PlacementColocated)
+	var namespaces []string
+	for i := range 3 {
+		namespaces = append(namespaces, fmt.Sprintf("upgrade-%d", i))
+		createWorkload(ctx, t, client, namespaces[i])
+	}
+	for _, ns := range namespaces {
+		waitWorkload(ctx, t, client, ns)
+	}
+
+	from := time.Now()
+	upgraded := u.roll(old, []string{"new-0", "new-1", "new-2"}, nil, &namespaces)
+	waitFleetRunning(ctx, t, client, upgraded)
+	// The new replicas placed pieces the old way while an old one took
+	// part (else they could not have agreed with it and turned ready).
+	u.checkPlacementUsed(upgraded[0], shard.PlacementColocated)
+	u.checkPlacement(upgraded, shard.PlacementColocatedShare)
+	u.logSwitch(upgraded, shard.PlacementColocatedShare)
+	// The controllers work under the newer placement.
+	ns := fmt.Sprintf("upgrade-%d", len(namespaces))
+	namespaces = append(namespaces, ns)
+	createWorkload(ctx, t, client, ns)
+	for _, ns := range namespaces {
+		waitWorkload(ctx, t, client, ns)
+	}
+	upgradeGap := u.longestUnowned(from, time.Now())
+
+	from = time.Now()
+	rolledBack := u.roll(upgraded, []string{"back-0", "back-1", "back-2"}, previousRelease, &namespaces)
+	waitFleetRunning(ctx, t, client, rolledBack)
+	u.checkPlacement(rolledBack, shard.PlacementColocated)
+	u.logSwitch(upgraded, shard.PlacementColocated)
+	for _, ns := range namespaces {
+		waitWorkload(ctx, t, client, ns)
+	}
+	rollbackGap := u.longestUnowned(from, time.Now())
+
+	for phase, gap := range map[string]unownedGap{"upgrade": upgradeGap, "rollback": rollbackGap} {
+		t.Logf("%s: longest time a piece had no owner: %v (%s)", phase, gap.length.Round(time.Millisecond), gap.piece)
+		if gap.length > 2*time.Second {
+			t.Errorf("%s: %s had no owner for %v, more than 2 s", phase, gap.piece, gap.length.Round(time.Millisecond))
+		}
+	}
+	violations, checked := checkRunsAgainstAudit(t, cluster.AuditLog, u.logs, nil, nil, namespaces)
+	t.Logf("ownership: %d partition-controller writes checked against the runs of %d replicas", checked, len(u.logs))
+	if checked == 0 {
+		t.Error("no partition-controller write was checked")
+	}
+	for _, v := range violations {
+		t.Errorf("write outside its writer's runs: %v", v)
+	}
+}
+
+// upgrade drives the replicas of TestRollingUpgradeAndRollback.
+type upgrade struct {
+	t       *testing.T
+	ctx     context.Context
+	cluster *localcluster.Cluster
+	client  kubernetes.Interface
+	byName  map[string]*localcluster.Process
+	logs    map[string]string
+	ports   map[string]int
+	// rollStarted is when the last roll began.
+	rollStarted time.Time
+}
+
+func (u *upgrade) start(name string, args ...string) {
+	u.t.Helper()
+	proc, port, err := u.cluster.StartFleetReplica(u.ctx, filepath.Join(binDir(u.t), "fleet-controller-manager"), name, args...)
+	if err != nil {
+		u.t.Fatal(err)
+	}
+	if u.byName == nil {
+		u.byName = map[string]*localcluster.Process{}
+	}
+	u.byName[name], u.logs[name], u.ports[name] = proc, proc.LogPath, port
+}
+
+// roll replaces each of from with one of to started with args: the new
+// replica ready first, then the old one stopped with SIGTERM (a rolling
+// update with maxSurge 1, maxUnavailable 0). A namespace of workload is
+// created halfway, so the controllers work while pieces move.
+func (u *upgrade) roll(from, to []string, args []string, namespaces *[]string) []string {
+	u.t.Helper()
+	u.rollStarted = time.Now()
+	for i := range from {
+		start := time.Now()
+		u.start(to[i], args...)
+		u.waitReady(to[i])
+		if err := u.byName[from[i]].Stop(time.Minute); err != nil {
+			u.t.Fatal(err)
+		}
+		u.t.Logf("%s replaced %s in %v", to[i], from[i], time.Since(start).Round(time.Millisecond))
+		if i == 1 {
+			ns := fmt.Sprintf("upgrade-%d", len(*namespaces))
+			*namespaces = append(*namespaces, ns)
+			createWorkload(u.ctx, u.t, u.client, ns)
+		}
+	}
+	return to
+}
+
+// waitReady waits for the replica's /readyz: joined and running its share.
+func (u *upgrade) waitReady(name string) {
+	u.t.Helper()
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	poll(u.ctx, u.t, name+" ready", 2*time.Minute, func() (bool, string) {
+		resp, err := client.Get(fmt.Sprintf("https://127.0.0.1:%d/readyz", u.ports[name]))
+		if err != nil {
+			return false, err.Error()
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, fmt.Sprintf("HTTP %d", resp.StatusCode)
+	})
+}
+
+var (
+	appliedPlacementRE = regexp.MustCompile(`"Applied view".* placement="([^"]+)"`)
+	appliedViewRE      = regexp.MustCompile(`^I(\d{4} \d{2}:\d{2}:\d{2}\.\d{6}) .*"Applied view" view="([0-9a-f]+)" epoch=\d+ placement="([^"]+)"`)
+	startingPieceRE    = regexp.MustCompile(`^I(\d{4} \d{2}:\d{2}:\d{2}\.\d{6}) .*"Starting piece" piece="([^"]+)" view="([0-9a-f]+)"`)
+)
+
+// checkPlacementUsed: replica applied at least one view placed by placement.
+func (u *upgrade) checkPlacementUsed(replica, placement string) {
+	u.t.Helper()
+	data, err := os.ReadFile(u.logs[replica])
+	if err != nil {
+		u.t.Fatal(err)
+	}
+	for _, m := range appliedPlacementRE.FindAllStringSubmatch(string(data), -1) {
+		if m[1] == placement {
+			return
+		}
+	}
+	u.t.Errorf("%s never applied a view placed by %s", replica, placement)
+}
+
+// logSwitch logs how long after the first of replicas applied a view placed
+// by placement the last of them did, and how many pieces they started under
+// the first such view of each (what the switch moved).
+func (u *upgrade) logSwitch(replicas []string, placement string) {
+	u.t.Helper()
+	var first, last time.Time
+	moved := 0
+	for _, name := range replicas {
+		data, err := os.ReadFile(u.logs[name])
+		if err != nil {
+			u.t.Fatal(err)
+		}
+		view := ""
+		for _, line := range strings.Split(string(data), "\n") {
+			if m := appliedViewRE.FindStringSubmatch(line); m != nil && view == "" && m[3] == placement {
+				at, err := time.ParseInLocation("2006 0102 15:04:05.000000", fmt.Sprintf("%d %s", time.Now().Year(), m[1]), time.Local)
+				if err != nil {
+					u.t.Fatal(err)
+				}
+				if !at.Before(u.rollStarted) {
+					view = m[2]
+					if first.IsZero() || at.Before(first) {
+						first = at
+					}
+					if at.After(last) {
+						last = at
+					}
+				}
+			}
+			if m := startingPieceRE.FindStringSubmatch(line); m != nil && view != "" && m[3] == view {
+				moved++
+			}
+		}
+		if view == "" {
+			u.t.Errorf("%s applied no view placed by %s", name, placement)
+		}
+	}
+	u.t.Logf("switch to %s: applied by all %d replicas within %v; %d pieces started under it", placement, len(replicas), last.Sub(first).Round(time.Millisecond), moved)
+}
+
+// checkPlacement: the last view each of replicas applied used placement.
+func (u *upgrade) checkPlacement(replicas []string, placement string) {
+	u.t.Helper()
+	for _, name := range replicas {
+		data, err := os.ReadFile(u.logs[name])
+		if err != nil {
+			u.t.Fatal(err)
+		}
+		matches := appliedPlacementRE.FindAllStringSubmatch(string(data), -1)
+		if len(matches) == 0 {
+			u.t.Errorf("%s logged no applied view", name)
+			continue
+		}
+		if got := matches[len(matches)-1][1]; got != placement {
+			u.t.Errorf("%s's last view placed pieces by %s, want %s", name, got, placement)
+		}
+	}
+}
+
+type unownedGap struct {
+	piece  string
+	length time.Duration
+}
+
+// longestUnowned is the longest time within [from, to] that a piece ran on
+// no replica, from every replica's runs (the log lines the ownership
+// checker reads).
+func (u *upgrade) longestUnowned(from, to time.Time) unownedGap {
+	u.t.Helper()
+	runs := map[string][]pieceRun{}
+	for replica, path := range u.logs {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			u.t.Fatal(err)
+		}
+		parsed, err := parsePieceRuns(replica, strings.Split(string(data), "\n"), time.Now().Year(), nil, nil)
+		if err != nil {
+			u.t.Fatalf("%s: %v", path, err)
+		}
+		for piece, rs := range parsed {
+			runs[piece] = append(runs[piece], rs...)
+		}
+	}
+	var longest unownedGap
+	for piece, rs := range runs {
+		sort.Slice(rs, func(i, j int) bool { return rs[i].start.Before(rs[j].start) })
+		covered := from
+		for _, r := range rs {
+			if r.end.Before(from) {
+				continue
+			}
+			if r.start.After(to) {
+				break
+			}
+			if gap := r.start.Sub(covered); gap > longest.length {
+				longest = unownedGap{piece: piece, length: gap}
+			}
+			if r.end.After(covered) {
+				covered = r.end
+			}
+		}
+		if covered.Before(to) {
+			if gap := to.Sub(covered); gap > longest.length {
+				longest = unownedGap{piece: piece + " (not running at the end)", length: gap}
+			}
+		}
+	}
+	return longest
+}
