@@ -36,7 +36,9 @@ SHELL         := /bin/bash
 
 # Static binaries, without cgo: the image holds the binary alone, and the
 # binary, the image's binaries and the tests share one build cache (cgo on
-# and off compile everything twice). test-long's -race turns it back on.
+# and off compile everything twice). test-long's -race turns it back on, and
+# the tools in bin/ are built as they always were (CGO_ENABLED=1), so a
+# machine that built them once does not build them again.
 export CGO_ENABLED := 0
 
 # The container image (make image, make push): built by deploy/image from
@@ -69,11 +71,11 @@ $(BIN)/crds: $(CRD_BIN)/.done
 
 $(KUBE_BIN)/%:
 	@mkdir -p $(KUBE_BIN)
-	cd test/tools && $(GO) build $(GOFLAGS_BUILD) -ldflags '$(KUBE_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/$*
+	cd test/tools && CGO_ENABLED=1 $(GO) build $(GOFLAGS_BUILD) -ldflags '$(KUBE_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/$*
 
 $(ETCD_BIN)/etcd:
 	@mkdir -p $(ETCD_BIN)
-	cd test/tools && $(GO) build $(GOFLAGS_BUILD) -o $@ go.etcd.io/etcd/server/v3
+	cd test/tools && CGO_ENABLED=1 $(GO) build $(GOFLAGS_BUILD) -o $@ go.etcd.io/etcd/server/v3
 
 # kwok has no built-in stages: the stage files shipped in its module are
 # copied beside the binary (node-initialize, heartbeat with lease, and the fast
@@ -82,7 +84,7 @@ KWOK_STAGES := node/fast/node-initialize.yaml node/heartbeat-with-lease/node-hea
                pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml
 $(KWOK_BIN)/kwok:
 	@mkdir -p $(KWOK_BIN)/stages
-	GOBIN=$(KWOK_BIN) GOFLAGS= $(GO) install -ldflags '-X sigs.k8s.io/kwok/pkg/consts.Version=$(patsubst v%,%,$(KWOK_VERSION))' sigs.k8s.io/kwok/cmd/kwok@$(KWOK_VERSION)
+	CGO_ENABLED=1 GOBIN=$(KWOK_BIN) GOFLAGS= $(GO) install -ldflags '-X sigs.k8s.io/kwok/pkg/consts.Version=$(patsubst v%,%,$(KWOK_VERSION))' sigs.k8s.io/kwok/cmd/kwok@$(KWOK_VERSION)
 	dir=$$(cd / && GOFLAGS= $(GO) mod download -json sigs.k8s.io/kwok@$(KWOK_VERSION) | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p') && \
 	  for s in $(KWOK_STAGES); do install -m 0644 $$dir/kustomize/stage/$$s $(KWOK_BIN)/stages/; done
 
