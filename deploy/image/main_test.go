@@ -1,13 +1,18 @@
 package main
 
 import (
+	"io"
+	"log"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/validate"
 )
@@ -99,5 +104,41 @@ func TestRunWritesValidImages(t *testing.T) {
 	againTop, _ := again.IndexManifest()
 	if againTop.Manifests[0].Digest != first {
 		t.Errorf("a second build of the same binaries gave index %s, the first %s", againTop.Manifests[0].Digest, first)
+	}
+}
+
+// TestPushToRegistry pushes an image of two platforms with -push to a
+// registry on loopback (go-containerregistry's in-memory one) and pulls the
+// index back: both platforms, valid.
+func TestPushToRegistry(t *testing.T) {
+	server := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer server.Close()
+	host := strings.TrimPrefix(server.URL, "http://")
+	dir := t.TempDir()
+	opts := options{binaries: binaries{}, ref: host + "/fleet-controller-manager:v1.2.3", version: "v1.2.3", push: true}
+	for _, platform := range []string{"linux/amd64", "linux/arm64"} {
+		bin := filepath.Join(dir, strings.ReplaceAll(platform, "/", "-"))
+		if err := os.WriteFile(bin, []byte(platform), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		opts.binaries[platform] = bin
+	}
+	if err := run(opts); err != nil {
+		t.Fatal(err)
+	}
+	ref, err := name.ParseReference(opts.ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	index, err := remote.Index(ref)
+	if err != nil {
+		t.Fatalf("pulling %s back: %v", ref, err)
+	}
+	if err := validate.Index(index); err != nil {
+		t.Error(err)
+	}
+	manifest, err := index.IndexManifest()
+	if err != nil || len(manifest.Manifests) != 2 {
+		t.Fatalf("pulled index: %v, %d platforms, want 2", err, len(manifest.Manifests))
 	}
 }
