@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apiserver/pkg/server/healthz"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/client-go/discovery"
 	cacheddiscovery "k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
@@ -77,77 +78,109 @@ type Runtime struct {
 	debug   map[string]http.Handler // controller name -> its debugging handler
 }
 
-// NewRuntime prepares the replica-wide parts: client builders whose clients
-// share one rate limiter per controller across all pieces (so a fleet of one
-// spends exactly what kube-controller-manager spends), one RESTMapper, one
-// pool of typed and metadata informers that every singleton and the
-// partition controller set see, and, in the modes that have one, the owned
-// cache of the partition controllers' namespaced kinds. mode must be
-// resolved (informers.Resolve).
-func NewRuntime(ctx context.Context, c *kcmconfig.CompletedConfig, identity string, ring shard.RingConfig, mode informers.Mode, selectorTerms, namespaceWatchMax int, authority shard.Authority) (*Runtime, error) {
-	descriptors := Descriptors()
-	if err := Check(descriptors); err != nil {
-		return nil, err
-	}
-	rootBuilder := newSharedLimiterBuilder(clientbuilder.SimpleControllerClientBuilder{ClientConfig: c.Kubeconfig}, identity, authority)
-	builder := rootBuilder
+// RuntimeConfig is what a replica's Runtime is built from.
+type RuntimeConfig struct {
+	// KCM is kube-controller-manager's completed configuration, from the
+	// same flags.
+	KCM *kcmconfig.CompletedConfig
+	// Identity names the replica in its clients' user agents and metrics.
+	Identity string
+	// Ring places namespaces in partitions.
+	Ring shard.RingConfig
+	// Mode is how the partition controllers' namespaced kinds are cached;
+	// it must be resolved (informers.Resolve).
+	Mode informers.Mode
+	// SelectorTerms and NamespaceWatchMax size the owned cache's lists
+	// (--shard-selector-max-terms, --namespace-watch-max-namespaces).
+	SelectorTerms, NamespaceWatchMax int
+	// Authority gates every write: none is sent while the replica may
+	// not act.
+	Authority shard.Authority
+}
+
+// runtimeClients are the replica-wide clients every piece shares.
+type runtimeClients struct {
+	// root: the controller manager's own identity; controllers: each
+	// controller's own ServiceAccount with --use-service-account-credentials.
+	root, controllers *sharedLimiterBuilder
+	// plain and ownedCache are the informers' clients (the owned cache's
+	// names it in its user agent).
+	plain      kubernetes.Interface
+	ownedCache *restclient.Config
+	metadata   metadata.Interface
+	discovery  discovery.CachedDiscoveryInterface
+}
+
+// newRuntimeClients builds client builders whose clients share one rate
+// limiter per controller across all pieces (so a fleet of one spends
+// exactly what kube-controller-manager spends), and the informers' and
+// discovery's clients.
+func newRuntimeClients(cfg RuntimeConfig) (*runtimeClients, error) {
+	c := cfg.KCM
+	root := newSharedLimiterBuilder(clientbuilder.SimpleControllerClientBuilder{ClientConfig: c.Kubeconfig}, cfg.Identity, cfg.Authority)
+	clients := &runtimeClients{root: root, controllers: root}
 	if c.ComponentConfig.KubeCloudShared.UseServiceAccountCredentials {
-		builder = newSharedLimiterBuilder(clientbuilder.NewDynamicClientBuilder(restclient.AnonymousClientConfig(c.Kubeconfig), c.Client.CoreV1(), "kube-system"), identity, authority)
+		clients.controllers = newSharedLimiterBuilder(clientbuilder.NewDynamicClientBuilder(restclient.AnonymousClientConfig(c.Kubeconfig), c.Client.CoreV1(), "kube-system"), cfg.Identity, cfg.Authority)
 	}
-	partitions := newPartitionFence(ring.NamespacePartition)
-	informerConfig, err := rootBuilder.Config("shared-informers")
+	informerConfig, err := root.Config("shared-informers")
 	if err != nil {
 		return nil, fmt.Errorf("client for informers: %w", err)
 	}
 	// The owned cache's requests name it in their user agent, so that the
 	// apiserver's audit log tells them from the pool's; it shares the
 	// informers' client budget.
-	ownedCacheConfig := restclient.CopyConfig(informerConfig)
-	ownedCacheConfig.UserAgent = "fleet-controller-manager/" + identity + "/owned-cache"
-	plain, err := kubernetes.NewForConfig(informerConfig)
-	if err != nil {
+	clients.ownedCache = restclient.CopyConfig(informerConfig)
+	clients.ownedCache.UserAgent = "fleet-controller-manager/" + cfg.Identity + "/owned-cache"
+	if clients.plain, err = kubernetes.NewForConfig(informerConfig); err != nil {
 		return nil, fmt.Errorf("client for informers: %w", err)
 	}
-	metadataConfig, err := rootBuilder.Config("metadata-informers")
+	metadataConfig, err := root.Config("metadata-informers")
 	if err != nil {
 		return nil, fmt.Errorf("metadata client: %w", err)
 	}
-	metadataClient, err := metadata.NewForConfig(metadataConfig)
-	if err != nil {
+	if clients.metadata, err = metadata.NewForConfig(metadataConfig); err != nil {
 		return nil, fmt.Errorf("metadata client: %w", err)
 	}
-	discoveryClient, err := rootBuilder.DiscoveryClient("controller-discovery")
+	discoveryClient, err := root.DiscoveryClient("controller-discovery")
 	if err != nil {
 		return nil, fmt.Errorf("discovery client: %w", err)
 	}
-	discovery := cacheddiscovery.NewMemCacheClient(discoveryClient)
-	restMapper := restmapper.NewDeferredDiscoveryRESTMapper(discovery)
-	go func() {
-		ticker := time.NewTicker(30 * time.Second)
-		defer ticker.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-ticker.C:
-				restMapper.Reset()
-			}
-		}
-	}()
+	clients.discovery = cacheddiscovery.NewMemCacheClient(discoveryClient)
+	return clients, nil
+}
+
+// NewRuntime prepares the replica-wide parts: the clients
+// (newRuntimeClients), one RESTMapper, one pool of typed and metadata
+// informers that every singleton and the partition controller set see,
+// and, in the modes that have one, the owned cache of the partition
+// controllers' namespaced kinds.
+func NewRuntime(ctx context.Context, cfg RuntimeConfig) (*Runtime, error) {
+	descriptors := Descriptors()
+	if err := Check(descriptors); err != nil {
+		return nil, err
+	}
+	clients, err := newRuntimeClients(cfg)
+	if err != nil {
+		return nil, err
+	}
+	c := cfg.KCM
+	restMapper := restmapper.NewDeferredDiscoveryRESTMapper(clients.discovery)
+	go resetEvery(ctx, 30*time.Second, restMapper)
 	controllers.Register()
 	registerMetrics()
-	memberInfo.WithLabelValues(identity, string(mode)).Set(1)
+	memberInfo.WithLabelValues(cfg.Identity, string(cfg.Mode)).Set(1)
+	partitions := newPartitionFence(cfg.Ring.NamespacePartition)
 	r := &Runtime{
-		config: c, identity: identity, descriptors: descriptors, ring: ring, mode: mode,
-		rootBuilder: rootBuilder, singletonBuilder: builder.forSingletons(),
+		config: c, identity: cfg.Identity, descriptors: descriptors, ring: cfg.Ring, mode: cfg.Mode,
+		rootBuilder: clients.root, singletonBuilder: clients.controllers.forSingletons(),
 		partitions:           partitions,
-		partitionRootBuilder: rootBuilder.forPartitions(partitions),
-		partitionBuilder:     builder.forPartitions(partitions),
-		restClients:          informers.NewRESTClients(ownedCacheConfig),
-		plainClient:          plain, metadataClient: metadataClient, restMapper: restMapper,
-		kindScopes: informers.DiscoveryScopes{Discovery: discovery},
+		partitionRootBuilder: clients.root.forPartitions(partitions),
+		partitionBuilder:     clients.controllers.forPartitions(partitions),
+		restClients:          informers.NewRESTClients(clients.ownedCache),
+		plainClient:          clients.plain, metadataClient: clients.metadata, restMapper: restMapper,
+		kindScopes: informers.DiscoveryScopes{Discovery: clients.discovery},
 		shared: informers.NewPool(ctx, informers.PoolConfig{
-			Client: plain, Metadata: metadataClient, Resync: kcmapp.ResyncPeriod(c)(), Transform: trimManagedFields,
+			Client: clients.plain, Metadata: clients.metadata, Resync: kcmapp.ResyncPeriod(c)(), Transform: trimManagedFields,
 		}),
 		sharedStop: ctx.Done(),
 		ctx:        ctx,
@@ -162,10 +195,10 @@ func NewRuntime(ctx context.Context, c *kcmconfig.CompletedConfig, identity stri
 		return nil, fmt.Errorf("namespaces informer: %w", err)
 	}
 	r.shared.Start(r)
-	if mode != informers.ModeFilteredWatch {
+	if cfg.Mode != informers.ModeFilteredWatch {
 		if r.owned, err = informers.NewOwnedCache(informers.OwnedCacheConfig{
-			Sharded: mode == informers.ModeShardedWatch, MaxTerms: selectorTerms, NamespaceWatchMax: namespaceWatchMax, RESTClients: r.restClients, Mapper: restMapper,
-			Namespaces: namespaces, PartitionOf: ring.NamespacePartition, FieldSelectors: ownedFieldSelectors(),
+			Sharded: cfg.Mode == informers.ModeShardedWatch, MaxTerms: cfg.SelectorTerms, NamespaceWatchMax: cfg.NamespaceWatchMax, RESTClients: r.restClients, Mapper: restMapper,
+			Namespaces: namespaces, PartitionOf: cfg.Ring.NamespacePartition, FieldSelectors: ownedFieldSelectors(),
 			Resync: kcmapp.ResyncPeriod(c)(), Transform: trimManagedFields,
 		}); err != nil {
 			return nil, fmt.Errorf("owned cache: %w", err)
@@ -173,6 +206,21 @@ func NewRuntime(ctx context.Context, c *kcmconfig.CompletedConfig, identity stri
 	}
 	r.partitionSet = newPartitionSet(r)
 	return r, nil
+}
+
+// resetEvery forgets the RESTMapper's discovery every period until ctx
+// ends, as KCM does, so that kinds installed later are found.
+func resetEvery(ctx context.Context, period time.Duration, restMapper *restmapper.DeferredDiscoveryRESTMapper) {
+	ticker := time.NewTicker(period)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+			restMapper.Reset()
+		}
+	}
 }
 
 // Singletons lists the singleton controllers this replica's flags enable,

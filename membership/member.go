@@ -677,40 +677,62 @@ func (m *Member) observe(obj any, deleted bool) {
 }
 
 // expiryLoop confirms, with a fresh read, that Leases unchanged for their
-// duration are really stale before dropping their holders.
+// duration are really stale before dropping their holders. It wakes when
+// the next Lease would expire, and at least every half retry period: a
+// survivor of a killed replica then acts as soon as its Lease has expired,
+// not up to a tick later (a kill -9 test measured 0.85 s between the two
+// with a one-second tick).
 func (m *Member) expiryLoop(ctx context.Context) {
-	ticker := m.cfg.Clock.NewTicker(m.cfg.RetryPeriod / 2)
-	defer ticker.Stop()
+	period := m.cfg.RetryPeriod / 2
+	timer := m.cfg.Clock.NewTimer(period)
+	defer timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-ticker.C():
+		case <-timer.C():
 		}
-		now := m.cfg.Clock.Now()
-		var suspects []string
-		stale := map[string]string{}
-		m.mu.Lock()
-		for name, o := range m.obs {
-			if !o.deleted && !o.expired && !o.checking && now.Sub(o.lastChange) > o.duration {
+		wait := period
+		if next := m.checkExpiries(ctx); !next.IsZero() {
+			wait = min(wait, max(next.Sub(m.cfg.Clock.Now()), time.Millisecond))
+		}
+		timer.Reset(wait)
+	}
+}
+
+// checkExpiries confirms the expiry of Leases unchanged for their duration,
+// deletes those of members gone for good, forgets deleted ones, and returns
+// when the next Lease would expire (zero if none).
+func (m *Member) checkExpiries(ctx context.Context) time.Time {
+	now := m.cfg.Clock.Now()
+	var suspects []string
+	var next time.Time
+	stale := map[string]string{}
+	m.mu.Lock()
+	for name, o := range m.obs {
+		if !o.deleted && !o.expired && !o.checking {
+			if now.Sub(o.lastChange) > o.duration {
 				o.checking = true
 				suspects = append(suspects, name)
-			}
-			if o.expired && !o.deleted && now.Sub(o.lastChange) > staleLeaseFactor*o.duration {
-				stale[name] = o.rv
-			}
-			if o.deleted && now.Sub(o.lastChange) > o.duration+time.Minute {
-				delete(m.obs, name)
+			} else if at := o.lastChange.Add(o.duration + time.Millisecond); next.IsZero() || at.Before(next) {
+				next = at
 			}
 		}
-		m.mu.Unlock()
-		for _, name := range suspects {
-			m.confirmExpiry(ctx, name)
+		if o.expired && !o.deleted && now.Sub(o.lastChange) > staleLeaseFactor*o.duration {
+			stale[name] = o.rv
 		}
-		for name, rv := range stale {
-			m.deleteStale(ctx, name, rv)
+		if o.deleted && now.Sub(o.lastChange) > o.duration+time.Minute {
+			delete(m.obs, name)
 		}
 	}
+	m.mu.Unlock()
+	for _, name := range suspects {
+		m.confirmExpiry(ctx, name)
+	}
+	for name, rv := range stale {
+		m.deleteStale(ctx, name, rv)
+	}
+	return next
 }
 
 // staleLeaseFactor: a Lease expired for this many lease durations belongs to

@@ -91,7 +91,6 @@ type Status struct {
 type Manager struct {
 	member  Membership
 	runner  Runner
-	ring    RingConfig
 	pieces  []Piece
 	rings   RingCache
 	local   Local
@@ -140,7 +139,6 @@ func NewManager(member Membership, runner Runner, ring RingConfig, pieces []Piec
 		gauges:  newStepGauges(),
 		member:  member,
 		runner:  runner,
-		ring:    ring,
 		pieces:  pieces,
 		running: map[Piece]*runningPiece{},
 		done:    make(chan Piece, len(pieces)),
@@ -201,7 +199,31 @@ func (m *Manager) finished(p Piece) {
 	delete(m.local.Status, p)
 }
 
+// step is one turn of the protocol, in four phases: observe what the
+// member and its peers say, decide (Decide, pure), act on the plan (stop,
+// drop, apply the view, intend, start), and publish the state and status.
 func (m *Manager) step(leaving bool) {
+	peers, authorityUntil := m.observe(leaving)
+	now := time.Now()
+	m.clock.observe(now, peers)
+	plan := Decide(m.local, peers, &m.rings)
+	if !m.local.Authority && !leaving && plan.Waiting == "" {
+		plan.Waiting = m.member.WhyNoAuthority()
+	}
+	m.act(plan, now, authorityUntil, leaving)
+	if !leaving {
+		m.member.Publish(m.publishedState(peers))
+	}
+	if m.OnStep != nil {
+		m.OnStep(plan)
+	}
+	m.publishStatus(plan, peers)
+}
+
+// observe brings m.local up to date: finished pieces, authority, joining,
+// the last confirmed state and whether starts are held; it returns the
+// peers and when authority runs out.
+func (m *Manager) observe(leaving bool) ([]membership.Peer, time.Time) {
 	// Drain completions first so the plan sees them.
 	for {
 		select {
@@ -230,12 +252,12 @@ func (m *Manager) step(leaving bool) {
 			}
 		}
 	}
-	now := time.Now()
-	m.clock.observe(now, peers)
-	plan := Decide(m.local, peers, &m.rings)
-	if !m.local.Authority && !leaving && plan.Waiting == "" {
-		plan.Waiting = m.member.WhyNoAuthority()
-	}
+	return peers, authorityUntil
+}
+
+// act carries out plan: stops first (each piece's writes revoked before
+// the stop is logged), then drops, the view, intents and starts.
+func (m *Manager) act(plan Plan, now, authorityUntil time.Time, leaving bool) {
 	for _, p := range plan.Stop {
 		m.local.Status[p] = Stopping
 		m.running[p].cancel()
@@ -270,6 +292,12 @@ func (m *Manager) step(leaving bool) {
 	for _, p := range plan.Start {
 		m.start(p)
 	}
+}
+
+// publishedState is what this member publishes after a step: its view and
+// epoch, an acknowledgement of every participant, and every piece it may
+// be running.
+func (m *Manager) publishedState(peers []membership.Peer) membership.State {
 	state := membership.State{
 		Epoch:   m.local.Epoch,
 		View:    m.local.View,
@@ -285,12 +313,12 @@ func (m *Manager) step(leaving bool) {
 		state.Running = append(state.Running, string(p))
 	}
 	sort.Strings(state.Running)
-	if !leaving {
-		m.member.Publish(state)
-	}
-	if m.OnStep != nil {
-		m.OnStep(plan)
-	}
+	return state
+}
+
+// publishStatus logs a new waiting reason, records the gauges and stores
+// the Status the status page, /readyz and OnStatus read.
+func (m *Manager) publishStatus(plan Plan, peers []membership.Peer) {
 	if plan.Waiting != m.lastWaiting {
 		// Each reason once, when it changes: what holds pieces up is the
 		// first question about a slow handover.

@@ -78,8 +78,9 @@ type cacheRequests struct {
 	// watches among them that named namespaces (a shard selector or a
 	// namespace's path).
 	lists, watches, scoped map[string]int
-	// listed: the lists, in order.
-	listed []auditedList
+	// listed: the lists made since the time asked for, in order; allListed:
+	// every list, whenever made.
+	listed, allListed []auditedList
 	// watchEnded: per resource, when each of its watches ended (refused
 	// at once, or closed after it streamed), whenever made.
 	watchEnded map[string][]time.Time
@@ -115,9 +116,13 @@ func ownedCacheRequests(t *testing.T, auditLog, replica string, since time.Time)
 			if e.ResponseStatus == nil || e.ResponseStatus.Code == 200 {
 				r.open[resource]--
 			}
-		case e.Verb == "list" && e.Stage == "ResponseComplete" && !e.StageTimestamp.Before(since):
-			r.lists[resource]++
-			r.listed = append(r.listed, auditedList{resource: resource, uri: e.RequestURI, at: e.RequestReceivedTimestamp})
+		case e.Verb == "list" && e.Stage == "ResponseComplete":
+			l := auditedList{resource: resource, uri: e.RequestURI, at: e.RequestReceivedTimestamp}
+			r.allListed = append(r.allListed, l)
+			if !e.StageTimestamp.Before(since) {
+				r.lists[resource]++
+				r.listed = append(r.listed, l)
+			}
 		}
 	})
 	return r
@@ -129,14 +134,37 @@ type auditedList struct {
 	at            time.Time
 }
 
-// watchEndedBefore is when the last watch of resource ended within window
-// before at, if one did.
-func (r cacheRequests) watchEndedBefore(resource string, at time.Time, window time.Duration) (time.Time, bool) {
-	var last time.Time
-	for _, ended := range r.watchEnded[resource] {
-		if !ended.After(at) && at.Sub(ended) <= window && ended.After(last) {
-			last = ended
+// relistAfterWatchEnd tells whether the list of resource received at at
+// is the cache listing the kind again because its watch ended: the first
+// list of it since its last watch ended before at (a reflector relists after
+// a backoff that grows to a minute under load, so no fixed window
+// bounds it). It returns when that watch ended.
+func (r cacheRequests) relistAfterWatchEnd(resource string, at time.Time) (time.Time, bool) {
+	var ended time.Time
+	for _, e := range r.watchEnded[resource] {
+		if !e.After(at) && e.After(ended) {
+			ended = e
 		}
 	}
-	return last, !last.IsZero()
+	if ended.IsZero() {
+		return ended, false
+	}
+	for _, l := range r.allListed {
+		if l.resource == resource && l.at.After(ended) && l.at.Before(at) {
+			return ended, false
+		}
+	}
+	return ended, true
+}
+
+// firstList tells whether the list of resource at at is the first the
+// cache made of it: the kind started being cached then (a controller asked
+// for it), so every loaded namespace is listed.
+func (r cacheRequests) firstList(resource string, at time.Time) bool {
+	for _, l := range r.allListed {
+		if l.resource == resource && l.at.Before(at) {
+			return false
+		}
+	}
+	return true
 }

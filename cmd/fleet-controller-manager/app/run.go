@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"k8s.io/apiserver/pkg/server/healthz"
-	"k8s.io/apiserver/pkg/server/mux"
 	"k8s.io/client-go/kubernetes"
 	corev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	restclient "k8s.io/client-go/rest"
@@ -18,6 +17,7 @@ import (
 	controllerhealthz "k8s.io/controller-manager/pkg/healthz"
 	"k8s.io/klog/v2"
 	kcmapp "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	kcmconfig "k8s.io/kubernetes/cmd/kube-controller-manager/app/config"
 	"k8s.io/kubernetes/cmd/kube-controller-manager/app/options"
 
 	"github.com/fleet-controller-manager/fleet-controller-manager/controllers"
@@ -53,34 +53,70 @@ func kcmLeaderLease(le componentbaseconfig.LeaderElectionConfiguration) (*member
 	return cfg, nil
 }
 
-// run is KCM's Run with leader election replaced by fleet membership: the
-// events pipeline, secure serving of /healthz and /metrics, then the pieces
-// the fleet gives this replica.
+// run is KCM's Run with leader election replaced by fleet membership, in
+// named phases: KCM's configuration and events pipeline, the membership,
+// the runner of the pieces (the controllers' runtime), the manager that
+// runs what the fleet gives this replica, secure serving, and then the
+// membership and the manager until either ends.
 func run(ctx context.Context, kcm *options.KubeControllerManagerOptions, fleet *FleetOptions) error {
 	klog.InfoS("Starting", "version", versionString(), "identity", fleet.Identity, "fleet", fleet.Name, "namespace", fleet.Namespace)
-	config, err := kcm.Config(context.Background(), kcmapp.KnownControllers(), kcmapp.ControllersDisabledByDefault(), kcmapp.ControllerAliases())
+	c, err := kcmConfig(kcm)
 	if err != nil {
 		return err
 	}
-	c := config.Complete()
-	if err := registerConfigz(c); err != nil {
+	defer c.EventBroadcaster.Shutdown()
+	member, leaderLease, err := newMember(c, fleet)
+	if err != nil {
 		return err
 	}
+	// Membership outlives the manager: leaving needs the Lease client, and
+	// the runtime's informers outlive every piece.
+	memberCtx, cancelMember := context.WithCancel(context.Background())
+	defer cancelMember()
+	runner, pieces, err := newRunner(ctx, memberCtx, c, fleet, member)
+	if err != nil {
+		return err
+	}
+	manager, err := shard.NewManager(member, runner, fleet.Ring, pieces)
+	if err != nil {
+		return err
+	}
+	if err := serve(ctx, c, fleet, member, leaderLease, manager, runner); err != nil {
+		return err
+	}
+	return runFleet(ctx, memberCtx, member, manager)
+}
 
+// kcmConfig is KCM's completed configuration from its flags, with configz
+// registered and events recorded, as KCM's Run starts.
+func kcmConfig(kcm *options.KubeControllerManagerOptions) (*kcmconfig.CompletedConfig, error) {
+	config, err := kcm.Config(context.Background(), kcmapp.KnownControllers(), kcmapp.ControllersDisabledByDefault(), kcmapp.ControllerAliases())
+	if err != nil {
+		return nil, err
+	}
+	c := config.Complete()
+	if err := registerConfigz(c); err != nil {
+		return nil, err
+	}
 	c.EventBroadcaster.StartStructuredLogging(0)
 	c.EventBroadcaster.StartRecordingToSink(&corev1.EventSinkImpl{Interface: c.Client.CoreV1().Events("")})
-	defer c.EventBroadcaster.Shutdown()
+	return c, nil
+}
 
+// newMember is this replica's membership, with a client of its own (Lease
+// renewals must not wait behind the controllers' rate limiters) and KCM's
+// leader Lease when leader election is on.
+func newMember(c *kcmconfig.CompletedConfig, fleet *FleetOptions) (*membership.Member, *membership.LeaderLeaseConfig, error) {
 	membershipConfig := restclient.CopyConfig(c.Kubeconfig)
 	membershipConfig.QPS, membershipConfig.Burst = membershipQPS, membershipBurst
 	membershipConfig.UserAgent = "fleet-controller-manager/" + fleet.Identity + "/membership"
 	client, err := kubernetes.NewForConfig(membershipConfig)
 	if err != nil {
-		return fmt.Errorf("building membership client: %w", err)
+		return nil, nil, fmt.Errorf("building membership client: %w", err)
 	}
 	leaderLease, err := kcmLeaderLease(c.ComponentConfig.Generic.LeaderElection)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	member, err := membership.New(membership.Config{
 		Client: client, Namespace: fleet.Namespace, Fleet: fleet.Name, Identity: fleet.Identity,
@@ -88,10 +124,43 @@ func run(ctx context.Context, kcm *options.KubeControllerManagerOptions, fleet *
 		LeaderLease: leaderLease,
 		Supports:    membership.Supports{Placements: fleet.Placements, StateVersions: []int{membership.StateVersion}},
 	})
-	if err != nil {
-		return err
-	}
+	return member, leaderLease, err
+}
 
+// newRunner is what runs the pieces, and every piece of the fleet: the
+// controllers' runtime, or in the test mode the dummy pieces.
+func newRunner(ctx, memberCtx context.Context, c *kcmconfig.CompletedConfig, fleet *FleetOptions, member *membership.Member) (shard.Runner, []shard.Piece, error) {
+	if fleet.DummyPieces {
+		dummy, err := newDummyRunner(fleet.DummyRecordFile, fleet.Identity, member.Incarnation())
+		if err != nil {
+			return nil, nil, err
+		}
+		return dummy, shard.AllPieces(fleet.Ring.Partitions, fleet.DummySingletons), nil
+	}
+	fleet.Ring.Colocated = controllers.ColocatedSingletons()
+	probeCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	mode, err := informers.Resolve(probeCtx, fleet.InformerMode, c.Kubeconfig)
+	cancel()
+	if err != nil {
+		return nil, nil, fmt.Errorf("--informer-mode: %w", err)
+	}
+	klog.InfoS("Informers of the partition controllers", "informerMode", mode)
+	rt, err := controllers.NewRuntime(memberCtx, controllers.RuntimeConfig{
+		KCM: c, Identity: fleet.Identity, Ring: fleet.Ring, Mode: mode,
+		SelectorTerms: fleet.SelectorTerms, NamespaceWatchMax: fleet.NamespaceWatchMax, Authority: member,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return rt, shard.AllPieces(fleet.Ring.Partitions, rt.Singletons()), nil
+}
+
+// serve starts KCM's secure serving (when configured) with the fleet's
+// health, readiness and debug pages.
+func serve(ctx context.Context, c *kcmconfig.CompletedConfig, fleet *FleetOptions, member *membership.Member, leaderLease *membership.LeaderLeaseConfig, manager *shard.Manager, runner shard.Runner) error {
+	if c.SecureServing == nil {
+		return nil
+	}
 	// Healthy while it renews its own Lease: waiting behind a
 	// kube-controller-manager that leads is healthy (a restart would not
 	// help), as a KCM standby is.
@@ -101,82 +170,49 @@ func run(ctx context.Context, kcm *options.KubeControllerManagerOptions, fleet *
 		}
 		return errors.New("lease not renewed within the renew deadline")
 	}))
-	var serveMux *mux.PathRecorderMux
-	if c.SecureServing != nil {
-		serveMux = genericcontrollermanager.NewBaseHandler(&c.ComponentConfig.Generic.Debugging, healthzHandler)
+	serveMux := genericcontrollermanager.NewBaseHandler(&c.ComponentConfig.Generic.Debugging, healthzHandler)
+	// Ready once joined with authority and running its share: a rolling
+	// update then replaces the next replica only after the pieces have
+	// moved to this one (not while they move, which would make the next
+	// leave wait for this handover). Once ready it stays ready while it has
+	// authority, whatever the others do, so a fleet busy moving pieces does
+	// not look unavailable to a PDB.
+	serveMux.Handle("/readyz", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		st := manager.Status()
+		switch {
+		case member.Joining():
+			http.Error(w, "joining the fleet", http.StatusServiceUnavailable)
+		case !member.Valid():
+			http.Error(w, "no authority: "+member.WhyNoAuthority(), http.StatusServiceUnavailable)
+		case !st.TookShare:
+			http.Error(w, fmt.Sprintf("taking its share of pieces: %d of %d running (%s)", len(st.Running), len(st.Owned), st.Waiting), http.StatusServiceUnavailable)
+		default:
+			fmt.Fprintln(w, "ok")
+		}
+	}))
+	if rt, ok := runner.(*controllers.Runtime); ok {
+		serveMux.UnlistedHandlePrefix("/debug/controllers/", rt.DebugHandler())
+		serveMux.UnlistedHandle(controllers.CachePath, rt.CacheHandler())
+		serveMux.UnlistedHandle(controllers.InformersPath, rt.InformersHandler())
 	}
+	// Not the membership client: page views must not delay renewals.
+	serveMux.Handle("/debug/fleet", shard.FleetPage(func(ctx context.Context) (shard.FleetStatus, error) {
+		st, err := shard.ReadFleet(ctx, c.Client, fleet.Namespace, fleet.Name, fleet.Ring.Partitions)
+		if err == nil && leaderLease != nil {
+			st.LeaderLease, err = shard.ReadLeaderLease(ctx, c.Client, leaderLease.Namespace, leaderLease.Name, fleet.Namespace, fleet.Name)
+		}
+		return st, err
+	}, manager.Status))
+	handler := genericcontrollermanager.BuildHandlerChain(serveMux, &c.Authorization, &c.Authentication)
+	if _, _, err := c.SecureServing.Serve(handler, 0, ctx.Done()); err != nil {
+		return fmt.Errorf("serving: %w", err)
+	}
+	return nil
+}
 
-	// Membership outlives the manager: leaving needs the Lease client, and
-	// the runtime's informers outlive every piece.
-	memberCtx, cancelMember := context.WithCancel(context.Background())
-	defer cancelMember()
-
-	var runner shard.Runner
-	var pieces []shard.Piece
-	if fleet.DummyPieces {
-		dummy, err := newDummyRunner(fleet.DummyRecordFile, fleet.Identity, member.Incarnation())
-		if err != nil {
-			return err
-		}
-		runner, pieces = dummy, shard.AllPieces(fleet.Ring.Partitions, fleet.DummySingletons)
-	} else {
-		fleet.Ring.Colocated = controllers.ColocatedSingletons()
-		probeCtx, cancel := context.WithTimeout(ctx, time.Minute)
-		mode, err := informers.Resolve(probeCtx, fleet.InformerMode, c.Kubeconfig)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("--informer-mode: %w", err)
-		}
-		klog.InfoS("Informers of the partition controllers", "informerMode", mode)
-		rt, err := controllers.NewRuntime(memberCtx, c, fleet.Identity, fleet.Ring, mode, fleet.SelectorTerms, fleet.NamespaceWatchMax, member)
-		if err != nil {
-			return err
-		}
-		runner, pieces = rt, shard.AllPieces(fleet.Ring.Partitions, rt.Singletons())
-	}
-	manager, err := shard.NewManager(member, runner, fleet.Ring, pieces)
-	if err != nil {
-		return err
-	}
-	if serveMux != nil {
-		// Ready once joined with authority and running its share: a
-		// rolling update then replaces the next replica only after the
-		// pieces have moved to this one (not while they move, which would
-		// make the next leave wait for this handover). Once ready it stays
-		// ready while it has authority, whatever the others do, so a fleet
-		// busy moving pieces does not look unavailable to a PDB.
-		serveMux.Handle("/readyz", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			st := manager.Status()
-			switch {
-			case member.Joining():
-				http.Error(w, "joining the fleet", http.StatusServiceUnavailable)
-			case !member.Valid():
-				http.Error(w, "no authority: "+member.WhyNoAuthority(), http.StatusServiceUnavailable)
-			case !st.TookShare:
-				http.Error(w, fmt.Sprintf("taking its share of pieces: %d of %d running (%s)", len(st.Running), len(st.Owned), st.Waiting), http.StatusServiceUnavailable)
-			default:
-				fmt.Fprintln(w, "ok")
-			}
-		}))
-		if rt, ok := runner.(*controllers.Runtime); ok {
-			serveMux.UnlistedHandlePrefix("/debug/controllers/", rt.DebugHandler())
-			serveMux.UnlistedHandle(controllers.CachePath, rt.CacheHandler())
-			serveMux.UnlistedHandle(controllers.InformersPath, rt.InformersHandler())
-		}
-		// Not the membership client: page views must not delay renewals.
-		serveMux.Handle("/debug/fleet", shard.FleetPage(func(ctx context.Context) (shard.FleetStatus, error) {
-			st, err := shard.ReadFleet(ctx, c.Client, fleet.Namespace, fleet.Name, fleet.Ring.Partitions)
-			if err == nil && leaderLease != nil {
-				st.LeaderLease, err = shard.ReadLeaderLease(ctx, c.Client, leaderLease.Namespace, leaderLease.Name, fleet.Namespace, fleet.Name)
-			}
-			return st, err
-		}, manager.Status))
-		handler := genericcontrollermanager.BuildHandlerChain(serveMux, &c.Authorization, &c.Authentication)
-		if _, _, err := c.SecureServing.Serve(handler, 0, ctx.Done()); err != nil {
-			return fmt.Errorf("serving: %w", err)
-		}
-	}
-
+// runFleet runs the membership and the manager until the manager has left
+// (ctx ended) or the membership ended on its own.
+func runFleet(ctx, memberCtx context.Context, member *membership.Member, manager *shard.Manager) error {
 	memberErr := make(chan error, 1)
 	go func() { memberErr <- member.Run(memberCtx) }()
 	managerCtx, cancelManager := context.WithCancel(ctx)
