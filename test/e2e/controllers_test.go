@@ -427,6 +427,23 @@ func poll(ctx context.Context, t *testing.T, what string, timeout time.Duration,
 	}
 }
 
+// startRunningFleet starts replicas of the real controllers and waits until
+// they run every piece.
+func startRunningFleet(ctx context.Context, t *testing.T, cluster *localcluster.Cluster, client kubernetes.Interface, replicas ...string) map[string]*localcluster.Process {
+	t.Helper()
+	bin := filepath.Join(binDir(t), "fleet-controller-manager")
+	procs := map[string]*localcluster.Process{}
+	for _, r := range replicas {
+		p, _, err := cluster.StartFleetReplica(ctx, bin, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		procs[r] = p
+	}
+	waitFleetRunning(ctx, t, client, replicas)
+	return procs
+}
+
 // TestFleetFailover kills one of three replicas with SIGKILL, then scales the
 // fleet 2 -> 1 -> 3 gracefully, creating a Deployment in every namespace at
 // each step: each converges wherever its namespace's owner went.
@@ -441,13 +458,7 @@ func TestFleetFailover(t *testing.T) {
 	}
 	bin := filepath.Join(binDir(t), "fleet-controller-manager")
 	replicas := []string{"fcm-0", "fcm-1", "fcm-2"}
-	procs := map[string]*localcluster.Process{}
-	for _, r := range replicas {
-		if procs[r], _, err = cluster.StartFleetReplica(ctx, bin, r); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitFleetRunning(ctx, t, client, replicas)
+	procs := startRunningFleet(ctx, t, cluster, client, replicas...)
 	var namespaces []string
 	for i := range 8 {
 		ns := fmt.Sprintf("failover-%d", i)

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -36,15 +35,7 @@ func TestKillServesVictimNamespacesWithinLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(binDir(t), "fleet-controller-manager")
-	replicas := []string{"fcm-0", "fcm-1", "fcm-2"}
-	procs := map[string]*localcluster.Process{}
-	for _, r := range replicas {
-		if procs[r], _, err = cluster.StartFleetReplica(ctx, bin, r); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitFleetRunning(ctx, t, client, replicas)
+	procs := startRunningFleet(ctx, t, cluster, client, "fcm-0", "fcm-1", "fcm-2")
 
 	// One namespace in every partition, each served before the kill.
 	ring := shard.DefaultRingConfig
