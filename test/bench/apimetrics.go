@@ -1,0 +1,75 @@
+package main
+
+// kube-apiserver's own figures of a run, from its /metrics: requests,
+// watches, watchers it closed and events replayed to resuming watches.
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// apiserverRequests is apiserver_request_total by verb (every client).
+func (b *bench) apiserverRequests() (map[string]float64, error) {
+	body, err := b.client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(b.ctx)
+	if err != nil {
+		return nil, fmt.Errorf("apiserver metrics: %w", err)
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, "apiserver_request_total{") {
+			continue
+		}
+		verb := labelValue(line, "verb")
+		i := strings.LastIndexByte(line, ' ')
+		v, _ := strconv.ParseFloat(line[i+1:], 64)
+		out[verb] += v
+	}
+	return out, nil
+}
+
+// watches is how many watches the apiserver holds open now.
+func (b *bench) watches() (float64, error) {
+	return b.apiserverMetricSum("apiserver_longrunning_requests", func(line string) bool { return labelValue(line, "verb") == "WATCH" })
+}
+
+// terminatedWatchers is how many watchers the apiserver's watch cache has
+// closed for not keeping up (their buffer full past its time budget): each
+// makes a client relist, and a relisting kwok replays pod stages.
+func (b *bench) terminatedWatchers() (float64, error) {
+	return b.apiserverMetricSum("apiserver_terminated_watchers_total", func(string) bool { return true })
+}
+
+// initEvents is how many events the apiserver's watch cache has replayed
+// to watches starting at an older version (each watch first sends what
+// happened since its version, before any new event).
+func (b *bench) initEvents() (float64, error) {
+	return b.apiserverMetricSum("apiserver_init_events_total", func(string) bool { return true })
+}
+
+// apiserverMetricSum sums the apiserver's samples of metric whose line
+// match accepts.
+func (b *bench) apiserverMetricSum(metric string, match func(line string) bool) (float64, error) {
+	body, err := b.client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(b.ctx)
+	if err != nil {
+		return 0, fmt.Errorf("reading the apiserver's metrics: %w", err)
+	}
+	total := 0.0
+	for _, line := range strings.Split(string(body), "\n") {
+		if (strings.HasPrefix(line, metric+"{") || strings.HasPrefix(line, metric+" ")) && match(line) {
+			i := strings.LastIndexByte(line, ' ')
+			v, _ := strconv.ParseFloat(line[i+1:], 64)
+			total += v
+		}
+	}
+	return total, nil
+}
+
+func labelValue(line, name string) string {
+	_, rest, ok := strings.Cut(line, name+`="`)
+	if !ok {
+		return ""
+	}
+	v, _, _ := strings.Cut(rest, `"`)
+	return v
+}
