@@ -12,6 +12,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/fleet-controller-manager/fleet-controller-manager/membership"
@@ -96,14 +97,16 @@ func TestKillServesVictimNamespacesWithinLease(t *testing.T) {
 }
 
 // waitReplicaSets waits until the Deployment name has a ReplicaSet in each
-// of namespaces, and returns when each was first seen.
+// of namespaces, and returns when each was first seen (polled every 100 ms,
+// so a time is at most that late).
 func waitReplicaSets(ctx context.Context, t *testing.T, client kubernetes.Interface, name string, namespaces []string, timeout time.Duration) map[string]time.Time {
 	t.Helper()
 	seen := map[string]time.Time{}
-	poll(ctx, t, "ReplicaSets of "+name, timeout, func() (bool, string) {
+	var missing []string
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		list, err := client.AppsV1().ReplicaSets("").List(ctx, metav1.ListOptions{LabelSelector: "app=" + name})
 		if err != nil {
-			return false, err.Error()
+			return false, nil
 		}
 		now := time.Now()
 		for _, rs := range list.Items {
@@ -111,13 +114,16 @@ func waitReplicaSets(ctx context.Context, t *testing.T, client kubernetes.Interf
 				seen[rs.Namespace] = now
 			}
 		}
-		var missing []string
+		missing = missing[:0]
 		for _, ns := range namespaces {
 			if _, ok := seen[ns]; !ok {
 				missing = append(missing, ns)
 			}
 		}
-		return len(missing) == 0, fmt.Sprintf("%d namespaces without one: %s", len(missing), strings.Join(missing[:min(len(missing), 5)], ", "))
+		return len(missing) == 0, nil
 	})
+	if err != nil {
+		t.Fatalf("ReplicaSets of %s: %d namespaces without one (%s): %v", name, len(missing), strings.Join(missing[:min(len(missing), 5)], ", "), err)
+	}
 	return seen
 }
