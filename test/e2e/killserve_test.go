@@ -1,4 +1,4 @@
-//go:build e2e
+//go:build e2e && long
 
 package e2e
 
@@ -26,8 +26,9 @@ import (
 // a Deployment created there after the kill given its ReplicaSet, within
 // the lease duration plus 3 s of the kill: the survivors wait one lease
 // duration to be sure the victim stopped, then load everything they gained
-// together. Its bound is on time, so it runs alone, before the tests that
-// share the machine.
+// together. Its bound is on time, so it is built only with the long tag
+// (make test-long) and runs alone there, before the tests that share the
+// machine.
 func TestKillServesVictimNamespacesWithinLease(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
