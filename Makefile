@@ -159,13 +159,14 @@ test: tools build image-host test-deps
 # The must-show sizes, beyond make test's: the unit tests under -race,
 # 1,000 simulated schedules of the handover protocol, 50 partition moves
 # under load, a killed replica's namespaces served within lease + 3 s (a
-# bound on time: the long build tag keeps it out of make test), and a
-# 20-minute chaos soak with a random seed (printed).
+# bound on time) and a rolling upgrade and rollback of three replicas (two
+# minutes of a heavy lane): the long build tag keeps both out of make test,
+# which vets them; and a 20-minute chaos soak with a random seed (printed).
 test-long: tools build test-deps
 	set -o pipefail; CGO_ENABLED=1 $(GO) test -count=1 -race -json ./... | $(GO) run ./test/testsummary
 	set -o pipefail; $(GO) test -count=1 -json ./shard/ -run '^TestProtocolSimulation' -args -sim.runs=1000 | $(GO) run ./test/testsummary
 	set -o pipefail; PARTITION_MOVES=50 $(GO) test -count=1 -tags e2e -json -timeout 60m ./test/e2e/ -run '^TestPartitionMovesUnderLoad$$' | $(GO) run ./test/testsummary
-	set -o pipefail; $(GO) test -count=1 -tags 'e2e long' -json -timeout 20m ./test/e2e/ -run '^TestKillServesVictimNamespacesWithinLease$$' | $(GO) run ./test/testsummary
+	set -o pipefail; $(GO) test -count=1 -tags 'e2e long' -json -timeout 20m ./test/e2e/ -run '^(TestKillServesVictimNamespacesWithinLease|TestRollingUpgradeAndRollback)$$' | $(GO) run ./test/testsummary
 	$(MAKE) chaos DURATION=20
 
 cluster: tools
