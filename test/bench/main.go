@@ -21,7 +21,9 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -69,6 +71,12 @@ type config struct {
 	memorySize memorySize
 	// fleetArgs are extra flags for every fleet replica.
 	fleetArgs []string
+	// ladder: the scale ladder (scale.go) at ladderSizes namespaces of
+	// scaleShape, instead of (a)-(g); size.Runs runs at the largest size,
+	// one at the others.
+	ladder      bool
+	ladderSizes []int
+	scaleShape  scaleShape
 }
 
 func main() {
@@ -81,12 +89,15 @@ func main() {
 	flag.IntVar(&runs, "runs", 3, "Runs per system and limits; figures are medians.")
 	flag.StringVar(&only, "only", "", "Comma-separated system names and limit names (default, raised) to run, for experiments; empty runs the mode's full matrix.")
 	var workloads, keep, profile string
-	var resume, memory bool
+	var resume, memory, ladder bool
+	var ladderSizes string
 	var memoryNamespaces int
 	var fleetArgs string
 	flag.IntVar(&memoryNamespaces, "memory-namespaces", defaultMemorySize.Namespaces, "With -memory: spread the same objects and pods over this many namespaces (results in memory-<n>ns.md unless 200).")
 	flag.StringVar(&fleetArgs, "fleet-args", "", "Comma-separated extra flags for every fleet replica (e.g. --informer-mode=namespace-watch), for experiments.")
 	flag.BoolVar(&memory, "memory", false, "Memory mode: what each process holds once a mid-sized cluster (200 namespaces, 20,000 ConfigMaps and Secrets of 3 KiB, 5,000 kwok pods) is cached, for KCM and fleets of 1, 3 and 5, one run each at raised limits; results in memory.md.")
+	flag.BoolVar(&ladder, "scale", false, "Scale ladder: the same cluster shape (per namespace 20 ConfigMaps and 20 Secrets of 16 KiB, a Service, a Deployment of 12 kwok pods) at each of -scale-sizes, for KCM (leader and standby) and fleets of 1, 3 and 5 at raised limits: memory, scale-up, kill -9 failover, whole restart, a fourth replica joining; results in scale.md. -runs applies to the largest size (default 1).")
+	flag.StringVar(&ladderSizes, "scale-sizes", "", "With -scale: comma-separated sizes in namespaces (default 100,300,900).")
 	flag.BoolVar(&resume, "resume", false, "Keep the results of an interrupted invocation (<mode>.partial.json in -out) and run only the systems and limits it had not finished.")
 	flag.StringVar(&profile, "profile", "", "Write a CPU profile of every fleet replica, taken over the first 10 s of workload (a), into this folder (with -memory: CPU profiles of kube-apiserver and every controller-manager process over the first 45 s of convergence, and a heap profile of every process once settled).")
 	flag.StringVar(&keep, "keep", "", "Keep each run's control plane folder (logs, audit log) under this folder, for diagnosis.")
@@ -113,6 +124,25 @@ func main() {
 		cfg.systems = []system{{"kube-controller-manager", false, 1}, {"fleet x1", true, 1}, {"fleet x3", true, 3}, {"fleet x5", true, 5}}
 		cfg.limits = []limits{{Name: "raised (qps 1000, burst 2000)", QPS: 1000, Burst: 2000}}
 		cfg.size = size{Runs: 1}
+	}
+	if ladder {
+		runsSet := false
+		flag.Visit(func(f *flag.Flag) { runsSet = runsSet || f.Name == "runs" })
+		if !runsSet {
+			runs = 1
+		}
+		cfg.ladder, cfg.scaleShape, cfg.ladderSizes = true, defaultScaleShape, defaultScaleSizes
+		if ladderSizes != "" {
+			sizes, err := parseSizes(ladderSizes)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "bench: -scale-sizes:", err)
+				os.Exit(2)
+			}
+			cfg.ladderSizes = sizes
+		}
+		cfg.systems = []system{{"kube-controller-manager", false, 2}, {"fleet x1", true, 1}, {"fleet x3", true, 3}, {"fleet x5", true, 5}}
+		cfg.limits = []limits{{Name: "raised (qps 1000, burst 2000)", QPS: 1000, Burst: 2000}}
+		cfg.size = size{Runs: runs}
 	}
 	if fleetArgs != "" {
 		cfg.fleetArgs = strings.Split(fleetArgs, ",")
@@ -161,6 +191,8 @@ type report struct {
 	Size     size      `json:"size"`
 	// MemorySize: the memory workload (-memory).
 	MemorySize *memorySize `json:"memorySize,omitempty"`
+	// ScaleShape: one namespace of the scale ladder (-scale).
+	ScaleShape *scaleShape `json:"scaleShape,omitempty"`
 	FleetArgs  []string    `json:"fleetArgs,omitempty"`
 	// TookSeconds: wall time of every invocation that contributed.
 	TookSeconds float64  `json:"tookSeconds"`
@@ -169,8 +201,10 @@ type report struct {
 
 // result is one system at one limit: every run's figures and the medians.
 type result struct {
-	System  string               `json:"system"`
-	Limits  string               `json:"limits"`
+	System string `json:"system"`
+	Limits string `json:"limits"`
+	// Namespaces: the rung of the scale ladder (-scale).
+	Namespaces int                  `json:"namespaces,omitempty"`
 	Date    time.Time            `json:"date"`
 	Runs    []map[string]float64 `json:"runs"`
 	Median  map[string]float64   `json:"median"`
@@ -193,6 +227,8 @@ func run(cfg config) error {
 		if len(cfg.fleetArgs) > 0 {
 			mode += "-" + strings.NewReplacer("--", "", "=", "-", ",", "-").Replace(strings.Join(cfg.fleetArgs, ","))
 		}
+	case cfg.ladder:
+		mode = "scale"
 	case cfg.quick:
 		mode = "quick"
 	}
@@ -200,16 +236,19 @@ func run(cfg config) error {
 	if cfg.memory {
 		rep.MemorySize = &cfg.memorySize
 	}
+	if cfg.ladder {
+		rep.ScaleShape = &cfg.scaleShape
+	}
 	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
 		return err
 	}
 	// Each finished system and limit is saved at once: the full matrix
 	// takes hours on a small machine, and an interruption keeps what ran.
 	partial := filepath.Join(cfg.out, mode+".partial.json")
-	done := map[string]bool{}
+	done := map[string]int{} // cell -> index in rep.Results
 	if cfg.resume {
 		// An interrupted invocation's partial results, else the last
-		// finished one's (to add systems or limits to it).
+		// finished one's (to add systems, limits or runs to it).
 		data, err := os.ReadFile(partial)
 		if os.IsNotExist(err) {
 			data, err = os.ReadFile(filepath.Join(cfg.out, mode+".json"))
@@ -219,49 +258,63 @@ func run(cfg config) error {
 			if err := json.Unmarshal(data, &prev); err != nil {
 				return fmt.Errorf("resuming from %s: %w", cfg.out, err)
 			}
-			if prev.Size != cfg.size {
+			switch {
+			case cfg.ladder && (prev.ScaleShape == nil || *prev.ScaleShape != cfg.scaleShape):
+				return fmt.Errorf("results in %s measured another ladder shape (%+v); not resuming", cfg.out, prev.ScaleShape)
+			case !cfg.ladder && prev.Size != cfg.size:
 				return fmt.Errorf("results in %s measured another workload size (%+v); not resuming", cfg.out, prev.Size)
 			}
 			rep = prev
-			for _, r := range prev.Results {
-				done[r.System+"|"+r.Limits] = true
+			for i, r := range prev.Results {
+				done[cellKey(r.System, r.Limits, r.Namespaces)] = i
 			}
 			klog.InfoS("Resuming", "from", cfg.out, "finished", len(done), "startedAt", prev.Date)
 		}
 	}
 	start := time.Now()
 	tookBefore := rep.TookSeconds
-	for _, l := range cfg.limits {
-		for _, s := range cfg.systems {
-			if done[s.Name+"|"+l.Name] {
-				continue
+	for _, c := range cells(cfg) {
+		key := cellKey(c.system.Name, c.limits.Name, c.namespaces)
+		i, ok := done[key]
+		if !ok {
+			rep.Results = append(rep.Results, result{System: c.system.Name, Limits: c.limits.Name, Namespaces: c.namespaces, Date: time.Now().UTC()})
+			i = len(rep.Results) - 1
+			done[key] = i
+		}
+		res := &rep.Results[i]
+		for run := len(res.Runs); run < c.runs; run++ {
+			s, l := c.system, c.limits
+			klog.InfoS("Run", "system", s.Name, "limits", l.Name, "namespaces", c.namespaces, "run", run+1, "of", c.runs, "elapsed", time.Since(start).Round(time.Second))
+			dir := ""
+			if cfg.keep != "" {
+				dir = filepath.Join(cfg.keep, fmt.Sprintf("%s-%s-%d", strings.ReplaceAll(s.Name, " ", ""), strings.Fields(l.Name)[0], run+1))
+				if c.namespaces > 0 {
+					dir += fmt.Sprintf("-%dns", c.namespaces)
+				}
 			}
-			res := result{System: s.Name, Limits: l.Name, Date: time.Now().UTC()}
-			for i := range cfg.size.Runs {
-				klog.InfoS("Run", "system", s.Name, "limits", l.Name, "run", i+1, "of", cfg.size.Runs, "elapsed", time.Since(start).Round(time.Second))
-				dir := ""
-				if cfg.keep != "" {
-					dir = filepath.Join(cfg.keep, fmt.Sprintf("%s-%s-%d", strings.ReplaceAll(s.Name, " ", ""), strings.Fields(l.Name)[0], i+1))
-				}
-				run := func() (map[string]float64, string, error) { return benchRun(ctx, binDir, s, l, cfg, dir) }
-				if cfg.memory {
-					run = func() (map[string]float64, string, error) { return memoryRun(ctx, binDir, s, l, cfg, dir) }
-				}
-				figures, limiter, err := run()
-				if err != nil {
-					return fmt.Errorf("%s, %s, run %d: %w", s.Name, l.Name, i+1, err)
-				}
-				res.Runs = append(res.Runs, figures)
-				res.Limiter = append(res.Limiter, limiter)
-				printFigures(s.Name, figures)
+			var figures map[string]float64
+			var limiter string
+			var err error
+			switch {
+			case cfg.memory:
+				figures, limiter, err = memoryRun(ctx, binDir, s, l, cfg, dir)
+			case cfg.ladder:
+				figures, limiter, err = scaleRun(ctx, binDir, s, l, cfg, c.namespaces, dir)
+			default:
+				figures, limiter, err = benchRun(ctx, binDir, s, l, cfg, dir)
 			}
-			res.Median = medians(res.Runs)
-			rep.Results = append(rep.Results, res)
-			rep.TookSeconds = tookBefore + time.Since(start).Seconds()
-			if data, err := json.MarshalIndent(rep, "", "  "); err == nil {
-				if err := os.WriteFile(partial, append(data, '\n'), 0o644); err != nil {
-					return err
-				}
+			if err != nil {
+				return fmt.Errorf("%s, %s, run %d: %w", s.Name, l.Name, run+1, err)
+			}
+			res.Runs = append(res.Runs, figures)
+			res.Limiter = append(res.Limiter, limiter)
+			printFigures(s.Name, figures)
+		}
+		res.Median = medians(res.Runs)
+		rep.TookSeconds = tookBefore + time.Since(start).Seconds()
+		if data, err := json.MarshalIndent(rep, "", "  "); err == nil {
+			if err := os.WriteFile(partial, append(data, '\n'), 0o644); err != nil {
+				return err
 			}
 		}
 	}
@@ -280,11 +333,68 @@ func run(cfg config) error {
 		klog.ErrorS(err, "Charts not drawn")
 	}
 	md := markdown(rep, charts, time.Duration(rep.TookSeconds*float64(time.Second)))
+	if cfg.ladder {
+		md = scaleMarkdown(rep, charts, time.Duration(rep.TookSeconds*float64(time.Second)))
+	}
 	if err := os.WriteFile(filepath.Join(cfg.out, mode+".md"), []byte(md), 0o644); err != nil {
 		return err
 	}
 	fmt.Print(md)
 	return nil
+}
+
+// cell is one system at one limit (and, in the scale ladder, one size),
+// run runs times.
+type cell struct {
+	system     system
+	limits     limits
+	namespaces int
+	runs       int
+}
+
+// cells is the invocation's matrix in the order it runs: the ladder from
+// its smallest size up, each size every system.
+func cells(cfg config) []cell {
+	var out []cell
+	if cfg.ladder {
+		largest := slices.Max(cfg.ladderSizes)
+		for _, n := range cfg.ladderSizes {
+			for _, s := range cfg.systems {
+				runs := 1
+				if n == largest {
+					runs = cfg.size.Runs
+				}
+				out = append(out, cell{s, cfg.limits[0], n, runs})
+			}
+		}
+		return out
+	}
+	for _, l := range cfg.limits {
+		for _, s := range cfg.systems {
+			out = append(out, cell{s, l, 0, cfg.size.Runs})
+		}
+	}
+	return out
+}
+
+func cellKey(system, limits string, namespaces int) string {
+	return fmt.Sprintf("%s|%s|%d", system, limits, namespaces)
+}
+
+// parseSizes reads -scale-sizes: positive, ascending.
+func parseSizes(v string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q is not a positive number of namespaces", f)
+		}
+		if len(out) > 0 && n <= out[len(out)-1] {
+			return nil, fmt.Errorf("sizes must ascend: %d after %d", n, out[len(out)-1])
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 func printFigures(name string, f map[string]float64) {

@@ -86,24 +86,7 @@ func memoryRun(ctx context.Context, binDir string, s system, l limits, cfg confi
 	}
 	created := time.Now()
 	if err := parallel(namespaces, 16, func(ns string) error {
-		if err := b.createNamespace(ns); err != nil {
-			return err
-		}
-		for i := range size.ConfigMaps {
-			if _, err := client.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%03d", i)},
-				Data: map[string]string{"payload": payload}}, metav1.CreateOptions{}); err != nil {
-				return err
-			}
-		}
-		for i := range size.Secrets {
-			if _, err := client.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("secret-%03d", i)},
-				StringData: map[string]string{"payload": payload}}, metav1.CreateOptions{}); err != nil {
-				return err
-			}
-		}
-		_, err := client.CoreV1().Services(ns).Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web"},
-			Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"}, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}}}, metav1.CreateOptions{})
-		return err
+		return b.createNamespaceObjects(ns, size.ConfigMaps, size.Secrets, payload)
 	}); err != nil {
 		return nil, "", fmt.Errorf("creating the memory workload: %w", err)
 	}
@@ -145,54 +128,21 @@ func memoryRun(ctx context.Context, binDir string, s system, l limits, cfg confi
 		cpu[name] = after - cpuBefore[name]
 	}
 	limitedBy := limiter(cpu, busy, busySeconds, b.isControllerManager)
-	// RSS moves with each process's GC cycle (the apiserver's by more
-	// than 20% between single readings of one setup), so it is the mean
-	// of readings every few seconds over the settle time.
-	pids := []int{cluster.APIServer().Pid()}
-	for _, p := range b.procs {
-		pids = append(pids, p.Pid())
-	}
-	rssMeans, anonMeans, err := sampleMemory(ctx, pids, memorySettle, memorySample)
+	mem, err := b.readProcessMemory(memorySettle, profileDir)
 	if err != nil {
 		return nil, "", err
-	}
-	var rss, anon, heap, unreturned, stacks []float64
-	httpClient, err := cluster.AdminHTTPClient()
-	if err != nil {
-		return nil, "", err
-	}
-	for i, p := range b.procs {
-		if profileDir != "" {
-			if err := saveHeapProfile(httpClient, b.ports[i], filepath.Join(profileDir, fmt.Sprintf("heap-%s-%s.pb.gz", strings.ReplaceAll(s.Name, " ", ""), p.Name))); err != nil {
-				return nil, "", err
-			}
-		}
-		rss = append(rss, rssMeans[i+1])
-		anon = append(anon, anonMeans[i+1])
-		stats, err := metricValues(httpClient, b.ports[i], runtimeMemoryMetrics...)
-		if err != nil {
-			return nil, "", err
-		}
-		heap = append(heap, stats["go_memstats_heap_inuse_bytes"]/(1<<20))
-		unreturned = append(unreturned, (stats["go_memstats_heap_idle_bytes"]-stats["go_memstats_heap_released_bytes"])/(1<<20))
-		stacks = append(stacks, stats["go_memstats_stack_inuse_bytes"]/(1<<20))
-		// Where the anonymous RSS goes, for the log (the figures keep the
-		// median and largest).
-		klog.InfoS("Process memory", "system", s.Name, "process", p.Name, "rssMiB", rss[len(rss)-1], "anonMiB", anon[len(anon)-1],
-			"heapInuseMiB", heap[len(heap)-1], "heapFreeUnreturnedMiB", unreturned[len(unreturned)-1], "stackMiB", stacks[len(stacks)-1],
-			"nextGCMiB", stats["go_memstats_next_gc_bytes"]/(1<<20), "runtimeMetadataMiB", (stats["go_memstats_mspan_inuse_bytes"]+stats["go_memstats_mcache_inuse_bytes"]+stats["go_memstats_gc_sys_bytes"]+stats["go_memstats_other_sys_bytes"]+stats["go_memstats_buck_hash_sys_bytes"])/(1<<20),
-			"goroutines", stats["go_goroutines"])
 	}
 	if !s.Fleet {
 		// KCM: the leader holds the caches; a standby holds little.
-		rss, anon, heap, unreturned, stacks = rss[:1], anon[:1], heap[:1], unreturned[:1], stacks[:1]
+		mem = mem.only(0)
 	}
+	rss, anon, heap, unreturned, stacks := mem.rss, mem.anon, mem.heap, mem.unreturned, mem.stacks
 	b.figures["m_rss_median_mib"], b.figures["m_rss_largest_mib"], b.figures["m_rss_sum_mib"] = medianLargestSum(rss)
 	b.figures["m_anon_median_mib"], b.figures["m_anon_largest_mib"], b.figures["m_anon_sum_mib"] = medianLargestSum(anon)
 	b.figures["m_heap_median_mib"], b.figures["m_heap_largest_mib"], _ = medianLargestSum(heap)
 	b.figures["m_heap_unreturned_median_mib"], _, _ = medianLargestSum(unreturned)
 	b.figures["m_stack_median_mib"], _, _ = medianLargestSum(stacks)
-	b.figures["m_apiserver_rss_mib"] = rssMeans[0]
+	b.figures["m_apiserver_rss_mib"] = mem.apiserverRSS
 	b.figures["m_apiserver_cpu_s"] = b.cpuByComponent()[cluster.APIServer().Name] - cpuBefore[cluster.APIServer().Name]
 	audit, err := readAuditCounts(cluster.AuditLog, auditFrom)
 	if err != nil {
@@ -209,6 +159,91 @@ func memoryRun(ctx context.Context, binDir string, s system, l limits, cfg confi
 		b.figures["init_events"] = n
 	}
 	return b.figures, fmt.Sprintf("%s (%d controller-manager processes)", limitedBy, len(rss)), nil
+}
+
+// createNamespaceObjects creates namespace ns with configMaps ConfigMaps
+// and secrets Secrets holding payload, and a Service: what a controller
+// manager caches before any controller acts.
+func (b *bench) createNamespaceObjects(ns string, configMaps, secrets int, payload string) error {
+	if err := b.createNamespace(ns); err != nil {
+		return err
+	}
+	for i := range configMaps {
+		if _, err := b.client.CoreV1().ConfigMaps(ns).Create(b.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%03d", i)},
+			Data: map[string]string{"payload": payload}}, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("creating ConfigMap %s/cm-%03d: %w", ns, i, err)
+		}
+	}
+	for i := range secrets {
+		if _, err := b.client.CoreV1().Secrets(ns).Create(b.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("secret-%03d", i)},
+			StringData: map[string]string{"payload": payload}}, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("creating Secret %s/secret-%03d: %w", ns, i, err)
+		}
+	}
+	_, err := b.client.CoreV1().Services(ns).Create(b.ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"}, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}}}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("creating Service %s/web: %w", ns, err)
+	}
+	return nil
+}
+
+// processMemory is what each controller-manager process held over a
+// settle time, in b.procs order, and the apiserver's RSS.
+type processMemory struct {
+	rss, anon, heap, unreturned, stacks []float64
+	apiserverRSS                        float64
+}
+
+// only keeps process i (KCM's leader: a standby holds little).
+func (m processMemory) only(i int) processMemory {
+	return processMemory{rss: m.rss[i : i+1], anon: m.anon[i : i+1], heap: m.heap[i : i+1],
+		unreturned: m.unreturned[i : i+1], stacks: m.stacks[i : i+1], apiserverRSS: m.apiserverRSS}
+}
+
+// readProcessMemory reads every controller-manager process's RSS and Go
+// heap and the apiserver's RSS. RSS moves with each process's GC cycle
+// (the apiserver's by more than 20% between single readings of one
+// setup), so it is the mean of readings every few seconds over settle.
+// With profileDir, a heap profile of each process is saved there.
+func (b *bench) readProcessMemory(settle time.Duration, profileDir string) (processMemory, error) {
+	var m processMemory
+	pids := []int{b.cluster.APIServer().Pid()}
+	for _, p := range b.procs {
+		pids = append(pids, p.Pid())
+	}
+	rssMeans, anonMeans, err := sampleMemory(b.ctx, pids, settle, memorySample)
+	if err != nil {
+		return m, err
+	}
+	m.apiserverRSS = rssMeans[0]
+	httpClient, err := b.cluster.AdminHTTPClient()
+	if err != nil {
+		return m, err
+	}
+	for i, p := range b.procs {
+		if profileDir != "" {
+			if err := saveHeapProfile(httpClient, b.ports[i], filepath.Join(profileDir, fmt.Sprintf("heap-%s-%s.pb.gz", strings.ReplaceAll(b.system.Name, " ", ""), p.Name))); err != nil {
+				return m, err
+			}
+		}
+		stats, err := metricValues(httpClient, b.ports[i], runtimeMemoryMetrics...)
+		if err != nil {
+			return m, err
+		}
+		m.rss = append(m.rss, rssMeans[i+1])
+		m.anon = append(m.anon, anonMeans[i+1])
+		m.heap = append(m.heap, stats["go_memstats_heap_inuse_bytes"]/(1<<20))
+		m.unreturned = append(m.unreturned, (stats["go_memstats_heap_idle_bytes"]-stats["go_memstats_heap_released_bytes"])/(1<<20))
+		m.stacks = append(m.stacks, stats["go_memstats_stack_inuse_bytes"]/(1<<20))
+		// Where the anonymous RSS goes, for the log (the figures keep the
+		// median and largest).
+		klog.InfoS("Process memory", "system", b.system.Name, "process", p.Name, "rssMiB", m.rss[i], "anonMiB", m.anon[i],
+			"heapInuseMiB", m.heap[i], "heapFreeUnreturnedMiB", m.unreturned[i], "stackMiB", m.stacks[i],
+			"nextGCMiB", stats["go_memstats_next_gc_bytes"]/(1<<20), "runtimeMetadataMiB", (stats["go_memstats_mspan_inuse_bytes"]+stats["go_memstats_mcache_inuse_bytes"]+stats["go_memstats_gc_sys_bytes"]+stats["go_memstats_other_sys_bytes"]+stats["go_memstats_buck_hash_sys_bytes"])/(1<<20),
+			"goroutines", stats["go_goroutines"])
+	}
+	return m, nil
 }
 
 // parallel runs fn for every item, width at a time; the first error wins.

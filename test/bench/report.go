@@ -191,12 +191,6 @@ func targets(results []result, kcm *result) string {
 	}
 	var b strings.Builder
 	b.WriteString("Targets:\n\n")
-	verdict := func(ok bool) string {
-		if ok {
-			return "met"
-		}
-		return "**not met**"
-	}
 	ratio := func(r *result, key string) (float64, bool) {
 		v, ok := r.Median[key]
 		k, kok := kcm.Median[key]
@@ -266,9 +260,8 @@ func targets(results []result, kcm *result) string {
 // writeCharts draws one bar chart per headline figure (SVG, rendered to
 // PNG by headless Chromium) and returns the PNG file names.
 func writeCharts(ctx context.Context, rep report, out string) ([]string, error) {
-	chromium, err := exec.LookPath("chromium")
-	if err != nil {
-		return nil, fmt.Errorf("chromium not found: %w", err)
+	if rep.Mode == "scale" {
+		return scaleCharts(ctx, rep, out)
 	}
 	headline := []struct{ key, title string }{
 		{"a_converge_s", "(a) all Deployments available, seconds (lower is better)"},
@@ -314,23 +307,48 @@ func writeCharts(ctx context.Context, rep report, out string) ([]string, error) 
 		}
 		svg.WriteString(`</svg>`)
 		name := rep.Mode + "-" + h.key
-		svgPath, _ := filepath.Abs(filepath.Join(out, name+".svg"))
-		if err := os.WriteFile(svgPath, []byte(svg.String()), 0o644); err != nil {
+		if err := renderPNG(ctx, svg.String(), width, height, out, name); err != nil {
 			return files, err
-		}
-		pngPath := filepath.Join(out, name+".png")
-		userDir, _ := os.MkdirTemp("", "bench-chromium-")
-		cmd := exec.CommandContext(ctx, chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-			"--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
-			"--user-data-dir="+userDir, fmt.Sprintf("--window-size=%d,%d", width, height), "--screenshot="+pngPath, "file://"+svgPath)
-		output, err := cmd.CombinedOutput()
-		os.RemoveAll(userDir)
-		os.Remove(svgPath)
-		if err != nil {
-			return files, fmt.Errorf("rendering %s: %w\n%s", pngPath, err, output)
 		}
 		files = append(files, name+".png")
 	}
 	sort.Strings(files)
 	return files, nil
+}
+
+// renderPNG renders svg to out/name.png with headless Chromium.
+func renderPNG(ctx context.Context, svg string, width, height int, out, name string) error {
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		return fmt.Errorf("chromium not found: %w", err)
+	}
+	svgPath, err := filepath.Abs(filepath.Join(out, name+".svg"))
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(svgPath, []byte(svg), 0o644); err != nil {
+		return err
+	}
+	defer os.Remove(svgPath)
+	pngPath := filepath.Join(out, name+".png")
+	userDir, err := os.MkdirTemp("", "bench-chromium-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(userDir)
+	cmd := exec.CommandContext(ctx, chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
+		"--user-data-dir="+userDir, fmt.Sprintf("--window-size=%d,%d", width, height), "--screenshot="+pngPath, "file://"+svgPath)
+	if output, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("rendering %s: %w\n%s", pngPath, err, output)
+	}
+	return nil
+}
+
+// verdict says whether a target is met.
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "**not met**"
 }

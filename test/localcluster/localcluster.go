@@ -215,6 +215,9 @@ func (c *Cluster) Processes() []*Process {
 	return out
 }
 
+// Etcd is the etcd process (for its memory in benchmarks).
+func (c *Cluster) Etcd() *Process { return c.etcd }
+
 // APIServer is the kube-apiserver process (for restart and failure tests).
 func (c *Cluster) APIServer() *Process { return c.apiServer }
 
