@@ -179,11 +179,15 @@ func (m *Member) Valid() bool {
 
 // Joining reports whether this incarnation is still in its first lease
 // duration (or has not joined yet): it must not own anything, because it
-// may not yet have seen every member (see package shard).
+// may not yet have seen every member (see package shard). It stays
+// joining while a live member's Lease holds a state version it does not
+// read: that member is invisible to it (a newer release writes the
+// version every member reads, so this lasts until the writer has seen
+// this member, normally one renewal).
 func (m *Member) Joining() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return !m.synced || m.joinedAt.IsZero() || m.cfg.Clock.Since(m.joinedAt) < m.cfg.LeaseDuration
+	return !m.synced || m.joinedAt.IsZero() || m.cfg.Clock.Since(m.joinedAt) < m.cfg.LeaseDuration || m.unreadMemberLocked() != ""
 }
 
 // Supports is what this member publishes that it supports.
@@ -271,7 +275,7 @@ func (m *Member) acquire(ctx context.Context) error {
 		case err != nil:
 			m.logger.Error(err, "Reading own lease before joining", "lease", m.cfg.Identity)
 		default:
-			st, perr := ParseState(lease.Annotations[StateAnnotation])
+			st, perr := parseState(lease.Annotations[StateAnnotation], m.readVersions())
 			if perr == nil && (st.Leaving || st.Incarnation == m.incarnation) {
 				m.setLease(lease)
 				return nil
@@ -339,8 +343,12 @@ func (m *Member) renew(ctx context.Context) {
 	}
 	m.seq++
 	st.Seq = m.seq
+	st.Version = m.writeVersionLocked()
+	if st.Version != m.confirmed.Version && m.confirmed.Version != 0 {
+		m.logger.Info("Writing another state version: the members observed read it", "version", st.Version, "was", m.confirmed.Version)
+	}
 	m.mu.Unlock()
-	value, err := st.Encode()
+	value, err := st.EncodeVersion(st.Version)
 	if err != nil {
 		m.logger.Error(err, "Not publishing state")
 		return
@@ -475,10 +483,11 @@ func (m *Member) Leave(ctx context.Context) error {
 	st.Running, st.Leaving, st.Joining = nil, true, false
 	m.seq++
 	st.Seq = m.seq
+	st.Version = m.writeVersionLocked()
 	m.leaving = true
 	m.deadline = time.Time{}
 	m.mu.Unlock()
-	value, err := st.Encode()
+	value, err := st.EncodeVersion(st.Version)
 	if err != nil {
 		return err
 	}

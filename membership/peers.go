@@ -7,6 +7,7 @@ package membership
 
 import (
 	"context"
+	"errors"
 	"sort"
 	"strings"
 	"time"
@@ -46,6 +47,9 @@ type observation struct {
 	checking   bool
 	retired    map[string]bool // incarnations superseded by a newer one
 	lastBadLog time.Time
+	// unreadVersion: the last write is of a state version this member
+	// does not read; see Member.Joining.
+	unreadVersion bool
 }
 
 // Peers lists the other members as observed now, in name order.
@@ -159,7 +163,9 @@ func (m *Member) observe(obj any, deleted bool) {
 	if lease.ResourceVersion == o.rv && !o.deleted {
 		return
 	}
-	st, err := ParseState(lease.Annotations[StateAnnotation])
+	st, err := parseState(lease.Annotations[StateAnnotation], m.readVersions())
+	var versionErr *unreadVersionError
+	o.unreadVersion = errors.As(err, &versionErr)
 	switch {
 	case err != nil:
 		if now.Sub(o.lastBadLog) > time.Minute {
@@ -295,4 +301,17 @@ func (m *Member) confirmExpiry(ctx context.Context, name string) {
 		o.expired = true
 		m.logger.Info("Member lease expired", "lease", name, "lastChange", o.lastChange)
 	}
+}
+
+// unreadMemberLocked names a live member whose Lease holds a state of a
+// version this member does not read ("" when none). Such a member is
+// invisible to Peers; m.mu is held.
+func (m *Member) unreadMemberLocked() string {
+	now := m.cfg.Clock.Now()
+	for name, o := range m.obs {
+		if o.unreadVersion && !o.deleted && !o.expired && now.Sub(o.lastChange) <= o.duration {
+			return name
+		}
+	}
+	return ""
 }

@@ -2,11 +2,15 @@ package membership
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
+	"strconv"
+	"strings"
 )
 
 // Labels and annotations on a member's Lease.
@@ -18,9 +22,27 @@ const (
 	StateAnnotation = "fleet-controller-manager.io/state"
 )
 
-// StateVersion is the encoding version of State; a member refuses states of
-// another version rather than guess at their meaning.
-const StateVersion = 1
+// StateVersion is the newest encoding of State, the one a member writes
+// when every member it observes reads it (Member.writeVersion).
+//
+//   - Version 1 lists every running piece by name.
+//   - Version 2 writes the partitions among them ("partition/N") as a
+//     bitmap, field "parts": base64url without padding, bit N%8 of byte N/8.
+//     A replica running a third of --partitions=1024 writes a state of
+//     256 bytes at every renewal instead of 5,528 (412 and 96 bytes with
+//     the default 64 partitions).
+//
+// A member refuses a state of a version it does not read rather than
+// guess at its meaning: a version 1 reader would take a version 2 state
+// for one running no partition.
+const StateVersion = 2
+
+// StateVersions are the encodings this release reads, oldest first.
+var StateVersions = []int{1, 2}
+
+// partitionPrefix names the pieces version 2 writes as a bitmap (the
+// names package shard gives partitions).
+const partitionPrefix = "partition/"
 
 // Bounds on what a State may hold. The apiserver allows 256 KiB of
 // annotations in all; anything near that is not one of ours.
@@ -72,21 +94,50 @@ var (
 	pieceRE       = regexp.MustCompile(`^[a-z]+/[a-z0-9][-a-z0-9.]*$`)
 )
 
-// ParseState decodes and validates an annotation value. It never panics and
-// rejects anything it does not fully understand: unknown versions and
-// fields, oversize values, malformed names.
+// stateWire is State as written in the annotation: version 2 moves the
+// partitions out of Running into Parts.
+type stateWire struct {
+	State
+	Parts string `json:"parts,omitempty"`
+}
+
+// ParseState decodes and validates an annotation value of any version
+// this release reads. It never panics and rejects anything it does not
+// fully understand: unknown versions and fields, oversize values,
+// malformed names.
 func ParseState(value string) (State, error) {
-	var s State
+	return parseState(value, StateVersions)
+}
+
+// parseState is ParseState for a reader of versions only (a member reads
+// what its Supports says, so that a replica playing an older release in
+// an upgrade test refuses what that release refuses).
+func parseState(value string, versions []int) (State, error) {
+	var w stateWire
 	if len(value) > maxStateBytes {
-		return s, fmt.Errorf("state annotation is %d bytes, more than %d", len(value), maxStateBytes)
+		return State{}, fmt.Errorf("state annotation is %d bytes, more than %d", len(value), maxStateBytes)
 	}
 	dec := json.NewDecoder(bytes.NewReader([]byte(value)))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&s); err != nil {
+	if err := dec.Decode(&w); err != nil {
 		return State{}, fmt.Errorf("decoding state annotation: %w", err)
 	}
 	if dec.More() {
 		return State{}, errors.New("decoding state annotation: trailing data")
+	}
+	if !slices.Contains(versions, w.Version) {
+		return State{}, &unreadVersionError{version: w.Version, reads: versions}
+	}
+	s := w.State
+	if w.Parts != "" {
+		if s.Version < 2 {
+			return State{}, fmt.Errorf("state version %d with a partition bitmap", s.Version)
+		}
+		parts, err := decodeParts(w.Parts)
+		if err != nil {
+			return State{}, err
+		}
+		s.Running = append(s.Running, parts...)
 	}
 	if err := s.Validate(); err != nil {
 		return State{}, err
@@ -94,10 +145,21 @@ func ParseState(value string) (State, error) {
 	return s, nil
 }
 
+// unreadVersionError: a state of a version the reader does not read (a
+// member of a newer release, or one that has not yet seen this reader).
+type unreadVersionError struct {
+	version int
+	reads   []int
+}
+
+func (e *unreadVersionError) Error() string {
+	return fmt.Sprintf("state version %d, this replica reads %v", e.version, e.reads)
+}
+
 // Validate checks every field of s against what a member can publish.
 func (s State) Validate() error {
-	if s.Version != StateVersion {
-		return fmt.Errorf("state version %d, want %d", s.Version, StateVersion)
+	if !slices.Contains(StateVersions, s.Version) {
+		return fmt.Errorf("state version %d, this release reads %v", s.Version, StateVersions)
 	}
 	if !incarnationRE.MatchString(s.Incarnation) {
 		return fmt.Errorf("invalid incarnation %q", s.Incarnation)
@@ -138,16 +200,23 @@ func (s State) Validate() error {
 	return nil
 }
 
-// Encode renders s as an annotation value, with Running sorted so equal
-// states encode equally.
-func (s State) Encode() (string, error) {
-	s.Version = StateVersion
+// Encode renders s as an annotation value of the newest version.
+func (s State) Encode() (string, error) { return s.EncodeVersion(StateVersion) }
+
+// EncodeVersion renders s as an annotation value of version, with Running
+// sorted so equal states encode equally.
+func (s State) EncodeVersion(version int) (string, error) {
+	s.Version = version
 	s.Running = append([]string(nil), s.Running...)
 	sort.Strings(s.Running)
 	if err := s.Validate(); err != nil {
 		return "", fmt.Errorf("refusing to publish an invalid state: %w", err)
 	}
-	data, err := json.Marshal(s)
+	w := stateWire{State: s}
+	if version >= 2 {
+		w.Running, w.Parts = encodeParts(s.Running)
+	}
+	data, err := json.Marshal(w)
 	if err != nil {
 		return "", fmt.Errorf("encoding state: %w", err)
 	}
@@ -165,4 +234,59 @@ func (s State) Runs(piece string) bool {
 		}
 	}
 	return false
+}
+
+// encodeParts splits running into the partitions, as a bitmap, and the
+// other pieces.
+func encodeParts(running []string) (others []string, parts string) {
+	var bitmap []byte
+	for _, p := range running {
+		n, ok := partitionNumber(p)
+		if !ok {
+			others = append(others, p)
+			continue
+		}
+		for len(bitmap) <= n/8 {
+			bitmap = append(bitmap, 0)
+		}
+		bitmap[n/8] |= 1 << (n % 8)
+	}
+	if len(bitmap) == 0 {
+		return others, ""
+	}
+	return others, base64.RawURLEncoding.EncodeToString(bitmap)
+}
+
+// decodeParts reads a partition bitmap back into piece names.
+func decodeParts(parts string) ([]string, error) {
+	if len(parts) > base64.RawURLEncoding.EncodedLen(maxRunning/8) {
+		return nil, fmt.Errorf("partition bitmap of %d characters, more than %d partitions", len(parts), maxRunning)
+	}
+	bitmap, err := base64.RawURLEncoding.DecodeString(parts)
+	if err != nil {
+		return nil, fmt.Errorf("decoding partition bitmap: %w", err)
+	}
+	var out []string
+	for i, b := range bitmap {
+		for bit := range 8 {
+			if b&(1<<bit) != 0 {
+				out = append(out, partitionPrefix+strconv.Itoa(i*8+bit))
+			}
+		}
+	}
+	return out, nil
+}
+
+// partitionNumber reads "partition/N" (N in canonical decimal, below
+// maxRunning); anything else is written by name.
+func partitionNumber(piece string) (int, bool) {
+	digits, ok := strings.CutPrefix(piece, partitionPrefix)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(digits)
+	if err != nil || n < 0 || n >= maxRunning || strconv.Itoa(n) != digits {
+		return 0, false
+	}
+	return n, true
 }

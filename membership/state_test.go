@@ -1,6 +1,8 @@
 package membership
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -21,7 +23,12 @@ func TestParseState(t *testing.T) {
 		{"empty", "", "decoding"},
 		{"not json", "garbage{", "decoding"},
 		{"array", "[1,2]", "decoding"},
-		{"wrong version", `{"v":2,"inc":"a","seq":1,"epoch":1,"view":""}`, "version"},
+		{"unknown version", `{"v":3,"inc":"a","seq":1,"epoch":1,"view":""}`, "version"},
+		{"version 2", `{"v":2,"inc":"a1b2","seq":3,"epoch":2,"view":"00ff","acks":{"replica-1":{"inc":"c3","epoch":7}},"running":["singleton/namespace"],"parts":"CA"}`, ""},
+		{"partition bitmap in version 1", `{"v":1,"inc":"a","seq":1,"epoch":1,"view":"","parts":"CA"}`, "bitmap"},
+		{"bad partition bitmap", `{"v":2,"inc":"a","seq":1,"epoch":1,"view":"","parts":"!!"}`, "bitmap"},
+		{"partition by name and in the bitmap", `{"v":2,"inc":"a","seq":1,"epoch":1,"view":"","running":["partition/3"],"parts":"CA"}`, "twice"},
+		{"huge bitmap", `{"v":2,"inc":"a","seq":1,"epoch":1,"view":"","parts":"` + strings.Repeat("A", 2000) + `"}`, "more than"},
 		{"missing incarnation", `{"v":1,"seq":1,"epoch":1,"view":""}`, "incarnation"},
 		{"unknown field", `{"v":1,"inc":"a","seq":1,"epoch":1,"view":"","extra":1}`, "unknown field"},
 		{"trailing data", `{"v":1,"inc":"a","seq":1,"epoch":1,"view":""}{}`, "trailing"},
@@ -51,6 +58,49 @@ func TestParseState(t *testing.T) {
 	}
 }
 
+// TestStateVersions: each version this release reads round-trips a state
+// with partitions and other pieces, and a reader of version 1 only (the
+// release before version 2) refuses a version 2 state instead of reading
+// it as one that runs no partition.
+func TestStateVersions(t *testing.T) {
+	st := State{Incarnation: "a1", Seq: 1, Epoch: 1, View: "ab", Running: []string{"partition/0", "partition/9", "partition/63", "singleton/gc", "partition/007"}}
+	for _, tc := range []struct {
+		version  int
+		contains string
+		lacks    string
+	}{
+		{1, `"partition/9"`, `"parts"`},
+		{2, `"parts":"AQI`, `"partition/9"`},
+	} {
+		t.Run(fmt.Sprintf("version %d", tc.version), func(t *testing.T) {
+			value, err := st.EncodeVersion(tc.version)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(value, tc.contains) || strings.Contains(value, tc.lacks) {
+				t.Errorf("version %d encodes as %s: want %s in it and not %s", tc.version, value, tc.contains, tc.lacks)
+			}
+			got, err := ParseState(value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := append([]string(nil), st.Running...)
+			slices.Sort(want)
+			slices.Sort(got.Running)
+			if !slices.Equal(got.Running, want) || got.Version != tc.version {
+				t.Errorf("round trip: version %d running %v, want version %d running %v", got.Version, got.Running, tc.version, want)
+			}
+		})
+	}
+	v2, err := st.EncodeVersion(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := parseState(v2, []int{1}); err == nil || !strings.Contains(err.Error(), "version 2") {
+		t.Errorf("a reader of version 1 took a version 2 state: %v", err)
+	}
+}
+
 // FuzzParseLeaseState feeds arbitrary annotation values to the parser: it
 // must never panic, and whatever it accepts must encode and parse back to
 // the same state.
@@ -59,6 +109,7 @@ func FuzzParseLeaseState(f *testing.F) {
 	f.Add(`{"v":1,"inc":"a","seq":1,"epoch":1,"view":"","leaving":true}`)
 	f.Add(`garbage`)
 	f.Add(`{"v":1}`)
+	f.Add(`{"v":2,"inc":"a","seq":1,"epoch":1,"view":"","running":["singleton/x"],"parts":"_wE"}`)
 	f.Fuzz(func(t *testing.T, value string) {
 		s, err := ParseState(value)
 		if err != nil {

@@ -91,6 +91,18 @@
 // release from before the annotation, each start picking one;
 // TestRollingUpgradeAndRollback does it with the real controllers.
 //
+// The Lease state has versions too (membership.StateVersion). A member
+// writes the newest version that every live member it observes reads (a
+// member that says nothing reads version 1), and reads every version its
+// release reads for as long as it runs, so no version it read from a live
+// peer goes away under it. The version changes how the state is written,
+// never what it says, so the argument above is untouched by it, with one
+// condition: a member whose Lease a joiner cannot read is invisible to
+// that joiner, which rule 4 needs to see. So a joiner stays joining while
+// a live member's Lease holds a version it does not read; that member
+// writes a version the joiner reads at its next renewal after seeing the
+// joiner's Lease.
+//
 // # Never beside kube-controller-manager
 //
 // A kube-controller-manager (KCM) elects itself through its own leader

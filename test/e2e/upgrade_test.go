@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -15,16 +16,20 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/fleet-controller-manager/fleet-controller-manager/membership"
 	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
 	"github.com/fleet-controller-manager/fleet-controller-manager/test/localcluster"
 )
 
 // previousRelease plays the release before this one: it computes only the
-// older placement (--supported-placements, a hidden test flag), as a build
-// from before PlacementColocatedShare would.
-var previousRelease = []string{"--supported-placements=" + shard.PlacementColocated}
+// older placement and reads and writes only Lease state version 1
+// (--supported-placements, --supported-state-versions: hidden test flags),
+// as a build from before PlacementColocatedShare and state version 2
+// would. Such a replica refuses a version 2 state as that build does.
+var previousRelease = []string{"--supported-placements=" + shard.PlacementColocated, "--supported-state-versions=1"}
 
 // TestRollingUpgradeAndRollback replaces a fleet of three replicas of the
 // previous release one by one with this release, as a Deployment's rolling
@@ -53,6 +58,7 @@ func TestRollingUpgradeAndRollback(t *testing.T) {
 	}
 	waitFleetRunning(ctx, t, client, old)
 	u.checkPlacement(old, shard.PlacementColocated)
+	u.checkStateVersion(old, 1)
 	// One namespace of workload now; each roll adds one halfway, and one
 	// more runs under the newer placement.
 	namespaces := []string{"upgrade-0"}
@@ -67,6 +73,10 @@ func TestRollingUpgradeAndRollback(t *testing.T) {
 	u.checkPlacementUsed(upgraded[0], shard.PlacementColocated)
 	u.checkPlacement(upgraded, shard.PlacementColocatedShare)
 	u.logSwitch(upgraded, shard.PlacementColocatedShare)
+	// The new replicas wrote state version 1 while an old one read their
+	// Leases, and version 2 once the last had left.
+	u.checkStateVersion(upgraded, 2)
+	u.checkVersionSwitch(upgraded[0], 1, 2)
 	// The controllers work under the newer placement.
 	ns := fmt.Sprintf("upgrade-%d", len(namespaces))
 	namespaces = append(namespaces, ns)
@@ -81,6 +91,10 @@ func TestRollingUpgradeAndRollback(t *testing.T) {
 	waitFleetRunning(ctx, t, client, rolledBack)
 	u.checkPlacement(rolledBack, shard.PlacementColocated)
 	u.logSwitch(upgraded, shard.PlacementColocated)
+	u.checkStateVersion(rolledBack, 1)
+	// The replicas of this release went back to version 1 when the first
+	// old one joined, before they left.
+	u.checkVersionSwitch(upgraded[len(upgraded)-1], 2, 1)
 	for _, ns := range namespaces {
 		waitWorkload(ctx, t, client, ns)
 	}
@@ -163,6 +177,38 @@ func (u *upgrade) waitReady(name string) {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK, fmt.Sprintf("HTTP %d", resp.StatusCode)
 	})
+}
+
+// checkStateVersion: each of replicas' Leases holds a state of version.
+func (u *upgrade) checkStateVersion(replicas []string, version int) {
+	u.t.Helper()
+	for _, name := range replicas {
+		lease, err := u.client.CoordinationV1().Leases("kube-system").Get(u.ctx, name, metav1.GetOptions{})
+		if err != nil {
+			u.t.Errorf("%s's Lease: %v", name, err)
+			continue
+		}
+		var st struct {
+			V int `json:"v"`
+		}
+		if err := json.Unmarshal([]byte(lease.Annotations[membership.StateAnnotation]), &st); err != nil || st.V != version {
+			u.t.Errorf("%s's Lease holds state version %d (%v), want %d", name, st.V, err, version)
+		}
+	}
+}
+
+// checkVersionSwitch: replica logged moving from one state version to
+// another (the members it observed all read the new one).
+func (u *upgrade) checkVersionSwitch(replica string, from, to int) {
+	u.t.Helper()
+	data, err := os.ReadFile(u.logs[replica])
+	if err != nil {
+		u.t.Fatal(err)
+	}
+	want := fmt.Sprintf(`"Writing another state version: the members observed read it" version=%d was=%d`, to, from)
+	if !strings.Contains(string(data), want) {
+		u.t.Errorf("%s never logged %s", replica, want)
+	}
 }
 
 var (

@@ -36,6 +36,10 @@ type FleetOptions struct {
 	// supports; the fleet uses the newest every replica supports. Only
 	// tests narrow it (to play a previous release).
 	Placements []string
+	// StateVersions are the Lease state versions this replica reads and
+	// says it reads (all of this release's; narrowed by a hidden test
+	// flag to play the previous release in upgrade tests).
+	StateVersions []int
 
 	// Dummy pieces: a test mode that runs recording pieces instead of
 	// controllers (the handover e2e tests use it).
@@ -58,6 +62,7 @@ func NewFleetOptions() *FleetOptions {
 
 		NamespaceWatchMax: informers.DefaultNamespaceWatchMax,
 		Placements:        shard.Placements,
+		StateVersions:     membership.StateVersions,
 	}
 }
 
@@ -81,7 +86,8 @@ func (o *FleetOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.DummySingletons, "dummy-singletons", []string{"garbagecollector", "namespace", "nodelifecycle", "podgc"}, "Test mode: names of the singleton pieces.")
 	fs.StringVar(&o.DummyRecordFile, "dummy-record-file", "", "Test mode: file the pieces append their records to.")
 	fs.StringSliceVar(&o.Placements, "supported-placements", o.Placements, "Test mode: the placements this replica says it supports (a previous release's, for upgrade tests).")
-	for _, name := range []string{"dummy-pieces", "dummy-singletons", "dummy-record-file", "supported-placements"} {
+	fs.IntSliceVar(&o.StateVersions, "supported-state-versions", o.StateVersions, "Test mode: the Lease state versions this replica reads and says it reads (a previous release's, for upgrade tests).")
+	for _, name := range []string{"dummy-pieces", "dummy-singletons", "dummy-record-file", "supported-placements", "supported-state-versions"} {
 		_ = fs.MarkHidden(name)
 	}
 }
@@ -119,6 +125,14 @@ func (o *FleetOptions) Validate() error {
 	for _, p := range o.Placements {
 		if !slices.Contains(shard.Placements, p) {
 			errs = append(errs, fmt.Errorf("--supported-placements: %q is not one of %v", p, shard.Placements))
+		}
+	}
+	if len(o.StateVersions) == 0 {
+		errs = append(errs, errors.New("--supported-state-versions must name at least one version"))
+	}
+	for _, v := range o.StateVersions {
+		if !slices.Contains(membership.StateVersions, v) {
+			errs = append(errs, fmt.Errorf("--supported-state-versions: %d is not one of %v", v, membership.StateVersions))
 		}
 	}
 	cfg := membership.Config{

@@ -122,7 +122,7 @@ func newMember(c *kcmconfig.CompletedConfig, fleet *FleetOptions) (*membership.M
 		Client: client, Namespace: fleet.Namespace, Fleet: fleet.Name, Identity: fleet.Identity,
 		LeaseDuration: fleet.LeaseDuration.D(), RenewDeadline: fleet.RenewDeadline.D(), RetryPeriod: fleet.RetryPeriod.D(),
 		LeaderLease: leaderLease,
-		Supports:    membership.Supports{Placements: fleet.Placements, StateVersions: []int{membership.StateVersion}},
+		Supports:    membership.Supports{Placements: fleet.Placements, StateVersions: fleet.StateVersions},
 	})
 	return member, leaderLease, err
 }
