@@ -205,10 +205,10 @@ type result struct {
 	Limits string `json:"limits"`
 	// Namespaces: the rung of the scale ladder (-scale).
 	Namespaces int                  `json:"namespaces,omitempty"`
-	Date    time.Time            `json:"date"`
-	Runs    []map[string]float64 `json:"runs"`
-	Median  map[string]float64   `json:"median"`
-	Limiter []string             `json:"limitedBy"`
+	Date       time.Time            `json:"date"`
+	Runs       []map[string]float64 `json:"runs"`
+	Median     map[string]float64   `json:"median"`
+	Limiter    []string             `json:"limitedBy"`
 }
 
 func run(cfg config) error {
