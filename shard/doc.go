@@ -101,7 +101,10 @@
 // that joiner, which rule 4 needs to see. So a joiner stays joining while
 // a live member's Lease holds a version it does not read; that member
 // writes a version the joiner reads at its next renewal after seeing the
-// joiner's Lease.
+// joiner's Lease. In the simulation the older of two releases reads only
+// version 1, and each write carries the version its writer chose; with
+// every member writing its newest version instead, a fleet of two
+// releases never settles (a member never reads another's view).
 //
 // # Never beside kube-controller-manager
 //

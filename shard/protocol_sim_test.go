@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -67,6 +68,9 @@ type simLeaseRecord struct {
 	state    membership.State
 	supports membership.Supports
 	deleted  bool
+	// version is the State version the writer wrote (0: unknown, for a
+	// deletion), as membership.Member.writeVersionLocked chooses it.
+	version int
 }
 
 type sim struct {
@@ -103,9 +107,9 @@ type sim struct {
 // the one before it that also computes an older placement, and a release
 // beside one from before members said what they support.
 var simReleases = [][]membership.Supports{
-	{{Placements: Placements}},
-	{{Placements: []string{PlacementColocated}}, {Placements: Placements}},
-	{{}, {Placements: Placements}},
+	{{Placements: Placements, StateVersions: membership.StateVersions}},
+	{{Placements: []string{PlacementColocated}, StateVersions: []int{1}}, {Placements: Placements, StateVersions: membership.StateVersions}},
+	{{}, {Placements: Placements, StateVersions: membership.StateVersions}},
 }
 
 func (s *sim) pickRelease() membership.Supports {
@@ -120,6 +124,9 @@ func (s *sim) nextName() string {
 type simObs struct {
 	state      membership.State
 	supports   membership.Supports
+	// good: state holds a state this node read; unread: the last write
+	// was of a version it does not read (as membership's observation).
+	good, unread bool
 	rv         int64
 	lastChange int64
 	deleted    bool
@@ -290,7 +297,8 @@ func (n *simNode) start() {
 	n.stopping = map[Piece]bool{}
 	// A process that finds a live Lease of its name left by an earlier
 	// incarnation must wait until that Lease would have expired.
-	if rec, ok := n.s.leases[n.name]; ok && rec.state.Incarnation != n.incarnation && !rec.state.Leaving {
+	// (A state of a version it does not read counts as not leaving.)
+	if rec, ok := n.s.leases[n.name]; ok && rec.state.Incarnation != n.incarnation && (!rec.state.Leaving || !slices.Contains(n.reads(), rec.version)) {
 		n.waitTakeover = true
 		rv := rec.rv
 		n.s.at(simLease+1, n, func() { n.takeover(rv) })
@@ -315,8 +323,9 @@ func (n *simNode) list() {
 		if name == n.name {
 			continue
 		}
-		c := *rec
-		n.obs[name] = &simObs{state: c.state, rv: c.rv, lastChange: n.s.now}
+		o := &simObs{rv: rec.rv, lastChange: n.s.now}
+		n.read(o, rec)
+		n.obs[name] = o
 	}
 	n.synced = true
 	n.step()
@@ -364,8 +373,63 @@ func (n *simNode) observe(name string, rec *simLeaseRecord, lastState membership
 		o = &simObs{}
 		n.obs[name] = o
 	}
-	o.state, o.supports, o.rv, o.lastChange, o.deleted, o.expired = rec.state, rec.supports, rec.rv, n.s.now, false, false
+	n.read(o, rec)
+	o.rv, o.lastChange, o.deleted, o.expired = rec.rv, n.s.now, false, false
 	n.step()
+}
+
+// reads are the State versions this node's release reads.
+func (n *simNode) reads() []int {
+	if len(n.supports.StateVersions) == 0 {
+		return []int{1}
+	}
+	return n.supports.StateVersions
+}
+
+// read takes rec's state into o if this node reads its version, else
+// keeps the last state it read, as membership.Member.observe does.
+func (n *simNode) read(o *simObs, rec *simLeaseRecord) {
+	o.unread = !slices.Contains(n.reads(), rec.version)
+	if !o.unread {
+		o.state, o.supports, o.good = rec.state, rec.supports, true
+	}
+}
+
+// writeVersion is the newest version this node and every live member it
+// observes read (membership.Member.writeVersionLocked).
+func (n *simNode) writeVersion() int {
+	version := 0
+	for _, v := range n.reads() {
+		all := true
+		for _, o := range n.obs {
+			if !o.good || o.expired || (o.deleted && (o.state.Leaving || n.s.now-o.lastChange > simLease)) {
+				continue
+			}
+			reads := o.supports.StateVersions
+			if len(reads) == 0 {
+				reads = []int{1}
+			}
+			all = all && slices.Contains(reads, v)
+		}
+		if all && v > version {
+			version = v
+		}
+	}
+	if version == 0 {
+		return slices.Min(n.reads())
+	}
+	return version
+}
+
+// unreadMember: a live member's Lease holds a version this node does not
+// read (membership.Member.unreadMemberLocked); it keeps the node joining.
+func (n *simNode) unreadMember() bool {
+	for _, o := range n.obs {
+		if o.unread && !o.deleted && !o.expired && n.s.now-o.lastChange <= simLease {
+			return true
+		}
+	}
+	return false
 }
 
 func (n *simNode) peers() []membership.Peer {
@@ -378,6 +442,10 @@ func (n *simNode) peers() []membership.Peer {
 	for _, name := range names {
 		o := n.obs[name]
 		age := n.s.now - o.lastChange
+		if !o.good {
+			// Never read: invisible, as in membership.Member.Peers.
+			continue
+		}
 		switch {
 		case o.deleted:
 			// As membership.Member.Peers: only a graceful leave is gone at
@@ -416,7 +484,8 @@ func (n *simNode) confirmExpiry(name string, rv int64) {
 	ok = ok && rec != nil
 	if ok && rec.rv != rv {
 		if rec.rv > o.rv {
-			o.state, o.rv, o.deleted, o.expired = rec.state, rec.rv, false, false
+			n.read(o, rec)
+			o.rv, o.deleted, o.expired = rec.rv, false, false
 		}
 		o.lastChange = n.s.now
 	} else if !ok || rec.rv == o.rv {
@@ -449,7 +518,7 @@ func (n *simNode) step() {
 	}
 	n.local.Authority = n.authority()
 	n.local.Leaving = n.leaving
-	n.local.Joining = n.s.now < n.joinUntil && !n.leaving
+	n.local.Joining = (n.s.now < n.joinUntil || n.unreadMember()) && !n.leaving
 	plan := Decide(n.local, n.peers(), &n.s.rings)
 	for _, p := range plan.Stop {
 		n.local.Status[p] = Stopping
@@ -519,6 +588,7 @@ func (n *simNode) maybeWrite() {
 	n.dirty = false
 	n.seq++
 	st.Seq = n.seq
+	version := n.writeVersion()
 	n.lastSent = key
 	n.inflight = true
 	sent := n.s.now
@@ -531,7 +601,7 @@ func (n *simNode) maybeWrite() {
 			return
 		}
 		s.rv++
-		rec := &simLeaseRecord{rv: s.rv, state: st, supports: n.supports}
+		rec := &simLeaseRecord{rv: s.rv, state: st, supports: n.supports, version: version}
 		s.leases[n.name] = rec
 		s.broadcast(n.name, rec, st)
 	})
