@@ -77,6 +77,9 @@ type config struct {
 	ladder      bool
 	ladderSizes []int
 	scaleShape  scaleShape
+	// scaleSteps: the ladder's steps to run (empty: all), to add runs of
+	// some figures to an earlier invocation's cells (-resume).
+	scaleSteps []string
 }
 
 func main() {
@@ -90,7 +93,7 @@ func main() {
 	flag.StringVar(&only, "only", "", "Comma-separated system names and limit names (default, raised) to run, for experiments; empty runs the mode's full matrix.")
 	var workloads, keep, profile string
 	var resume, memory, ladder bool
-	var ladderSizes string
+	var ladderSizes, scaleSteps string
 	var memoryNamespaces int
 	var fleetArgs string
 	flag.IntVar(&memoryNamespaces, "memory-namespaces", defaultMemorySize.Namespaces, "With -memory: spread the same objects and pods over this many namespaces (results in memory-<n>ns.md unless 200).")
@@ -98,6 +101,7 @@ func main() {
 	flag.BoolVar(&memory, "memory", false, "Memory mode: what each process holds once a mid-sized cluster (200 namespaces, 20,000 ConfigMaps and Secrets of 3 KiB, 5,000 kwok pods) is cached, for KCM and fleets of 1, 3 and 5, one run each at raised limits; results in memory.md.")
 	flag.BoolVar(&ladder, "scale", false, "Scale ladder: the same cluster shape (per namespace 20 ConfigMaps and 20 Secrets of 16 KiB, a Service, a Deployment of 12 kwok pods) at each of -scale-sizes, for KCM (leader and standby) and fleets of 1, 3 and 5 at raised limits: memory, scale-up, kill -9 failover, whole restart, a fourth replica joining; results in scale.md. -runs applies to the largest size (default 1).")
 	flag.StringVar(&ladderSizes, "scale-sizes", "", "With -scale: comma-separated sizes in namespaces (default 100,300,900).")
+	flag.StringVar(&scaleSteps, "scale-steps", "", "With -scale: comma-separated steps to run (converge, memory, scale-up, failover, restart, join; default all), e.g. converge,memory with -runs 3 -resume to take the memory figures' median of three runs at the largest size.")
 	flag.BoolVar(&resume, "resume", false, "Keep the results of an interrupted invocation (<mode>.partial.json in -out) and run only the systems and limits it had not finished.")
 	flag.StringVar(&profile, "profile", "", "Write a CPU profile of every fleet replica, taken over the first 10 s of workload (a), into this folder (with -memory: CPU profiles of kube-apiserver and every controller-manager process over the first 45 s of convergence, and a heap profile of every process once settled).")
 	flag.StringVar(&keep, "keep", "", "Keep each run's control plane folder (logs, audit log) under this folder, for diagnosis.")
@@ -132,6 +136,9 @@ func main() {
 			runs = 1
 		}
 		cfg.ladder, cfg.scaleShape, cfg.ladderSizes = true, defaultScaleShape, defaultScaleSizes
+		if scaleSteps != "" {
+			cfg.scaleSteps = strings.Split(scaleSteps, ",")
+		}
 		if ladderSizes != "" {
 			sizes, err := parseSizes(ladderSizes)
 			if err != nil {

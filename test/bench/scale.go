@@ -121,6 +121,9 @@ func scaleRun(ctx context.Context, binDir string, s system, l limits, cfg config
 	}
 	var limitedBy string
 	for _, step := range steps {
+		if len(cfg.scaleSteps) > 0 && !slices.Contains(cfg.scaleSteps, step.name) {
+			continue
+		}
 		klog.InfoS("Scale step", "system", s.Name, "namespaces", n, "step", step.name)
 		if err := step.fn(); err != nil {
 			return nil, "", fmt.Errorf("%s at %d namespaces: %w", step.name, n, err)

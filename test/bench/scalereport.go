@@ -136,7 +136,7 @@ func scaleMarkdown(rep report, charts []string, took time.Duration) string {
 			sh.ConfigMaps, sh.Secrets, sh.ObjectKiB, sh.Replicas, sizes)
 	}
 	b.WriteString("Every cell is a fresh control plane (etcd with an 8 GiB quota, kube-apiserver with its defaults, kube-scheduler, kwok with 64-way pod parallelism and a node per 100 pods) at raised client limits (qps 1000, burst 2000) for every controller manager. KCM runs as users deploy it: two instances, default leader-election flags (lease 15 s, renew 10 s, retry 2 s); its memory figures are the leader's. ")
-	b.WriteString("Figures are medians of the runs each cell had (the largest size may have more). Ratios are fleet / kube-controller-manager at the same size from the same invocation (for times, below 1 is faster).\n\n")
+	b.WriteString("Figures are medians of the runs each cell had (the largest size may have more, run with -scale-steps to repeat some steps only: a figure's median is over the runs that measured it). Ratios are fleet / kube-controller-manager at the same size from the same invocation (for times, below 1 is faster).\n\n")
 
 	b.WriteString("## Slopes: MiB per 10,000 objects, fitted across the sizes\n\n")
 	systems := scaleSystems(rep)
