@@ -35,6 +35,7 @@ type Member struct {
 	lease      *coordinationv1.Lease // last written or read own Lease
 	deadline   time.Time             // authority holds until then
 	joinedAt   time.Time             // first successful write of this incarnation
+	joinOver   time.Time             // joinedAt of the last join that ended (Joining)
 	synced     bool
 	obs        map[string]*observation
 	renewFails int
@@ -184,10 +185,24 @@ func (m *Member) Valid() bool {
 // read: that member is invisible to it (a newer release writes the
 // version every member reads, so this lasts until the writer has seen
 // this member, normally one renewal).
+//
+// Once a join is over it stays over until the next (re)join: a Lease
+// that turns unreadable later (written by hand, or by a member of a
+// newer release before it saw this one) holds no member that already
+// owns pieces.
 func (m *Member) Joining() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return !m.synced || m.joinedAt.IsZero() || m.cfg.Clock.Since(m.joinedAt) < m.cfg.LeaseDuration || m.unreadMemberLocked() != ""
+	switch {
+	case !m.synced || m.joinedAt.IsZero() || m.cfg.Clock.Since(m.joinedAt) < m.cfg.LeaseDuration:
+		return true
+	case m.joinOver.Equal(m.joinedAt):
+		return false
+	case m.unreadMemberLocked() != "":
+		return true
+	}
+	m.joinOver = m.joinedAt
+	return false
 }
 
 // Supports is what this member publishes that it supports.

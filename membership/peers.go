@@ -8,6 +8,7 @@ package membership
 import (
 	"context"
 	"errors"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -164,8 +165,11 @@ func (m *Member) observe(obj any, deleted bool) {
 		return
 	}
 	st, err := parseState(lease.Annotations[StateAnnotation], m.readVersions())
+	// Only the version after the newest this member reads can be a live
+	// peer's (releases run side by side only with the next one); any
+	// other is garbage, which must not hold a joiner.
 	var versionErr *unreadVersionError
-	o.unreadVersion = errors.As(err, &versionErr)
+	o.unreadVersion = errors.As(err, &versionErr) && versionErr.version == slices.Max(m.readVersions())+1
 	switch {
 	case err != nil:
 		if now.Sub(o.lastBadLog) > time.Minute {

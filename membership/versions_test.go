@@ -1,6 +1,7 @@
 package membership
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -64,20 +65,14 @@ func TestWriteVersion(t *testing.T) {
 	}
 }
 
-// TestJoiningWhileAMemberIsUnread: a member stays joining (owns nothing)
-// while a live member's Lease holds a state version it does not read, for
-// that member is invisible to it; it stops when the state is readable or
-// the Lease has not changed for a lease duration.
+// TestJoiningWhileAMemberIsUnread: a member whose quiet period is over
+// stays joining (owns nothing) while a live member's Lease holds the next
+// state version, which it does not read, for that member is invisible to
+// it; the join ends when the state is readable or the Lease has not
+// changed for a lease duration, and a join that is over stays over. A
+// Lease of a version no release beside this one writes is garbage and
+// holds no one.
 func TestJoiningWhileAMemberIsUnread(t *testing.T) {
-	clock := clocktesting.NewFakeClock(time.Unix(1000, 0))
-	m, err := New(Config{Client: fake.NewSimpleClientset(), Namespace: "ns", Fleet: "f", Identity: "self", Clock: clock,
-		Supports: Supports{StateVersions: []int{1}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.mu.Lock()
-	m.synced, m.joinedAt = true, clock.Now().Add(-time.Hour)
-	m.mu.Unlock()
 	st := State{Incarnation: "b1", Seq: 1, Epoch: 1, Running: []string{"partition/1"}}
 	v1, err := st.EncodeVersion(1)
 	if err != nil {
@@ -88,21 +83,45 @@ func TestJoiningWhileAMemberIsUnread(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	steps := []struct {
+	v9 := strings.Replace(v2, `"v":2`, `"v":9`, 1)
+	type step struct {
 		name    string
-		do      func()
+		do      func(m *Member, clock *clocktesting.FakeClock)
 		joining bool
-	}{
-		{"no one else", func() {}, false},
-		{"a member writes version 2", func() { m.observe(lease("b", "1", v2), false) }, true},
-		{"it writes version 1", func() { m.observe(lease("b", "2", v1), false) }, false},
-		{"version 2 again", func() { m.observe(lease("b", "3", v2), false) }, true},
-		{"its Lease unchanged for a lease duration", func() { clock.Step(m.cfg.LeaseDuration + time.Second) }, false},
 	}
-	for _, s := range steps {
-		s.do()
-		if got := m.Joining(); got != s.joining {
-			t.Errorf("%s: joining %v, want %v", s.name, got, s.joining)
-		}
+	for _, tc := range []struct {
+		name  string
+		steps []step
+	}{
+		{"readable again", []step{
+			{"a member writes version 2", func(m *Member, _ *clocktesting.FakeClock) { m.observe(lease("b", "1", v2), false) }, true},
+			{"it writes version 1", func(m *Member, _ *clocktesting.FakeClock) { m.observe(lease("b", "2", v1), false) }, false},
+			{"version 2 again: a join that is over stays over", func(m *Member, _ *clocktesting.FakeClock) { m.observe(lease("b", "3", v2), false) }, false},
+		}},
+		{"unchanged for a lease duration", []step{
+			{"a member writes version 2", func(m *Member, _ *clocktesting.FakeClock) { m.observe(lease("b", "1", v2), false) }, true},
+			{"its Lease unchanged for a lease duration", func(m *Member, c *clocktesting.FakeClock) { c.Step(m.cfg.LeaseDuration + time.Second) }, false},
+		}},
+		{"garbage", []step{
+			{"a Lease of version 9", func(m *Member, _ *clocktesting.FakeClock) { m.observe(lease("c", "1", v9), false) }, false},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := clocktesting.NewFakeClock(time.Unix(1000, 0))
+			m, err := New(Config{Client: fake.NewSimpleClientset(), Namespace: "ns", Fleet: "f", Identity: "self", Clock: clock,
+				Supports: Supports{StateVersions: []int{1}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m.mu.Lock()
+			m.synced, m.joinedAt = true, clock.Now().Add(-time.Hour)
+			m.mu.Unlock()
+			for _, s := range tc.steps {
+				s.do(m, clock)
+				if got := m.Joining(); got != s.joining {
+					t.Errorf("%s: joining %v, want %v", s.name, got, s.joining)
+				}
+			}
+		})
 	}
 }

@@ -99,7 +99,9 @@
 // never what it says, so the argument above is untouched by it, with one
 // condition: a member whose Lease a joiner cannot read is invisible to
 // that joiner, which rule 4 needs to see. So a joiner stays joining while
-// a live member's Lease holds a version it does not read; that member
+// a live member's Lease holds the next version, which it does not read
+// (a join that is over stays over, and any other version is garbage,
+// which holds no one); that member
 // writes a version the joiner reads at its next renewal after seeing the
 // joiner's Lease. In the simulation the older of two releases reads only
 // version 1, and each write carries the version its writer chose; with

@@ -122,16 +122,16 @@ func (s *sim) nextName() string {
 }
 
 type simObs struct {
-	state      membership.State
-	supports   membership.Supports
+	state    membership.State
+	supports membership.Supports
 	// good: state holds a state this node read; unread: the last write
 	// was of a version it does not read (as membership's observation).
 	good, unread bool
-	rv         int64
-	lastChange int64
-	deleted    bool
-	expired    bool
-	checking   bool
+	rv           int64
+	lastChange   int64
+	deleted      bool
+	expired      bool
+	checking     bool
 }
 
 type simNode struct {
@@ -141,6 +141,7 @@ type simNode struct {
 	alive        bool // process exists
 	synced       bool // initial list of leases done
 	joinUntil    int64
+	joinOver     bool // the join that joinUntil began has ended
 	paused       bool
 	pausedQueue  []func()
 	joined       bool  // has authority (lease held and renewed in time)
@@ -306,7 +307,7 @@ func (n *simNode) start() {
 		n.waitTakeover = false
 	}
 	n.synced = false
-	n.joinUntil = 1 << 62
+	n.joinUntil, n.joinOver = 1<<62, false
 	n.obs = map[string]*simObs{}
 	n.s.at(n.s.latency(), n, n.list)
 	n.s.at(0, n, n.renewTick)
@@ -389,7 +390,7 @@ func (n *simNode) reads() []int {
 // read takes rec's state into o if this node reads its version, else
 // keeps the last state it read, as membership.Member.observe does.
 func (n *simNode) read(o *simObs, rec *simLeaseRecord) {
-	o.unread = !slices.Contains(n.reads(), rec.version)
+	o.unread = !slices.Contains(n.reads(), rec.version) && rec.version == slices.Max(n.reads())+1
 	if !o.unread {
 		o.state, o.supports, o.good = rec.state, rec.supports, true
 	}
@@ -518,7 +519,14 @@ func (n *simNode) step() {
 	}
 	n.local.Authority = n.authority()
 	n.local.Leaving = n.leaving
-	n.local.Joining = (n.s.now < n.joinUntil || n.unreadMember()) && !n.leaving
+	// As membership.Member.Joining: past the quiet period a join lasts
+	// while a live Lease is unread, and once over stays over.
+	joining := n.s.now < n.joinUntil
+	if !joining && !n.joinOver {
+		joining = n.unreadMember()
+		n.joinOver = !joining
+	}
+	n.local.Joining = joining && !n.leaving
 	plan := Decide(n.local, n.peers(), &n.s.rings)
 	for _, p := range plan.Stop {
 		n.local.Status[p] = Stopping
@@ -628,7 +636,7 @@ func (n *simNode) maybeWrite() {
 				// Joining or rejoining after authority ran out: watch the
 				// fleet for a lease duration before owning anything, since
 				// others may have been judged expired meanwhile.
-				n.joinUntil = n.s.now + simLease
+				n.joinUntil, n.joinOver = n.s.now+simLease, false
 				n.s.at(simLease, n, n.step)
 			}
 			n.local.Confirmed = st

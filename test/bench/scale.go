@@ -309,14 +309,24 @@ func (sc *scaleCell) memory() error {
 }
 
 // scaleUp raises every Deployment by a quarter: time until all are
-// available.
+// available, and the CPU-seconds each component spent on it (what grows
+// with the cluster: the controller managers, or the scheduler, kwok,
+// the apiserver and etcd they all share).
 func (sc *scaleCell) scaleUp() error {
+	cpuBefore := sc.cpuByComponent()
 	start := time.Now()
 	if err := sc.scaleTo(sc.namespaces, sc.shape.Replicas+sc.shape.Replicas/4); err != nil {
 		return err
 	}
 	_, last, err := sc.waitServed(sc.namespaces, start)
 	sc.figures["s_scale_up_s"] = last
+	for name, after := range sc.cpuByComponent() {
+		component := name
+		if sc.isControllerManager(name) {
+			component = "controller-managers"
+		}
+		sc.figures["s_scale_up_cpu_"+component] += after - cpuBefore[name]
+	}
 	return err
 }
 

@@ -20,6 +20,11 @@ var scaleFigureNames = []struct{ key, label string }{
 	{"s_start_s", "system started on the filled cluster: a probe Deployment in every partition available (s)"},
 	{"s_converge_s", "one Deployment per namespace created: all available (s)"},
 	{"s_scale_up_s", "every Deployment scaled up by a quarter: all available (s)"},
+	{"s_scale_up_cpu_controller-managers", "scale-up: CPU-seconds of the controller managers"},
+	{"s_scale_up_cpu_kube-scheduler", "scale-up: CPU-seconds of kube-scheduler"},
+	{"s_scale_up_cpu_kwok", "scale-up: CPU-seconds of kwok"},
+	{"s_scale_up_cpu_kube-apiserver", "scale-up: CPU-seconds of kube-apiserver"},
+	{"s_scale_up_cpu_etcd", "scale-up: CPU-seconds of etcd"},
 	{"s_rss_median_mib", "RSS of the median process (MiB, mean over 30 s)"},
 	{"s_rss_largest_mib", "RSS of the largest process (MiB)"},
 	{"s_rss_sum_mib", "RSS summed over processes (MiB; KCM: the leader)"},
@@ -53,7 +58,7 @@ var scaleSlopeFigures = []struct{ key, what string }{
 
 // scaleGrowthFigures must grow no faster than the objects from the middle
 // size to the largest.
-var scaleGrowthFigures = []string{"s_converge_s", "s_scale_up_s", "s_rss_median_mib", "s_rss_largest_mib", "s_rss_sum_mib",
+var scaleGrowthFigures = []string{"s_converge_s", "s_scale_up_s", "s_scale_up_cpu_controller-managers", "s_scale_up_cpu_kube-scheduler", "s_scale_up_cpu_kwok", "s_scale_up_cpu_kube-apiserver", "s_rss_median_mib", "s_rss_largest_mib", "s_rss_sum_mib",
 	"s_apiserver_rss_mib", "s_apiserver_cpu_total_s", "s_failover_last_s", "s_restart_last_s", "s_join_cm_lists", "requests_list", "requests_watch"}
 
 // ladder is the results by size (ascending), each size's results in
