@@ -118,16 +118,10 @@ func memoryRun(ctx context.Context, binDir string, s system, l limits, cfg confi
 	b.figures["m_converge_s"] = time.Since(started).Seconds()
 	waitProfiles()
 	// What limited the workload, from the system's start to convergence.
-	machineAfter, err := readMachineCPU()
+	limitedBy, err := b.limitedSince(machineBefore, cpuBefore)
 	if err != nil {
 		return nil, "", err
 	}
-	busy, busySeconds := busyBetween(machineBefore, machineAfter)
-	cpu := map[string]float64{}
-	for name, after := range b.cpuByComponent() {
-		cpu[name] = after - cpuBefore[name]
-	}
-	limitedBy := limiter(cpu, busy, busySeconds, b.isControllerManager)
 	mem, err := b.readProcessMemory(memorySettle, profileDir)
 	if err != nil {
 		return nil, "", err

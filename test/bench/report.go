@@ -93,50 +93,7 @@ func markdown(rep report, charts []string, took time.Duration) string {
 				kcm = &results[i]
 			}
 		}
-		b.WriteString("| figure |")
-		for _, r := range results {
-			fmt.Fprintf(&b, " %s |", r.System)
-			if kcm != nil && r.System != kcm.System {
-				fmt.Fprintf(&b, " ratio |")
-			}
-		}
-		b.WriteString("\n|---|")
-		for _, r := range results {
-			b.WriteString("---:|")
-			if kcm != nil && r.System != kcm.System {
-				b.WriteString("---:|")
-			}
-		}
-		b.WriteString("\n")
-		for _, f := range figureNames {
-			present := false
-			for _, r := range results {
-				if _, ok := r.Median[f.key]; ok {
-					present = true
-				}
-			}
-			if !present {
-				continue
-			}
-			fmt.Fprintf(&b, "| %s |", f.label)
-			for _, r := range results {
-				v, ok := r.Median[f.key]
-				if ok {
-					fmt.Fprintf(&b, " %s |", num(v))
-				} else {
-					b.WriteString(" – |")
-				}
-				if kcm != nil && r.System != kcm.System {
-					k, kok := kcm.Median[f.key]
-					if ok && kok && k != 0 {
-						fmt.Fprintf(&b, " %.2f |", v/k)
-					} else {
-						b.WriteString(" – |")
-					}
-				}
-			}
-			b.WriteString("\n")
-		}
+		figureTable(&b, results, kcm, figureNames, func(r result) string { return r.System })
 		b.WriteString("\nWhat limited each run (the machine's busy share over the run from /proc/stat, CPU above 85%; the largest consumer from each process's own CPU time):\n\n")
 		for _, r := range results {
 			fmt.Fprintf(&b, "- %s: %s\n", r.System, strings.Join(dedupe(r.Limiter), "; "))
@@ -351,4 +308,53 @@ func verdict(ok bool) string {
 		return "met"
 	}
 	return "**not met**"
+}
+
+// figureTable writes a table of names: a row per figure some result has,
+// a column per result headed by header, and beside each other result its
+// ratio to kcm's figure.
+func figureTable(b *strings.Builder, results []result, kcm *result, names []struct{ key, label string }, header func(result) string) {
+	b.WriteString("| figure |")
+	for _, r := range results {
+		fmt.Fprintf(b, " %s |", header(r))
+		if kcm != nil && r.System != kcm.System {
+			b.WriteString(" ratio |")
+		}
+	}
+	b.WriteString("\n|---|")
+	for _, r := range results {
+		b.WriteString("---:|")
+		if kcm != nil && r.System != kcm.System {
+			b.WriteString("---:|")
+		}
+	}
+	b.WriteString("\n")
+	for _, f := range names {
+		present := false
+		for _, r := range results {
+			_, ok := r.Median[f.key]
+			present = present || ok
+		}
+		if !present {
+			continue
+		}
+		fmt.Fprintf(b, "| %s |", f.label)
+		for _, r := range results {
+			v, ok := r.Median[f.key]
+			if ok {
+				fmt.Fprintf(b, " %s |", num(v))
+			} else {
+				b.WriteString(" – |")
+			}
+			if kcm != nil && r.System != kcm.System {
+				k, kok := kcm.Median[f.key]
+				if ok && kok && k != 0 {
+					fmt.Fprintf(b, " %.2f |", v/k)
+				} else {
+					b.WriteString(" – |")
+				}
+			}
+		}
+		b.WriteString("\n")
+	}
 }

@@ -125,3 +125,18 @@ func limiter(cpu map[string]float64, busy, busySeconds float64, isCM func(string
 	return fmt.Sprintf("%s: machine %.0f%% busy (/proc/stat), most in %s (%.0f%% of the machine's busy time); %.0f%% not in the processes started",
 		what, busy*100, top, share(topV), max(0, share(busySeconds-total)))
 }
+
+// limitedSince says what limited the run from the machine's and the
+// processes' CPU readings before (see limiter).
+func (b *bench) limitedSince(machineBefore machineCPU, cpuBefore map[string]float64) (string, error) {
+	machineAfter, err := readMachineCPU()
+	if err != nil {
+		return "", err
+	}
+	busy, busySeconds := busyBetween(machineBefore, machineAfter)
+	cpu := map[string]float64{}
+	for name, after := range b.cpuByComponent() {
+		cpu[name] = after - cpuBefore[name]
+	}
+	return limiter(cpu, busy, busySeconds, b.isControllerManager), nil
+}

@@ -130,16 +130,9 @@ func scaleRun(ctx context.Context, binDir string, s system, l limits, cfg config
 		}
 		if step.name == "converge" {
 			// What limited the convergence, from the system's start.
-			machineAfter, err := readMachineCPU()
-			if err != nil {
+			if limitedBy, err = b.limitedSince(machineBefore, cpuBefore); err != nil {
 				return nil, "", err
 			}
-			busy, busySeconds := busyBetween(machineBefore, machineAfter)
-			cpu := map[string]float64{}
-			for name, after := range b.cpuByComponent() {
-				cpu[name] = after - cpuBefore[name]
-			}
-			limitedBy = limiter(cpu, busy, busySeconds, b.isControllerManager)
 		}
 	}
 	// The apiserver's work over everything the system did.

@@ -184,49 +184,10 @@ func scaleMarkdown(rep report, charts []string, took time.Duration) string {
 				kcm = &results[i]
 			}
 		}
-		fmt.Fprintf(&b, "## %d namespaces\n\n| figure |", n)
-		for _, r := range results {
-			fmt.Fprintf(&b, " %s (%d run%s) |", r.System, len(r.Runs), plural(len(r.Runs)))
-			if kcm != nil && r.System != kcm.System {
-				b.WriteString(" ratio |")
-			}
-		}
-		b.WriteString("\n|---|")
-		for _, r := range results {
-			b.WriteString("---:|")
-			if kcm != nil && r.System != kcm.System {
-				b.WriteString("---:|")
-			}
-		}
-		b.WriteString("\n")
-		for _, f := range scaleFigureNames {
-			present := false
-			for _, r := range results {
-				_, ok := r.Median[f.key]
-				present = present || ok
-			}
-			if !present {
-				continue
-			}
-			fmt.Fprintf(&b, "| %s |", f.label)
-			for _, r := range results {
-				v, ok := r.Median[f.key]
-				if ok {
-					fmt.Fprintf(&b, " %s |", num(v))
-				} else {
-					b.WriteString(" – |")
-				}
-				if kcm != nil && r.System != kcm.System {
-					k, kok := kcm.Median[f.key]
-					if ok && kok {
-						fmt.Fprintf(&b, " %s |", ratioOrDash(v, k))
-					} else {
-						b.WriteString(" – |")
-					}
-				}
-			}
-			b.WriteString("\n")
-		}
+		fmt.Fprintf(&b, "## %d namespaces\n\n", n)
+		figureTable(&b, results, kcm, scaleFigureNames, func(r result) string {
+			return fmt.Sprintf("%s (%d run%s)", r.System, len(r.Runs), plural(len(r.Runs)))
+		})
 		b.WriteString("\nWhat limited the convergence (the machine's busy share from the system's start, CPU above 85%; the largest consumer from each process's own CPU time):\n\n")
 		for _, r := range results {
 			fmt.Fprintf(&b, "- %s: %s\n", r.System, strings.Join(dedupe(r.Limiter), "; "))
