@@ -19,8 +19,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/klog/v2"
-
-	"github.com/fleet-controller-manager/fleet-controller-manager/test/localcluster"
 )
 
 // memorySize is the memory workload: what a controller manager caches in
@@ -68,17 +66,12 @@ func memoryRun(ctx context.Context, binDir string, s system, l limits, cfg confi
 		// The CPU profiles of -profile include the apiserver's.
 		apiServerArgs = append(apiServerArgs, "--profiling=true")
 	}
-	cluster, err := localcluster.Start(ctx, localcluster.Options{BinDir: binDir, Dir: dir, Scheduler: true,
-		KwokNodes: pods/100 + 2, KwokPodParallelism: 64, APIServerArgs: apiServerArgs, AuditReads: true})
+	b, err := newBench(ctx, binDir, s, l, cfg, pods, dir, apiServerArgs...)
 	if err != nil {
 		return nil, "", err
 	}
-	defer cluster.Stop()
-	client, err := cluster.Client()
-	if err != nil {
-		return nil, "", err
-	}
-	b := &bench{ctx: ctx, cluster: cluster, client: client, system: s, limits: l, binDir: binDir, figures: map[string]float64{}, ports: map[int]int{}, profileDir: profileDir, fleetArgs: cfg.fleetArgs}
+	defer b.cluster.Stop()
+	cluster := b.cluster
 	payload := strings.Repeat("x", size.ObjectKiB<<10)
 	namespaces := make([]string, size.Namespaces)
 	for i := range namespaces {

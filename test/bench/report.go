@@ -101,13 +101,18 @@ func markdown(rep report, charts []string, took time.Duration) string {
 		b.WriteString("\n")
 		b.WriteString(targets(results, kcm))
 	}
+	writeChartLinks(&b, charts)
+	return b.String()
+}
+
+// writeChartLinks links each chart under a heading.
+func writeChartLinks(b *strings.Builder, charts []string) {
 	if len(charts) > 0 {
 		b.WriteString("## Charts\n\n")
 		for _, c := range charts {
-			fmt.Fprintf(&b, "![%s](%s)\n\n", strings.TrimSuffix(c, ".png"), c)
+			fmt.Fprintf(b, "![%s](%s)\n\n", strings.TrimSuffix(c, ".png"), c)
 		}
 	}
-	return b.String()
 }
 
 func num(v float64) string {

@@ -31,17 +31,12 @@ const idleSettle = 10 * time.Second
 // workloads, and returns the figures and what limited the run.
 func benchRun(ctx context.Context, binDir string, s system, l limits, cfg config, dir string) (map[string]float64, string, error) {
 	pods := cfg.size.Namespaces*cfg.size.Deployments*cfg.size.Replicas + cfg.size.Jobs
-	cluster, err := localcluster.Start(ctx, localcluster.Options{BinDir: binDir, Dir: dir, Scheduler: true,
-		KwokNodes: pods/100 + 2, KwokPodParallelism: 64, AuditReads: true})
+	b, err := newBench(ctx, binDir, s, l, cfg, pods, dir)
 	if err != nil {
 		return nil, "", err
 	}
-	defer cluster.Stop()
-	client, err := cluster.Client()
-	if err != nil {
-		return nil, "", err
-	}
-	b := &bench{ctx: ctx, cluster: cluster, client: client, system: s, limits: l, binDir: binDir, size: cfg.size, figures: map[string]float64{}, ports: map[int]int{}, profileDir: cfg.profile, fleetArgs: cfg.fleetArgs}
+	defer b.cluster.Stop()
+	cluster := b.cluster
 	if err := b.startSystem(); err != nil {
 		return nil, "", err
 	}
@@ -141,6 +136,24 @@ func benchRun(ctx context.Context, binDir string, s system, l limits, cfg config
 	b.figures["lease_writes_per_min"] = audit.leaseWrites / (wall / 60)
 	b.figures["apiserver_cpu_s"] = cpu[cluster.APIServer().Name]
 	return b.figures, limiter(cpu, busy, busySeconds, b.isControllerManager), nil
+}
+
+// newBench starts a fresh control plane for a run of system s (dir: its
+// folder, "" for a temporary one): kube-scheduler, kwok with a node per
+// 100 of pods, lists and watches audited.
+func newBench(ctx context.Context, binDir string, s system, l limits, cfg config, pods int, dir string, apiServerArgs ...string) (*bench, error) {
+	cluster, err := localcluster.Start(ctx, localcluster.Options{BinDir: binDir, Dir: dir, Scheduler: true,
+		KwokNodes: pods/100 + 2, KwokPodParallelism: 64, APIServerArgs: apiServerArgs, AuditReads: true})
+	if err != nil {
+		return nil, err
+	}
+	client, err := cluster.Client()
+	if err != nil {
+		cluster.Stop()
+		return nil, err
+	}
+	return &bench{ctx: ctx, cluster: cluster, client: client, system: s, limits: l, binDir: binDir, size: cfg.size,
+		figures: map[string]float64{}, ports: map[int]int{}, profileDir: cfg.profile, fleetArgs: cfg.fleetArgs}, nil
 }
 
 type bench struct {

@@ -61,20 +61,14 @@ const scaleFailoverSample = 20
 func scaleRun(ctx context.Context, binDir string, s system, l limits, cfg config, n int, dir string) (map[string]float64, string, error) {
 	shape := cfg.scaleShape
 	maxPods := n * (shape.Replicas + shape.Replicas/4 + 2)
-	cluster, err := localcluster.Start(ctx, localcluster.Options{BinDir: binDir, Dir: dir, Scheduler: true,
-		KwokNodes: maxPods/100 + 2, KwokPodParallelism: 64, AuditReads: true,
-		// The object count (apiserver_resource_objects) is polled every
-		// minute by default; the ladder reads it 30 s after convergence.
-		APIServerArgs: []string{"--etcd-count-metric-poll-period=5s"}})
+	// The object count (apiserver_resource_objects) is polled every
+	// minute by default; the ladder reads it 30 s after convergence.
+	b, err := newBench(ctx, binDir, s, l, cfg, maxPods, dir, "--etcd-count-metric-poll-period=5s")
 	if err != nil {
 		return nil, "", err
 	}
-	defer cluster.Stop()
-	client, err := cluster.Client()
-	if err != nil {
-		return nil, "", err
-	}
-	b := &bench{ctx: ctx, cluster: cluster, client: client, system: s, limits: l, binDir: binDir, figures: map[string]float64{}, ports: map[int]int{}, fleetArgs: cfg.fleetArgs}
+	defer b.cluster.Stop()
+	cluster := b.cluster
 	sc := &scaleCell{bench: b, shape: shape}
 	for i := range n {
 		sc.namespaces = append(sc.namespaces, fmt.Sprintf("scale-%04d", i))

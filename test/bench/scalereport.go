@@ -194,12 +194,7 @@ func scaleMarkdown(rep report, charts []string, took time.Duration) string {
 		}
 		b.WriteString("\n")
 	}
-	if len(charts) > 0 {
-		b.WriteString("## Charts\n\n")
-		for _, c := range charts {
-			fmt.Fprintf(&b, "![%s](%s)\n\n", strings.TrimSuffix(c, ".png"), c)
-		}
-	}
+	writeChartLinks(&b, charts)
 	return b.String()
 }
 
