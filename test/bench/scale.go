@@ -22,7 +22,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
-	"github.com/fleet-controller-manager/fleet-controller-manager/test/localcluster"
 )
 
 // scaleShape is one namespace of the ladder; a rung is a number of them.
