@@ -128,6 +128,10 @@ func scaleRun(ctx context.Context, binDir string, s system, l limits, cfg config
 			}
 		}
 	}
+	if len(cfg.scaleSteps) > 0 {
+		// The whole cell's figures mean the whole cell's steps.
+		return b.figures, fmt.Sprintf("%s (%d namespaces)", limitedBy, n), nil
+	}
 	// The apiserver's work over everything the system did.
 	b.figures["s_apiserver_cpu_total_s"] = b.cpuByComponent()[cluster.APIServer().Name] - cpuBefore[cluster.APIServer().Name]
 	requestsAfter, err := b.apiserverRequests()

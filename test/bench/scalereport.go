@@ -134,7 +134,7 @@ func scaleMarkdown(rep report, charts []string, took time.Duration) string {
 	sh := rep.ScaleShape
 	sizes, bySize := ladder(rep)
 	fmt.Fprintf(&b, "# Benchmark (scale ladder)\n\n")
-	fmt.Fprintf(&b, "Run %s on %d cores and %.0f GiB; the whole ladder took %v. Reproduce: `make bench BENCH_ARGS=-scale` (`go run ./test/bench -scale`). ",
+	fmt.Fprintf(&b, "Run %s on %d cores and %.0f GiB; the invocations behind it took %v in all. Reproduce: `make bench BENCH_ARGS=-scale` (`go run ./test/bench -scale`). ",
 		rep.Date.Format("2006-01-02 15:04 UTC"), rep.Cores, rep.MemoryGB, took.Round(time.Second))
 	if sh != nil {
 		fmt.Fprintf(&b, "Each namespace holds %d ConfigMaps and %d Secrets of %d KiB and a Service, created before the system starts, and one Deployment of %d kwok pods, created after; sizes: %v namespaces. ",
