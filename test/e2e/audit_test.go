@@ -5,7 +5,10 @@ package e2e
 import (
 	"bufio"
 	"encoding/json"
+	"net/url"
 	"os"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -164,6 +167,45 @@ func (r cacheRequests) firstList(resource string, at time.Time) bool {
 	for _, l := range r.allListed {
 		if l.resource == resource && l.at.Before(at) {
 			return false
+		}
+	}
+	return true
+}
+
+// shardRangeStartRE finds each namespace a shard selector names.
+var shardRangeStartRE = regexp.MustCompile(`shardRange\(object\.metadata\.namespace, '(0x[0-9a-f]+)'`)
+
+// selectorNamespaces are the namespace hashes a list's shard selector
+// names (none for a list without one).
+func selectorNamespaces(uri string) []string {
+	unescaped, err := url.QueryUnescape(uri)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, m := range shardRangeStartRE.FindAllStringSubmatch(unescaped, -1) {
+		out = append(out, m[1])
+	}
+	return out
+}
+
+// firstListOfNamespaces: l names namespaces by shard selector, and no
+// earlier list of its kind by this replica named any of them. Such a list
+// loads them for the first time (a load the previous step started and the
+// apiserver answered late), it does not list them again.
+func (r cacheRequests) firstListOfNamespaces(l auditedList) bool {
+	named := selectorNamespaces(l.uri)
+	if len(named) == 0 {
+		return false
+	}
+	for _, e := range r.allListed {
+		if e.resource != l.resource || !e.at.Before(l.at) {
+			continue
+		}
+		for _, ns := range selectorNamespaces(e.uri) {
+			if slices.Contains(named, ns) {
+				return false
+			}
 		}
 	}
 	return true

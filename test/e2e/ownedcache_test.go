@@ -130,7 +130,8 @@ func TestReplicaCachesOwnedNamespaces(t *testing.T) {
 			waitCachesExact(ctx, t, client, httpClient, ports, "after namespaces were created and deleted")
 			checkOneWatchPerKind(t, cluster.AuditLog, ports, "after namespaces were created and deleted")
 			// While the namespace created was handled, it was listed
-			// alone: nothing else was listed again, but for a kind whose
+			// alone: nothing else was listed again (a first list of
+			// namespaces is not listing them again), but for a kind whose
 			// watch could not resume (its version gone from the watch
 			// cache: the kind is listed again, as by any informer, once
 			// its reflector's backoff has passed) and a kind listed for
@@ -147,6 +148,14 @@ func TestReplicaCachesOwnedNamespaces(t *testing.T) {
 					}
 					if requests.firstList(l.resource, l.at) {
 						t.Logf("%s's owned cache listed %s for the first time: %s", name, l.resource, l.uri)
+						continue
+					}
+					if requests.firstListOfNamespaces(l) {
+						// The join's load of a kind the caches check above
+						// does not read, answered late (seen on a loaded
+						// machine: a replica's two gained namespaces, seven
+						// kinds, after the namespace was created).
+						t.Logf("%s's owned cache listed %s in namespaces it had not listed before: %s", name, l.resource, l.uri)
 						continue
 					}
 					t.Errorf("%s's owned cache listed more than the namespace created, its watch of %s open (%d watches of it ended before, %d open): %s",
