@@ -19,7 +19,12 @@ const (
 
 // Config says which fleet a replica joins and how it keeps its Lease.
 type Config struct {
-	Client    kubernetes.Interface
+	// Client reaches the cluster; its Leases are the store unless Store
+	// is set.
+	Client kubernetes.Interface
+	// Store, when set, is where the Leases are read and written instead
+	// (tests put faults in between).
+	Store     LeaseStore
 	Namespace string
 	// Fleet is the fleet name, the value of FleetLabel on every member Lease.
 	Fleet string
@@ -58,14 +63,17 @@ func (c Config) WithDefaults() Config {
 	if c.Clock == nil {
 		c.Clock = clock.RealClock{}
 	}
+	if c.Store == nil && c.Client != nil {
+		c.Store = NewLeaseStore(c.Client)
+	}
 	return c
 }
 
 // Validate reports every problem of c at once.
 func (c Config) Validate() error {
 	var errs []error
-	if c.Client == nil {
-		errs = append(errs, errors.New("no Kubernetes client"))
+	if c.Store == nil {
+		errs = append(errs, errors.New("no Kubernetes client or lease store"))
 	}
 	for _, f := range []struct{ name, value string }{{"namespace", c.Namespace}, {"identity", c.Identity}} {
 		for _, msg := range validation.IsDNS1123Subdomain(f.value) {

@@ -22,7 +22,7 @@ func TestConfigValidate(t *testing.T) {
 		{"identity not a name", func(c *Config) { c.Identity = "Host_Name" }, "identity"},
 		{"empty fleet", func(c *Config) { c.Fleet = "" }, "fleet name must not be empty"},
 		{"fleet not a label value", func(c *Config) { c.Fleet = "a/b" }, "fleet name"},
-		{"no client", func(c *Config) { c.Client = nil }, "no Kubernetes client"},
+		{"no client or store", func(c *Config) { c.Client, c.Store = nil, nil }, "no Kubernetes client"},
 		{"lease over an hour", func(c *Config) { c.LeaseDuration = 2 * time.Hour }, "over an hour"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -16,10 +16,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 	rl "k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 )
 
@@ -97,8 +97,15 @@ func (c LeaderLeaseConfig) takeoverWait() time.Duration {
 //     WritersAnnotation has certainly stopped; otherwise the KCM waits one
 //     lease duration.
 type leaderLease struct {
-	cfg    LeaderLeaseConfig
-	member *Member
+	cfg LeaderLeaseConfig
+	// fleet is what this replica knows of the others (its Member).
+	fleet fleetView
+	store LeaseStore
+	clock clock.Clock
+	// memberLeaseDuration is the member Leases' (not this Lease's).
+	memberLeaseDuration time.Duration
+	// logger is run's context's.
+	logger klog.Logger
 	// holder is this replica's holder identity; prefix is the fleet's.
 	holder, prefix, writer string
 
@@ -126,11 +133,22 @@ func FleetHolderPrefix(namespace, fleet string) string {
 	return fmt.Sprintf("fleet:%s/%s/", namespace, fleet)
 }
 
+// fleetView is what the leader Lease needs of this replica's membership:
+// which members are live, whether a writer of the Lease has stopped, and a
+// way to say that authority changed.
+type fleetView interface {
+	Peers() []Peer
+	writerStatus(writer string) writerState
+	notify()
+}
+
 func newLeaderLease(cfg LeaderLeaseConfig, m *Member) *leaderLease {
 	prefix := FleetHolderPrefix(m.cfg.Namespace, m.cfg.Fleet)
 	writer := m.cfg.Identity + "/" + m.incarnation
 	return &leaderLease{
-		cfg: cfg, member: m, prefix: prefix, writer: writer, holder: prefix + writer,
+		cfg: cfg, fleet: m, store: m.cfg.Store, clock: m.cfg.Clock, memberLeaseDuration: m.cfg.LeaseDuration,
+		logger: klog.Background(),
+		prefix: prefix, writer: writer, holder: prefix + writer,
 		unknownAt: map[string]time.Time{},
 		waiting:   "not holding kube-controller-manager's leader lease yet",
 		wake:      newWakeTimer(m.cfg.Clock, m.notify),
@@ -142,14 +160,14 @@ func newLeaderLease(cfg LeaderLeaseConfig, m *Member) *leaderLease {
 func (l *leaderLease) authority() (bool, time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.member.cfg.Clock.Now().Before(l.deadline), l.deadline
+	return l.clock.Now().Before(l.deadline), l.deadline
 }
 
 // whyNot says why the Lease gives no authority ("" when it does).
 func (l *leaderLease) whyNot() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.member.cfg.Clock.Now().Before(l.deadline) {
+	if l.clock.Now().Before(l.deadline) {
 		return ""
 	}
 	return l.waiting
@@ -161,37 +179,24 @@ func (l *leaderLease) ours(holder string) bool { return strings.HasPrefix(holder
 // leaves, and drops authority at once when a watch shows the Lease deleted
 // or held by anyone outside the fleet.
 func (l *leaderLease) run(ctx context.Context) error {
-	factory := informers.NewSharedInformerFactoryWithOptions(l.member.cfg.Client, 0,
-		informers.WithNamespace(l.cfg.Namespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+	leases, err := watchLeases(ctx, l.store, l.cfg.Namespace,
+		func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", l.cfg.Name).String()
-		}))
-	informer := factory.Coordination().V1().Leases().Informer()
-	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { l.watched(obj, false) },
-		UpdateFunc: func(_, obj any) { l.watched(obj, false) },
-		DeleteFunc: func(obj any) { l.watched(obj, true) },
-	}); err != nil {
+		},
+		cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { l.watched(obj, false) },
+			UpdateFunc: func(_, obj any) { l.watched(obj, false) },
+			DeleteFunc: func(obj any) { l.watched(obj, true) },
+		})
+	if err != nil {
 		return fmt.Errorf("watching kube-controller-manager's leader lease: %w", err)
 	}
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
-	key := l.cfg.Namespace + "/" + l.cfg.Name
+	defer leases.stop()
 	l.mu.Lock()
-	l.cache = func() *coordinationv1.Lease {
-		if !informer.HasSynced() {
-			return nil
-		}
-		obj, ok, err := informer.GetStore().GetByKey(key)
-		if err != nil || !ok {
-			return nil
-		}
-		lease, _ := obj.(*coordinationv1.Lease)
-		return lease
-	}
+	l.cache = func() *coordinationv1.Lease { return leases.get(l.cfg.Namespace, l.cfg.Name) }
 	l.mu.Unlock()
 
-	clk := l.member.cfg.Clock
+	clk := l.clock
 	for {
 		started := clk.Now()
 		// Jittered within the retry period: replicas started together
@@ -226,15 +231,15 @@ func (l *leaderLease) watched(obj any, deleted bool) {
 		return
 	}
 	l.mu.Lock()
-	now := l.member.cfg.Clock.Now()
+	now := l.clock.Now()
 	voided := now.Before(l.deadline)
 	if voided {
 		l.deadline = now
 	}
 	l.mu.Unlock()
 	if voided {
-		l.member.logger.Error(nil, "kube-controller-manager's leader lease no longer held by the fleet; stopping every piece", "lease", klog.KRef(l.cfg.Namespace, l.cfg.Name), "deleted", deleted, "holder", holder)
-		l.member.notify()
+		l.logger.Error(nil, "kube-controller-manager's leader lease no longer held by the fleet; stopping every piece", "lease", klog.KRef(l.cfg.Namespace, l.cfg.Name), "deleted", deleted, "holder", holder)
+		l.fleet.notify()
 	}
 }
 
@@ -259,7 +264,7 @@ func (l *leaderLease) tryAcquireOrRenew(ctx context.Context) (expires time.Time)
 	if l.isLeft() {
 		return
 	}
-	clk := l.member.cfg.Clock
+	clk := l.clock
 	reqCtx, cancel := context.WithTimeout(ctx, l.cfg.RenewDeadline)
 	defer cancel()
 	// The watch cache is usually current (other replicas' renewals arrive
@@ -270,14 +275,14 @@ func (l *leaderLease) tryAcquireOrRenew(ctx context.Context) (expires time.Time)
 			return expires
 		}
 	}
-	leases := l.member.cfg.Client.CoordinationV1().Leases(l.cfg.Namespace)
-	lease, err := leases.Get(reqCtx, l.cfg.Name, metav1.GetOptions{})
+	store := l.store
+	lease, err := store.Get(reqCtx, l.cfg.Namespace, l.cfg.Name)
 	switch {
 	case apierrors.IsNotFound(err):
 		fresh := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: l.cfg.Name, Namespace: l.cfg.Namespace}}
 		sent := clk.Now()
 		l.fill(fresh, sent, true, nil)
-		_, err := leases.Create(reqCtx, fresh, metav1.CreateOptions{})
+		_, err := store.Create(reqCtx, fresh)
 		l.written(ctx, sent, err, "")
 		return
 	case err != nil:
@@ -293,8 +298,7 @@ func (l *leaderLease) tryAcquireOrRenew(ctx context.Context) (expires time.Time)
 // its resourceVersion. conflict reports a write that lost to another
 // writer.
 func (l *leaderLease) renewFrom(ctx context.Context, lease *coordinationv1.Lease) (expires time.Time, conflict bool) {
-	clk := l.member.cfg.Clock
-	leases := l.member.cfg.Client.CoordinationV1().Leases(l.cfg.Namespace)
+	clk := l.clock
 	rec, raw, err := record(lease)
 	if err != nil {
 		l.failed(err)
@@ -317,8 +321,8 @@ func (l *leaderLease) renewFrom(ctx context.Context, lease *coordinationv1.Lease
 		l.lastHolder = holder
 		l.mu.Unlock()
 		if changed {
-			l.member.logger.Info("kube-controller-manager holds its leader lease; running nothing until it is released or expires", "lease", klog.KRef(l.cfg.Namespace, l.cfg.Name), "holder", holder, "takeoverWait", l.cfg.takeoverWait())
-			l.member.notify()
+			l.logger.Info("kube-controller-manager holds its leader lease; running nothing until it is released or expires", "lease", klog.KRef(l.cfg.Namespace, l.cfg.Name), "holder", holder, "takeoverWait", l.cfg.takeoverWait())
+			l.fleet.notify()
 		}
 		// A millisecond past, so the next attempt finds it expired.
 		return observedAt.Add(l.cfg.takeoverWait() + time.Millisecond), false
@@ -335,7 +339,7 @@ func (l *leaderLease) renewFrom(ctx context.Context, lease *coordinationv1.Lease
 	}
 	// The update carries the resourceVersion read: it fails if anyone
 	// (a KCM taking over, another replica) wrote in between.
-	_, err = leases.Update(ctx, updated, metav1.UpdateOptions{})
+	_, err = l.store.Update(ctx, updated)
 	l.written(ctx, sent, err, holder)
 	return time.Time{}, apierrors.IsConflict(err)
 }
@@ -398,8 +402,8 @@ func decodeWriters(s string) ([]string, error) {
 func (l *leaderLease) liveWriters(annotation string, now time.Time) []string {
 	list, err := decodeWriters(annotation)
 	if err != nil {
-		l.member.logger.Error(err, "Unreadable list of fleet writers on kube-controller-manager's leader lease; listing every member seen instead", "lease", klog.KRef(l.cfg.Namespace, l.cfg.Name))
-		for _, p := range l.member.Peers() {
+		l.logger.Error(err, "Unreadable list of fleet writers on kube-controller-manager's leader lease; listing every member seen instead", "lease", klog.KRef(l.cfg.Namespace, l.cfg.Name))
+		for _, p := range l.fleet.Peers() {
 			list = append(list, p.Name+"/"+p.State.Incarnation)
 		}
 	}
@@ -419,7 +423,7 @@ func (l *leaderLease) liveWriters(annotation string, now time.Time) []string {
 		if w == l.writer {
 			continue
 		}
-		switch l.member.writerStatus(w) {
+		switch l.fleet.writerStatus(w) {
 		case writerLive:
 			delete(l.unknownAt, w)
 			keep = append(keep, w)
@@ -430,7 +434,7 @@ func (l *leaderLease) liveWriters(annotation string, now time.Time) []string {
 			if !ok {
 				l.unknownAt[w], first = now, now
 			}
-			if now.Sub(first) <= l.member.cfg.LeaseDuration {
+			if now.Sub(first) <= l.memberLeaseDuration {
 				keep = append(keep, w)
 			}
 		}
@@ -447,15 +451,15 @@ func (l *leaderLease) written(ctx context.Context, sent time.Time, err error, he
 	}
 	leaderLeaseRenewals.WithLabelValues("success").Inc()
 	l.mu.Lock()
-	was := l.member.cfg.Clock.Now().Before(l.deadline)
+	was := l.clock.Now().Before(l.deadline)
 	l.deadline = sent.Add(l.cfg.RenewDeadline)
 	l.waiting = "kube-controller-manager's leader lease not renewed within its renew deadline"
 	l.lastHolder = l.holder
 	l.mu.Unlock()
 	if !was {
-		l.member.logger.Info("Holding kube-controller-manager's leader lease for the fleet", "lease", klog.KRef(l.cfg.Namespace, l.cfg.Name), "holder", l.holder, "previousHolder", heldBy)
+		l.logger.Info("Holding kube-controller-manager's leader lease for the fleet", "lease", klog.KRef(l.cfg.Namespace, l.cfg.Name), "holder", l.holder, "previousHolder", heldBy)
 	}
-	l.member.notify()
+	l.fleet.notify()
 	l.wake.at(ctx, sent.Add(l.cfg.RenewDeadline))
 }
 
@@ -464,10 +468,10 @@ func (l *leaderLease) failed(err error) {
 	if apierrors.IsConflict(err) {
 		// Another replica (or a KCM) wrote between our read and write;
 		// the next attempt reads again.
-		l.member.logger.V(2).Info("Leader lease changed while renewing; retrying", "lease", klog.KRef(l.cfg.Namespace, l.cfg.Name))
+		l.logger.V(2).Info("Leader lease changed while renewing; retrying", "lease", klog.KRef(l.cfg.Namespace, l.cfg.Name))
 		return
 	}
-	l.member.logger.Error(err, "Leader lease not renewed", "lease", klog.KRef(l.cfg.Namespace, l.cfg.Name))
+	l.logger.Error(err, "Leader lease not renewed", "lease", klog.KRef(l.cfg.Namespace, l.cfg.Name))
 }
 
 func (l *leaderLease) isLeft() bool {
@@ -491,11 +495,11 @@ func (l *leaderLease) leave(ctx context.Context) error {
 	l.mu.Lock()
 	l.left, l.deadline = true, time.Time{}
 	l.mu.Unlock()
-	clk := l.member.cfg.Clock
+	clk := l.clock
 	waitUntil := clk.Now().Add(l.leaveWait())
-	leases := l.member.cfg.Client.CoordinationV1().Leases(l.cfg.Namespace)
+	store := l.store
 	for attempt := 0; attempt < 50; attempt++ {
-		lease, err := leases.Get(ctx, l.cfg.Name, metav1.GetOptions{})
+		lease, err := store.Get(ctx, l.cfg.Namespace, l.cfg.Name)
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
@@ -528,9 +532,9 @@ func (l *leaderLease) leave(ctx context.Context) error {
 			delete(updated.Annotations, WritersAnnotation)
 		} else {
 			if err != nil {
-				l.member.logger.Error(err, "Not releasing kube-controller-manager's leader lease")
+				l.logger.Error(err, "Not releasing kube-controller-manager's leader lease")
 			} else {
-				l.member.logger.Info("Not releasing kube-controller-manager's leader lease: other replicas may still act on it", "others", others)
+				l.logger.Info("Not releasing kube-controller-manager's leader lease: other replicas may still act on it", "others", others)
 			}
 			list, _ := decodeWriters(updated.Annotations[WritersAnnotation])
 			set := map[string]bool{}
@@ -545,7 +549,7 @@ func (l *leaderLease) leave(ctx context.Context) error {
 			updated.Annotations[WritersAnnotation] = encodeWriters(set)
 		}
 		// Conditional on the resourceVersion read, like every write here.
-		_, err = leases.Update(ctx, updated, metav1.UpdateOptions{})
+		_, err = store.Update(ctx, updated)
 		if apierrors.IsConflict(err) {
 			continue
 		}
@@ -553,7 +557,7 @@ func (l *leaderLease) leave(ctx context.Context) error {
 			return fmt.Errorf("leaving kube-controller-manager's leader lease: %w", err)
 		}
 		if release {
-			l.member.logger.Info("Released kube-controller-manager's leader lease: the fleet runs nothing", "lease", klog.KRef(l.cfg.Namespace, l.cfg.Name))
+			l.logger.Info("Released kube-controller-manager's leader lease: the fleet runs nothing", "lease", klog.KRef(l.cfg.Namespace, l.cfg.Name))
 		}
 		return nil
 	}
@@ -578,7 +582,7 @@ func (l *leaderLease) othersActive(annotation string) ([]string, error) {
 	}
 	var out []string
 	for _, w := range list {
-		if w != l.writer && l.member.writerStatus(w) != writerStopped {
+		if w != l.writer && l.fleet.writerStatus(w) != writerStopped {
 			out = append(out, w)
 		}
 	}

@@ -2,18 +2,12 @@ package membership
 
 import (
 	"context"
-	"fmt"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 )
@@ -23,19 +17,19 @@ var testLeaderLease = LeaderLeaseConfig{
 	LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
 }
 
-func leaderLeaseMember(t *testing.T, client *fake.Clientset, clock *clocktesting.FakeClock, identity string) *Member {
+func leaderLeaseMember(t *testing.T, store *fakeStore, clock *clocktesting.FakeClock, identity string) *Member {
 	t.Helper()
 	cfg := testLeaderLease
-	m, err := New(Config{Client: client, Namespace: "kube-system", Fleet: "f", Identity: identity, Clock: clock, LeaderLease: &cfg})
+	m, err := New(Config{Store: store, Namespace: "kube-system", Fleet: "f", Identity: identity, Clock: clock, LeaderLease: &cfg})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return m
 }
 
-func getLeaderLease(t *testing.T, client *fake.Clientset) *coordinationv1.Lease {
+func getLeaderLease(t *testing.T, store *fakeStore) *coordinationv1.Lease {
 	t.Helper()
-	l, err := client.CoordinationV1().Leases("kube-system").Get(context.Background(), "kube-controller-manager", metav1.GetOptions{})
+	l, err := store.Get(context.Background(), "kube-system", "kube-controller-manager")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,8 +53,8 @@ func kcmHeld(holder string, renew time.Time) *coordinationv1.Lease {
 func TestLeaderLeaseWaitsForKubeControllerManager(t *testing.T) {
 	ctx := context.Background()
 	clock := clocktesting.NewFakeClock(time.Unix(10000, 0))
-	client := fake.NewSimpleClientset(kcmHeld("node-1_abc", clock.Now()))
-	m := leaderLeaseMember(t, client, clock, "r1")
+	store := newFakeStore(kcmHeld("node-1_abc", clock.Now()))
+	m := leaderLeaseMember(t, store, clock, "r1")
 	m.deadline = clock.Now().Add(time.Hour) // the fleet's own Lease is fine
 
 	m.leader.tryAcquireOrRenew(ctx)
@@ -73,9 +67,9 @@ func TestLeaderLeaseWaitsForKubeControllerManager(t *testing.T) {
 	// KCM keeps renewing: still waiting after more than a lease duration.
 	for range 10 {
 		clock.Step(2 * time.Second)
-		l := getLeaderLease(t, client)
+		l := getLeaderLease(t, store)
 		l.Spec.RenewTime = &metav1.MicroTime{Time: clock.Now()}
-		if _, err := client.CoordinationV1().Leases("kube-system").Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		if _, err := store.Update(ctx, l); err != nil {
 			t.Fatal(err)
 		}
 		m.leader.tryAcquireOrRenew(ctx)
@@ -95,7 +89,7 @@ func TestLeaderLeaseWaitsForKubeControllerManager(t *testing.T) {
 	if !m.Valid() {
 		t.Fatalf("did not take an expired Lease: %s", m.WhyNoAuthority())
 	}
-	l := getLeaderLease(t, client)
+	l := getLeaderLease(t, store)
 	if got := ptr.Deref(l.Spec.HolderIdentity, ""); got != FleetHolderPrefix("kube-system", "f")+"r1/"+m.Incarnation() {
 		t.Fatalf("holder %q", got)
 	}
@@ -114,9 +108,9 @@ func TestLeaderLeaseWaitsForKubeControllerManager(t *testing.T) {
 func TestLeaderLeaseRenewalsLookNewToKubeControllerManager(t *testing.T) {
 	ctx := context.Background()
 	clock := clocktesting.NewFakeClock(time.Unix(20000, 0))
-	client := fake.NewSimpleClientset()
-	a := leaderLeaseMember(t, client, clock, "a")
-	b := leaderLeaseMember(t, client, clock, "b")
+	store := newFakeStore()
+	a := leaderLeaseMember(t, store, clock, "a")
+	b := leaderLeaseMember(t, store, clock, "b")
 	seen := map[string]bool{}
 	for i := range 6 {
 		for _, m := range []*Member{a, b} {
@@ -125,7 +119,7 @@ func TestLeaderLeaseRenewalsLookNewToKubeControllerManager(t *testing.T) {
 			if !m.leader.isHeld() {
 				t.Fatalf("renewal %d of %s failed: %s", i, m.Identity(), m.leader.whyNot())
 			}
-			_, raw, err := record(getLeaderLease(t, client))
+			_, raw, err := record(getLeaderLease(t, store))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -135,7 +129,7 @@ func TestLeaderLeaseRenewalsLookNewToKubeControllerManager(t *testing.T) {
 			seen[string(raw)] = true
 		}
 	}
-	if got := getLeaderLease(t, client).Annotations[WritersAnnotation]; !strings.Contains(got, "a/"+a.Incarnation()) || !strings.Contains(got, "b/"+b.Incarnation()) {
+	if got := getLeaderLease(t, store).Annotations[WritersAnnotation]; !strings.Contains(got, "a/"+a.Incarnation()) || !strings.Contains(got, "b/"+b.Incarnation()) {
 		t.Fatalf("writers %s do not list both replicas", got)
 	}
 }
@@ -146,9 +140,9 @@ func TestLeaderLeaseRenewalsLookNewToKubeControllerManager(t *testing.T) {
 func TestLeaderLeaseLeave(t *testing.T) {
 	ctx := context.Background()
 	clock := clocktesting.NewFakeClock(time.Unix(30000, 0))
-	client := fake.NewSimpleClientset()
-	a := leaderLeaseMember(t, client, clock, "a")
-	b := leaderLeaseMember(t, client, clock, "b")
+	store := newFakeStore()
+	a := leaderLeaseMember(t, store, clock, "a")
+	b := leaderLeaseMember(t, store, clock, "b")
 	a.leader.tryAcquireOrRenew(ctx)
 	clock.Step(time.Second)
 	b.leader.tryAcquireOrRenew(ctx)
@@ -159,7 +153,7 @@ func TestLeaderLeaseLeave(t *testing.T) {
 	if err := leave(t, a, clock); err != nil {
 		t.Fatal(err)
 	}
-	l := getLeaderLease(t, client)
+	l := getLeaderLease(t, store)
 	if ptr.Deref(l.Spec.HolderIdentity, "") == "" {
 		t.Fatal("released while b may still act on its renewal")
 	}
@@ -176,7 +170,7 @@ func TestLeaderLeaseLeave(t *testing.T) {
 	if err := leave(t, b, clock); err != nil {
 		t.Fatal(err)
 	}
-	l = getLeaderLease(t, client)
+	l = getLeaderLease(t, store)
 	if h := ptr.Deref(l.Spec.HolderIdentity, ""); h != "" || ptr.Deref(l.Spec.LeaseDurationSeconds, 0) != 1 {
 		t.Fatalf("not released as client-go releases: holder %q, duration %d", h, ptr.Deref(l.Spec.LeaseDurationSeconds, 0))
 	}
@@ -203,8 +197,8 @@ func TestLeaderLeaseWatchVoidsAuthority(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clock := clocktesting.NewFakeClock(time.Unix(40000, 0))
-			client := fake.NewSimpleClientset()
-			m := leaderLeaseMember(t, client, clock, "a")
+			store := newFakeStore()
+			m := leaderLeaseMember(t, store, clock, "a")
 			m.leader.tryAcquireOrRenew(context.Background())
 			if !m.leader.isHeld() {
 				t.Fatal("no authority after creating the Lease")
@@ -266,9 +260,9 @@ func TestLeaderLeaseConfigValidate(t *testing.T) {
 func TestLeaderLeaseWholeFleetLeaves(t *testing.T) {
 	ctx := context.Background()
 	clock := clocktesting.NewFakeClock(time.Unix(50000, 0))
-	client := fake.NewSimpleClientset()
-	a := leaderLeaseMember(t, client, clock, "a")
-	b := leaderLeaseMember(t, client, clock, "b")
+	store := newFakeStore()
+	a := leaderLeaseMember(t, store, clock, "a")
+	b := leaderLeaseMember(t, store, clock, "b")
 	a.leader.tryAcquireOrRenew(ctx)
 	clock.Step(time.Second)
 	b.leader.tryAcquireOrRenew(ctx)
@@ -297,35 +291,9 @@ func TestLeaderLeaseWholeFleetLeaves(t *testing.T) {
 			}
 		}
 	}
-	if h := ptr.Deref(getLeaderLease(t, client).Spec.HolderIdentity, ""); h != "" {
+	if h := ptr.Deref(getLeaderLease(t, store).Spec.HolderIdentity, ""); h != "" {
 		t.Fatalf("the whole fleet left and the Lease is still held by %q", h)
 	}
-}
-
-// conflictingClient is a fake clientset whose Lease updates are conditional
-// on the resourceVersion, as the apiserver's are.
-func conflictingClient(objs ...runtime.Object) *fake.Clientset {
-	client := fake.NewSimpleClientset(objs...)
-	client.PrependReactor("create", "leases", func(action k8stesting.Action) (bool, runtime.Object, error) {
-		obj := action.(k8stesting.CreateAction).GetObject().(*coordinationv1.Lease)
-		obj.ResourceVersion = "1"
-		return false, nil, nil
-	})
-	client.PrependReactor("update", "leases", func(action k8stesting.Action) (bool, runtime.Object, error) {
-		obj := action.(k8stesting.UpdateAction).GetObject().(*coordinationv1.Lease)
-		current, err := client.Tracker().Get(coordinationv1.SchemeGroupVersion.WithResource("leases"), obj.Namespace, obj.Name)
-		if err != nil {
-			return true, nil, err
-		}
-		rv := current.(*coordinationv1.Lease).ResourceVersion
-		if obj.ResourceVersion != rv {
-			return true, nil, apierrors.NewConflict(coordinationv1.Resource("leases"), obj.Name, fmt.Errorf("resourceVersion %s, current %s", obj.ResourceVersion, rv))
-		}
-		n, _ := strconv.Atoi(rv)
-		obj.ResourceVersion = strconv.Itoa(n + 1)
-		return false, nil, nil
-	})
-	return client
 }
 
 // TestLeaderLeaseStaleCache: a renewal written over a stale copy from the
@@ -334,28 +302,24 @@ func conflictingClient(objs ...runtime.Object) *fake.Clientset {
 func TestLeaderLeaseStaleCache(t *testing.T) {
 	ctx := context.Background()
 	clock := clocktesting.NewFakeClock(time.Unix(60000, 0))
-	client := conflictingClient()
-	a := leaderLeaseMember(t, client, clock, "a")
-	b := leaderLeaseMember(t, client, clock, "b")
+	store := newFakeStore()
+	a := leaderLeaseMember(t, store, clock, "a")
+	b := leaderLeaseMember(t, store, clock, "b")
 	a.leader.tryAcquireOrRenew(ctx)
-	stale := getLeaderLease(t, client)
+	stale := getLeaderLease(t, store)
 	clock.Step(time.Second)
 	b.leader.tryAcquireOrRenew(ctx)
 	if !b.leader.isHeld() {
 		t.Fatal("b could not renew")
 	}
-	updates := 0
-	client.PrependReactor("update", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
-		updates++
-		return false, nil, nil
-	})
+	before := store.count("update")
 	a.leader.cache = func() *coordinationv1.Lease { return stale }
 	clock.Step(time.Second)
 	a.leader.tryAcquireOrRenew(ctx)
-	if updates != 2 {
+	if updates := store.count("update") - before; updates != 2 {
 		t.Fatalf("%d updates, want the stale one refused and one from a fresh read", updates)
 	}
-	l := getLeaderLease(t, client)
+	l := getLeaderLease(t, store)
 	if got := l.Annotations[WritersAnnotation]; !strings.Contains(got, "b/"+b.Incarnation()) {
 		t.Fatalf("a's renewal dropped b from the writers: %s", got)
 	}

@@ -14,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
@@ -213,22 +212,20 @@ func (m *Member) Supports() Supports { return m.cfg.Supports }
 // lease watch cannot start.
 func (m *Member) Run(ctx context.Context) error {
 	m.logger = klog.FromContext(ctx)
-	factory := informers.NewSharedInformerFactoryWithOptions(m.cfg.Client, 0,
-		informers.WithNamespace(m.cfg.Namespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+	leases, err := watchLeases(ctx, m.cfg.Store, m.cfg.Namespace,
+		func(o *metav1.ListOptions) {
 			o.LabelSelector = labels.SelectorFromSet(labels.Set{FleetLabel: m.cfg.Fleet}).String()
-		}))
-	informer := factory.Coordination().V1().Leases().Informer()
-	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { m.observe(obj, false) },
-		UpdateFunc: func(_, obj any) { m.observe(obj, false) },
-		DeleteFunc: func(obj any) { m.observe(obj, true) },
-	}); err != nil {
+		},
+		cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { m.observe(obj, false) },
+			UpdateFunc: func(_, obj any) { m.observe(obj, false) },
+			DeleteFunc: func(obj any) { m.observe(obj, true) },
+		})
+	if err != nil {
 		return fmt.Errorf("watching fleet leases: %w", err)
 	}
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
-	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+	defer leases.stop()
+	if !leases.synced(ctx) {
 		return fmt.Errorf("lease watch did not sync: %w", ctx.Err())
 	}
 	m.mu.Lock()
@@ -243,6 +240,7 @@ func (m *Member) Run(ctx context.Context) error {
 	go m.gaugeLoop(ctx)
 	leaderErr := make(chan error, 1)
 	if m.leader != nil {
+		m.leader.logger = m.logger
 		go func() { leaderErr <- m.leader.run(ctx) }()
 	}
 	m.renewLoop(ctx)
@@ -283,7 +281,7 @@ func (m *Member) acquire(ctx context.Context) error {
 	var lastRV string
 	var since time.Time
 	for {
-		lease, err := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace).Get(ctx, m.cfg.Identity, metav1.GetOptions{})
+		lease, err := m.cfg.Store.Get(ctx, m.cfg.Namespace, m.cfg.Identity)
 		switch {
 		case apierrors.IsNotFound(err):
 			return nil
@@ -416,19 +414,19 @@ func (m *Member) renew(ctx context.Context) {
 
 // write updates (or creates) the Lease with value.
 func (m *Member) write(ctx context.Context, value string, now time.Time) (*coordinationv1.Lease, error) {
-	leases := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace)
+	store := m.cfg.Store
 	m.mu.Lock()
 	current := m.lease
 	m.mu.Unlock()
 	for attempt := 0; attempt < 2; attempt++ {
 		if current == nil {
 			lease := m.leaseObject(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: m.cfg.Identity, Namespace: m.cfg.Namespace}}, value, now)
-			created, err := leases.Create(ctx, lease, metav1.CreateOptions{})
+			created, err := store.Create(ctx, lease)
 			if apierrors.IsAlreadyExists(err) {
 				// Someone created it between our read and write: read it
 				// and let the next renewal decide (acquire is only at
 				// start; a live other holder shows as a conflict loop).
-				current, err = leases.Get(ctx, m.cfg.Identity, metav1.GetOptions{})
+				current, err = store.Get(ctx, m.cfg.Namespace, m.cfg.Identity)
 				if err != nil {
 					return nil, fmt.Errorf("reading lease after create conflict: %w", err)
 				}
@@ -439,7 +437,7 @@ func (m *Member) write(ctx context.Context, value string, now time.Time) (*coord
 			}
 			return created, nil
 		}
-		updated, err := leases.Update(ctx, m.leaseObject(current.DeepCopy(), value, now), metav1.UpdateOptions{})
+		updated, err := store.Update(ctx, m.leaseObject(current.DeepCopy(), value, now))
 		switch {
 		case apierrors.IsNotFound(err):
 			m.logger.Info("Own lease was deleted by someone else; creating it again", "lease", m.cfg.Identity)
@@ -449,7 +447,7 @@ func (m *Member) write(ctx context.Context, value string, now time.Time) (*coord
 			// Our own writes are serial, so a conflict is another writer
 			// (an operator, a controller). Overwrite with our state: the
 			// Lease is ours.
-			current, err = leases.Get(ctx, m.cfg.Identity, metav1.GetOptions{})
+			current, err = store.Get(ctx, m.cfg.Namespace, m.cfg.Identity)
 			if apierrors.IsNotFound(err) {
 				current = nil
 				continue
@@ -510,9 +508,7 @@ func (m *Member) Leave(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("publishing leave: %w", err)
 	}
-	err = m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace).Delete(ctx, m.cfg.Identity, metav1.DeleteOptions{
-		Preconditions: &metav1.Preconditions{UID: &lease.UID, ResourceVersion: &lease.ResourceVersion},
-	})
+	err = m.cfg.Store.Delete(ctx, m.cfg.Namespace, m.cfg.Identity, metav1.Preconditions{UID: &lease.UID, ResourceVersion: &lease.ResourceVersion})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting lease: %w", err)
 	}

@@ -271,9 +271,7 @@ const staleLeaseFactor = 10
 func (m *Member) deleteStale(ctx context.Context, name, rv string) {
 	reqCtx, cancel := context.WithTimeout(ctx, m.cfg.RetryPeriod)
 	defer cancel()
-	err := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace).Delete(reqCtx, name, metav1.DeleteOptions{
-		Preconditions: &metav1.Preconditions{ResourceVersion: &rv},
-	})
+	err := m.cfg.Store.Delete(reqCtx, m.cfg.Namespace, name, metav1.Preconditions{ResourceVersion: &rv})
 	switch {
 	case err == nil:
 		m.logger.Info("Deleted the lease of a member gone for good", "lease", name)
@@ -285,7 +283,7 @@ func (m *Member) deleteStale(ctx context.Context, name, rv string) {
 
 func (m *Member) confirmExpiry(ctx context.Context, name string) {
 	reqCtx, cancel := context.WithTimeout(ctx, m.cfg.RetryPeriod)
-	lease, err := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace).Get(reqCtx, name, metav1.GetOptions{})
+	lease, err := m.cfg.Store.Get(reqCtx, m.cfg.Namespace, name)
 	cancel()
 	m.mu.Lock()
 	defer m.notify()
