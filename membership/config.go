@@ -113,3 +113,49 @@ func (c Config) Validate() error {
 func (c Config) renewTimeout() time.Duration {
 	return (c.LeaseDuration - c.RenewDeadline) / 2
 }
+
+// LeaderLeaseConfig names kube-controller-manager's leader election Lease
+// and the timings KCM uses for it (its --leader-elect-* flags). The fleet
+// must be given KCM's own values: it stops acting RenewDeadline after each
+// renewal it sent, which is safe only while that is shorter than the lease
+// duration a KCM waits before it takes over.
+type LeaderLeaseConfig struct {
+	Namespace     string
+	Name          string
+	LeaseDuration time.Duration
+	RenewDeadline time.Duration
+	RetryPeriod   time.Duration
+}
+
+// Validate reports every problem of c at once.
+func (c LeaderLeaseConfig) Validate() error {
+	var errs []error
+	for _, f := range []struct{ name, value string }{{"leader lease namespace", c.Namespace}, {"leader lease name", c.Name}} {
+		if f.value == "" {
+			errs = append(errs, fmt.Errorf("%s must not be empty", f.name))
+		}
+	}
+	if c.RetryPeriod <= 0 {
+		errs = append(errs, fmt.Errorf("leader lease retry period %v must be positive", c.RetryPeriod))
+	}
+	if c.RenewDeadline <= c.RetryPeriod {
+		errs = append(errs, fmt.Errorf("leader lease renew deadline %v must be longer than its retry period %v", c.RenewDeadline, c.RetryPeriod))
+	}
+	if c.LeaseDuration <= c.RenewDeadline {
+		errs = append(errs, fmt.Errorf("leader lease duration %v must be longer than its renew deadline %v", c.LeaseDuration, c.RenewDeadline))
+	}
+	return errors.Join(errs...)
+}
+
+// takeoverWait is how long a record of someone else must stay unchanged
+// before this replica takes the Lease: the lease duration, as client-go
+// waits, but at least as long as a KCM leader may still act after its last
+// renewal was written. client-go's leader acts until a renewal window (one
+// retry period, then RenewDeadline of retries) passes without success, and
+// its last success may be answered up to its request timeout
+// (RenewDeadline/2) after it was written: with KCM's defaults, 17 s rather
+// than 15. (KCM standbys wait only the lease duration: two KCMs can overlap
+// by those 2 s after a slow answer; the fleet does not.)
+func (c LeaderLeaseConfig) takeoverWait() time.Duration {
+	return max(c.LeaseDuration, c.RenewDeadline+c.RetryPeriod+c.RenewDeadline/2)
+}

@@ -19,4 +19,11 @@
 //     has already declared the Lease expired.
 //   - States older than one already seen from the same incarnation are
 //     dropped, so a relist can never take an observation back in time.
+//
+// The Leases are read and written through a LeaseStore, as client-go's
+// leader election keeps its record behind resourcelock.Interface: Member
+// (the member Lease, member.go; the others', peers.go) and leaderLease
+// (kube-controller-manager's leader Lease, leaderlease.go) decide what to
+// write, the store only reads, writes conditionally and watches. Authority
+// is computed from both Leases in one place, Member.Authority.
 package membership

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -22,61 +21,6 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 )
-
-// WritersAnnotation, on kube-controller-manager's leader Lease, lists the
-// fleet replicas ("identity/incarnation") that have renewed it and may still
-// act on that renewal. A replica that stops last releases the Lease only
-// when every other writer listed is certainly stopped.
-const WritersAnnotation = "fleet-controller-manager.io/writers"
-
-// maxWriters bounds the list: more than this is not one of ours.
-const maxWriters = 1024
-
-// LeaderLeaseConfig names kube-controller-manager's leader election Lease
-// and the timings KCM uses for it (its --leader-elect-* flags). The fleet
-// must be given KCM's own values: it stops acting RenewDeadline after each
-// renewal it sent, which is safe only while that is shorter than the lease
-// duration a KCM waits before it takes over.
-type LeaderLeaseConfig struct {
-	Namespace     string
-	Name          string
-	LeaseDuration time.Duration
-	RenewDeadline time.Duration
-	RetryPeriod   time.Duration
-}
-
-// Validate reports every problem of c at once.
-func (c LeaderLeaseConfig) Validate() error {
-	var errs []error
-	for _, f := range []struct{ name, value string }{{"leader lease namespace", c.Namespace}, {"leader lease name", c.Name}} {
-		if f.value == "" {
-			errs = append(errs, fmt.Errorf("%s must not be empty", f.name))
-		}
-	}
-	if c.RetryPeriod <= 0 {
-		errs = append(errs, fmt.Errorf("leader lease retry period %v must be positive", c.RetryPeriod))
-	}
-	if c.RenewDeadline <= c.RetryPeriod {
-		errs = append(errs, fmt.Errorf("leader lease renew deadline %v must be longer than its retry period %v", c.RenewDeadline, c.RetryPeriod))
-	}
-	if c.LeaseDuration <= c.RenewDeadline {
-		errs = append(errs, fmt.Errorf("leader lease duration %v must be longer than its renew deadline %v", c.LeaseDuration, c.RenewDeadline))
-	}
-	return errors.Join(errs...)
-}
-
-// takeoverWait is how long a record of someone else must stay unchanged
-// before this replica takes the Lease: the lease duration, as client-go
-// waits, but at least as long as a KCM leader may still act after its last
-// renewal was written. client-go's leader acts until a renewal window (one
-// retry period, then RenewDeadline of retries) passes without success, and
-// its last success may be answered up to its request timeout
-// (RenewDeadline/2) after it was written: with KCM's defaults, 17 s rather
-// than 15. (KCM standbys wait only the lease duration: two KCMs can overlap
-// by those 2 s after a slow answer; the fleet does not.)
-func (c LeaderLeaseConfig) takeoverWait() time.Duration {
-	return max(c.LeaseDuration, c.RenewDeadline+c.RetryPeriod+c.RenewDeadline/2)
-}
 
 // leaderLease keeps kube-controller-manager's leader Lease held by the
 // fleet, so that no KCM leads while a replica may run a piece, and gives
@@ -370,78 +314,6 @@ func (l *leaderLease) fill(lease *coordinationv1.Lease, now time.Time, acquire b
 	lease.Annotations[WritersAnnotation] = encodeWriters(set)
 }
 
-func encodeWriters(set map[string]bool) string {
-	list := make([]string, 0, len(set))
-	for w := range set {
-		list = append(list, w)
-	}
-	sort.Strings(list)
-	b, _ := json.Marshal(list)
-	return string(b)
-}
-
-func decodeWriters(s string) ([]string, error) {
-	if s == "" {
-		return nil, nil
-	}
-	var list []string
-	if err := json.Unmarshal([]byte(s), &list); err != nil {
-		return nil, fmt.Errorf("annotation %s: %w", WritersAnnotation, err)
-	}
-	if len(list) > maxWriters {
-		return nil, fmt.Errorf("annotation %s lists %d writers, more than %d", WritersAnnotation, len(list), maxWriters)
-	}
-	return list, nil
-}
-
-// liveWriters is the writers list to keep: every writer but those this
-// replica knows to have stopped, and those it has not seen live for a
-// lease duration (an incarnation from before its time, whose Lease is
-// gone: while this replica is a participant that has not acknowledged it,
-// it runs nothing). An unreadable list is replaced by every member seen.
-func (l *leaderLease) liveWriters(annotation string, now time.Time) []string {
-	list, err := decodeWriters(annotation)
-	if err != nil {
-		l.logger.Error(err, "Unreadable list of fleet writers on kube-controller-manager's leader lease; listing every member seen instead", "lease", klog.KRef(l.cfg.Namespace, l.cfg.Name))
-		for _, p := range l.fleet.Peers() {
-			list = append(list, p.Name+"/"+p.State.Incarnation)
-		}
-	}
-	var keep []string
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	listed := map[string]bool{}
-	for _, w := range list {
-		listed[w] = true
-	}
-	for w := range l.unknownAt {
-		if !listed[w] {
-			delete(l.unknownAt, w)
-		}
-	}
-	for _, w := range list {
-		if w == l.writer {
-			continue
-		}
-		switch l.fleet.writerStatus(w) {
-		case writerLive:
-			delete(l.unknownAt, w)
-			keep = append(keep, w)
-		case writerStopped:
-			delete(l.unknownAt, w)
-		case writerUnknown:
-			first, ok := l.unknownAt[w]
-			if !ok {
-				l.unknownAt[w], first = now, now
-			}
-			if now.Sub(first) <= l.memberLeaseDuration {
-				keep = append(keep, w)
-			}
-		}
-	}
-	return keep
-}
-
 // written records the outcome of a write sent at sent. heldBy is the
 // holder the write replaced.
 func (l *leaderLease) written(ctx context.Context, sent time.Time, err error, heldBy string) {
@@ -521,33 +393,14 @@ func (l *leaderLease) leave(ctx context.Context) error {
 				continue
 			}
 		}
-		updated := lease.DeepCopy()
-		if release {
-			// As client-go's release: no holder, a one-second duration.
-			rec, _, _ := record(lease)
-			now := metav1.NewTime(clk.Now())
-			updated.Spec = rl.LeaderElectionRecordToLeaseSpec(&rl.LeaderElectionRecord{
-				LeaseDurationSeconds: 1, RenewTime: now, AcquireTime: now, LeaderTransitions: rec.LeaderTransitions,
-			})
-			delete(updated.Annotations, WritersAnnotation)
-		} else {
+		if !release {
 			if err != nil {
 				l.logger.Error(err, "Not releasing kube-controller-manager's leader lease")
 			} else {
 				l.logger.Info("Not releasing kube-controller-manager's leader lease: other replicas may still act on it", "others", others)
 			}
-			list, _ := decodeWriters(updated.Annotations[WritersAnnotation])
-			set := map[string]bool{}
-			for _, w := range list {
-				if w != l.writer {
-					set[w] = true
-				}
-			}
-			if updated.Annotations == nil {
-				updated.Annotations = map[string]string{}
-			}
-			updated.Annotations[WritersAnnotation] = encodeWriters(set)
 		}
+		updated := l.leftBy(lease, release)
 		// Conditional on the resourceVersion read, like every write here.
 		_, err = store.Update(ctx, updated)
 		if apierrors.IsConflict(err) {
@@ -564,6 +417,34 @@ func (l *leaderLease) leave(ctx context.Context) error {
 	return errors.New("kube-controller-manager's leader lease kept changing while leaving")
 }
 
+// leftBy is lease as this replica leaves it: released as client-go
+// releases (no holder, a one-second duration), or with this replica taken
+// off the writers list.
+func (l *leaderLease) leftBy(lease *coordinationv1.Lease, release bool) *coordinationv1.Lease {
+	updated := lease.DeepCopy()
+	if release {
+		rec, _, _ := record(lease)
+		now := metav1.NewTime(l.clock.Now())
+		updated.Spec = rl.LeaderElectionRecordToLeaseSpec(&rl.LeaderElectionRecord{
+			LeaseDurationSeconds: 1, RenewTime: now, AcquireTime: now, LeaderTransitions: rec.LeaderTransitions,
+		})
+		delete(updated.Annotations, WritersAnnotation)
+		return updated
+	}
+	list, _ := decodeWriters(updated.Annotations[WritersAnnotation])
+	set := map[string]bool{}
+	for _, w := range list {
+		if w != l.writer {
+			set[w] = true
+		}
+	}
+	if updated.Annotations == nil {
+		updated.Annotations = map[string]string{}
+	}
+	updated.Annotations[WritersAnnotation] = encodeWriters(set)
+	return updated
+}
+
 // leaveWait bounds how long a leaving replica waits for the others to stop
 // before it leaves the release to them. Replicas told to stop together
 // reach their leave at different times (each stops its own pieces first);
@@ -572,22 +453,6 @@ func (l *leaderLease) leave(ctx context.Context) error {
 // (one retry period cost the benchmark's rolling restart 8 s over three
 // replicas).
 func (l *leaderLease) leaveWait() time.Duration { return l.cfg.RetryPeriod / 4 }
-
-// othersActive lists the writers, other than this replica, not known to
-// have stopped.
-func (l *leaderLease) othersActive(annotation string) ([]string, error) {
-	list, err := decodeWriters(annotation)
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, w := range list {
-		if w != l.writer && l.fleet.writerStatus(w) != writerStopped {
-			out = append(out, w)
-		}
-	}
-	return out, nil
-}
 
 // cachedLease is the Lease as the watch has it, or nil (not watching yet,
 // not synced, or absent: then a GET decides).
