@@ -87,6 +87,40 @@ type Plan struct {
 // The rules, and why they keep any piece from running on two members at
 // once, are in doc.go.
 func Decide(local Local, peers []membership.Peer, rings *RingCache) Plan {
+	plan, common := viewOf(local, peers)
+	ring := rings.Get(plan.Ring, plan.Members, plan.View)
+	mine := make(map[Piece]bool)
+	if local.Authority && !local.Leaving && !local.Joining { // rule 4
+		plan.Owned = ring.Owned(local.Self, local.Pieces)
+		for _, p := range plan.Owned {
+			mine[p] = true
+		}
+	}
+	lostRunning := plan.stopLost(local, mine)
+	if !local.Authority || local.Leaving {
+		return plan
+	}
+	if !common {
+		// Rule 3 holds without this (no two members agree on a view
+		// whose placement differs); it says why nothing moves.
+		plan.Waiting = "no placement every participant supports"
+	}
+	if plan.View != local.View {
+		// Rule 1: a view is applied only once everything it takes away
+		// has stopped: publishing it tells the others they may take
+		// those pieces.
+		plan.ApplyView = !lostRunning
+		plan.Waiting = "applying a new view"
+		return plan
+	}
+	plan.startOwned(local, peers)
+	return plan
+}
+
+// viewOf is the view this member sees: members (participants that are not
+// joining) and participants, sorted, with the placement every participant
+// supports; common is false when there is none.
+func viewOf(local Local, peers []membership.Peer) (plan Plan, common bool) {
 	participants := []string{local.Self}
 	var members []string
 	if !local.Joining {
@@ -107,17 +141,13 @@ func Decide(local Local, peers []membership.Peer, rings *RingCache) Plan {
 	if common {
 		config.Placement = placement
 	}
-	plan := Plan{Members: members, Participants: participants, Ring: config, View: ViewID(config, members, participants)}
-	ring := rings.Get(config, members, plan.View)
-	mine := make(map[Piece]bool)
-	if local.Authority && !local.Leaving && !local.Joining {
-		plan.Owned = ring.Owned(local.Self, local.Pieces)
-		for _, p := range plan.Owned {
-			mine[p] = true
-		}
-	}
+	return Plan{Members: members, Participants: participants, Ring: config, View: ViewID(config, members, participants)}, common
+}
 
-	lostRunning := false
+// stopLost stops the running pieces this member does not own (rule 2: a
+// piece stays listed until it stopped) and drops the intended ones; it
+// reports whether any lost piece is still running or stopping.
+func (plan *Plan) stopLost(local Local, mine map[Piece]bool) (lostRunning bool) {
 	for _, p := range sortedPieces(local.Status) {
 		if mine[p] {
 			continue
@@ -132,63 +162,57 @@ func Decide(local Local, peers []membership.Peer, rings *RingCache) Plan {
 			lostRunning = true
 		}
 	}
-	if !local.Authority || local.Leaving {
-		return plan
-	}
-	if !common {
-		// Rule 3 holds without this (no two members agree on a view
-		// whose placement differs); it says why nothing moves.
-		plan.Waiting = "no placement every participant supports"
-	}
-	if plan.View != local.View {
-		// A view is applied only once everything it takes away has
-		// stopped: publishing it tells the others they may take those
-		// pieces.
-		plan.ApplyView = !lostRunning
-		plan.Waiting = "applying a new view"
-		return plan
-	}
+	return lostRunning
+}
 
-	blocked := func(p Piece) string {
-		for _, peer := range peers {
-			if peer.Name == local.Self {
-				continue
-			}
-			if peer.State.Runs(string(p)) {
-				return peer.Name + " still runs " + string(p)
-			}
-			if !peer.Participant {
-				continue
-			}
-			if peer.State.View != plan.View {
-				return peer.Name + " has not applied the view"
-			}
-			if ack := peer.State.Acks[local.Self]; ack.Incarnation != local.Incarnation || ack.Epoch != local.Epoch {
-				return peer.Name + " has not acknowledged this member's view"
-			}
+// blockedBy says why this member may not start p under the plan's view
+// (rule 3), "" when it may.
+func (plan *Plan) blockedBy(local Local, peers []membership.Peer, p Piece) string {
+	for _, peer := range peers {
+		if peer.Name == local.Self {
+			continue
 		}
-		return ""
+		if peer.State.Runs(string(p)) {
+			return peer.Name + " still runs " + string(p)
+		}
+		if !peer.Participant {
+			continue
+		}
+		if peer.State.View != plan.View {
+			return peer.Name + " has not applied the view"
+		}
+		if ack := peer.State.Acks[local.Self]; ack.Incarnation != local.Incarnation || ack.Epoch != local.Epoch {
+			return peer.Name + " has not acknowledged this member's view"
+		}
+	}
+	return ""
+}
+
+// startOwned moves each owned piece on by one step: intend it (rule 2:
+// published as running before it starts), start it once that intent is
+// confirmed under this epoch and view, or drop the intent while another
+// participant blocks it (rule 3).
+func (plan *Plan) startOwned(local Local, peers []membership.Peer) {
+	wait := func(why string) {
+		if plan.Waiting == "" {
+			plan.Waiting = why
+		}
 	}
 	for _, p := range plan.Owned {
 		status, ok := local.Status[p]
 		if ok && status != Intended {
 			continue
 		}
-		why := blocked(p)
-		if why != "" {
+		if why := plan.blockedBy(local, peers, p); why != "" {
 			if ok {
 				plan.Drop = append(plan.Drop, p)
 			}
-			if plan.Waiting == "" {
-				plan.Waiting = why
-			}
+			wait(why)
 			continue
 		}
 		if !ok {
 			if local.HoldStarts {
-				if plan.Waiting == "" {
-					plan.Waiting = "waiting for joining members"
-				}
+				wait("waiting for joining members")
 				continue
 			}
 			plan.Intend = append(plan.Intend, p)
@@ -197,14 +221,13 @@ func Decide(local Local, peers []membership.Peer, rings *RingCache) Plan {
 		c := local.Confirmed
 		if c.Incarnation == local.Incarnation && c.Epoch == local.Epoch && c.View == plan.View && c.Runs(string(p)) {
 			plan.Start = append(plan.Start, p)
-		} else if plan.Waiting == "" {
-			plan.Waiting = "publishing intent"
+		} else {
+			wait("publishing intent")
 		}
 	}
-	if len(plan.Intend) > 0 && plan.Waiting == "" {
-		plan.Waiting = "publishing intent"
+	if len(plan.Intend) > 0 {
+		wait("publishing intent")
 	}
-	return plan
 }
 
 func sortedPieces(m map[Piece]PieceStatus) []Piece {

@@ -3,9 +3,7 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -23,18 +21,10 @@ import (
 
 	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
 	"github.com/fleet-controller-manager/fleet-controller-manager/test/localcluster"
+	"github.com/fleet-controller-manager/fleet-controller-manager/test/recordingpieces"
 )
 
-// pieceRecord mirrors app.PieceRecord (the e2e package drives the binary,
-// it does not import it).
-type pieceRecord struct {
-	Event       string `json:"ev"`
-	Piece       string `json:"piece"`
-	Member      string `json:"member"`
-	Incarnation string `json:"inc"`
-	Time        int64  `json:"t"`
-	ActedUntil  int64  `json:"actedUntil"`
-}
+type pieceRecord = recordingpieces.PieceRecord
 
 var dummySingletons = []string{"garbagecollector", "namespace", "nodelifecycle", "podgc"}
 
@@ -150,25 +140,10 @@ func (f *fleet) signal(name string, sig syscall.Signal) int64 {
 // records reads every member's record file.
 func (f *fleet) records() []pieceRecord {
 	f.t.Helper()
-	files, _ := filepath.Glob(filepath.Join(f.dir, "*.jsonl"))
-	var out []pieceRecord
-	for _, file := range files {
-		fh, err := os.Open(file)
-		if err != nil {
-			f.t.Fatal(err)
-		}
-		sc := bufio.NewScanner(fh)
-		for sc.Scan() {
-			var r pieceRecord
-			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-				// The last line of a killed process may be cut short.
-				continue
-			}
-			out = append(out, r)
-		}
-		fh.Close()
+	out, err := recordingpieces.Read(filepath.Join(f.dir, "*.jsonl"))
+	if err != nil {
+		f.t.Fatal(err)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Time < out[j].Time })
 	return out
 }
 

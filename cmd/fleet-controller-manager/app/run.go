@@ -24,6 +24,7 @@ import (
 	"github.com/fleet-controller-manager/fleet-controller-manager/informers"
 	"github.com/fleet-controller-manager/fleet-controller-manager/membership"
 	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
+	"github.com/fleet-controller-manager/fleet-controller-manager/test/recordingpieces"
 )
 
 // membershipQPS keeps Lease renewals off the controllers' rate limiters: a
@@ -128,10 +129,10 @@ func newMember(c *kcmconfig.CompletedConfig, fleet *FleetOptions) (*membership.M
 }
 
 // newRunner is what runs the pieces, and every piece of the fleet: the
-// controllers' runtime, or in the test mode the dummy pieces.
+// controllers' runtime, or in the test mode recording pieces.
 func newRunner(ctx, memberCtx context.Context, c *kcmconfig.CompletedConfig, fleet *FleetOptions, member *membership.Member) (shard.Runner, []shard.Piece, error) {
 	if fleet.DummyPieces {
-		dummy, err := newDummyRunner(fleet.DummyRecordFile, fleet.Identity, member.Incarnation())
+		dummy, err := recordingpieces.NewRecorder(fleet.DummyRecordFile, fleet.Identity, member.Incarnation())
 		if err != nil {
 			return nil, nil, err
 		}
