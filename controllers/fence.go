@@ -1,19 +1,58 @@
 package controllers
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
 )
 
-// ErrPartitionMoved is returned for a write by a partition controller into
-// a namespace whose partition this replica does not run (any more).
+// ErrPartitionMoved is the message of the answer to a write by a partition
+// controller into a namespace whose partition this replica does not run
+// (any more).
 var ErrPartitionMoved = errors.New("this replica does not run the namespace's partition (it moved); write refused")
+
+// partitionMovedResponse answers a write into a namespace this replica
+// does not serve as kube-apiserver answers a write into a namespace that
+// does not exist: 404, reason NotFound, details naming the namespace.
+// That is what the namespace is to the controllers here (its objects left
+// their informers when its partition moved), and how upstream controllers
+// learn to stop: a key queued by the move's deletions (the root-CA
+// publisher recreating the ConfigMap it saw deleted, for one) is dropped
+// instead of retried with backoff for as long as the partition stays away.
+// As an error from the transport it was retried: about 500 refused writes
+// logged per replica in the benchmark's rolling restart of five.
+func partitionMovedResponse(req *http.Request, namespace string) *http.Response {
+	if req.Body != nil {
+		req.Body.Close()
+	}
+	status := metav1.Status{
+		TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+		Status:   metav1.StatusFailure,
+		Message:  fmt.Sprintf("%s: %s %s", ErrPartitionMoved, req.Method, req.URL.Path),
+		Reason:   metav1.StatusReasonNotFound,
+		Details:  &metav1.StatusDetails{Name: namespace, Kind: "namespaces"},
+		Code:     http.StatusNotFound,
+	}
+	body, _ := json.Marshal(status)
+	return &http.Response{
+		Status: "404 Not Found", StatusCode: http.StatusNotFound,
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header:        http.Header{"Content-Type": []string{"application/json"}},
+		Body:          io.NopCloser(bytes.NewReader(body)),
+		ContentLength: int64(len(body)),
+		Request:       req,
+	}
+}
 
 // partitionFence says which namespace partitions this replica may write
 // into, and counts the writes in flight into each.
@@ -172,7 +211,7 @@ func (f fencedRoundTripper) RoundTrip(req *http.Request) (*http.Response, error)
 		if ns := requestNamespace(req.URL.Path); ns != "" {
 			done, ok := f.partitions.admit(ns)
 			if !ok {
-				return nil, fmt.Errorf("%w: %s %s", ErrPartitionMoved, req.Method, req.URL.Path)
+				return partitionMovedResponse(req, ns), nil
 			}
 			// Answered once the response headers are in: the apiserver
 			// has acted (or refused) by then.

@@ -3,12 +3,19 @@ package controllers
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
 )
@@ -169,10 +176,15 @@ func requester(t *testing.T, transport http.RoundTripper, base string) func(meth
 			t.Fatal(err)
 		}
 		resp, err := client.Do(req)
-		if err == nil {
-			resp.Body.Close()
+		if err != nil {
+			return err
 		}
-		return err
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode == http.StatusNotFound && strings.Contains(string(body), ErrPartitionMoved.Error()) {
+			return ErrPartitionMoved
+		}
+		return nil
 	}
 }
 
@@ -229,5 +241,46 @@ func TestRevokedPieceWritesNothing(t *testing.T) {
 				t.Errorf("a write after a late open: %v, want %v", err, tc.err)
 			}
 		})
+	}
+}
+
+// TestPartitionMovedReadsAsNamespaceNotFound: a client-go client, asking
+// for protobuf as the controllers' clients do, reads a write refused by the
+// partition gate as the apiserver's answer for a namespace that does not
+// exist, so the controllers drop the key instead of retrying it; the
+// apiserver never sees the write.
+func TestPartitionMovedReadsAsNamespaceNotFound(t *testing.T) {
+	var served atomic.Int32
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		served.Add(1)
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer server.Close()
+	fence := newPartitionFence(func(string) int { return 1 })
+	config := &rest.Config{
+		Host:          server.URL,
+		ContentConfig: rest.ContentConfig{ContentType: "application/vnd.kubernetes.protobuf"},
+		WrapTransport: func(rt http.RoundTripper) http.RoundTripper {
+			return fencedRoundTripper{next: rt, partitions: fence}
+		},
+	}
+	client, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kube-root-ca.crt"}}
+	_, err = client.CoreV1().ConfigMaps("team-a").Create(context.Background(), cm, metav1.CreateOptions{})
+	if !apierrors.IsNotFound(err) {
+		t.Fatalf("got %v, want NotFound", err)
+	}
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || status.Status().Details == nil || status.Status().Details.Name != "team-a" || status.Status().Details.Kind != "namespaces" {
+		t.Fatalf("the answer does not name the namespace: %#v", err)
+	}
+	if !strings.Contains(err.Error(), ErrPartitionMoved.Error()) {
+		t.Fatalf("the answer does not say why: %v", err)
+	}
+	if n := served.Load(); n != 0 {
+		t.Fatalf("the apiserver received %d requests", n)
 	}
 }
