@@ -69,11 +69,15 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
+// ErrNoStore is Validate's error for a Config with neither a client nor a
+// store (a caller checking flags before it has a client ignores it).
+var ErrNoStore = errors.New("no Kubernetes client or lease store")
+
 // Validate reports every problem of c at once.
 func (c Config) Validate() error {
 	var errs []error
 	if c.Store == nil {
-		errs = append(errs, errors.New("no Kubernetes client or lease store"))
+		errs = append(errs, ErrNoStore)
 	}
 	for _, f := range []struct{ name, value string }{{"namespace", c.Namespace}, {"identity", c.Identity}} {
 		for _, msg := range validation.IsDNS1123Subdomain(f.value) {

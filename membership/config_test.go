@@ -1,6 +1,7 @@
 package membership
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -37,6 +38,11 @@ func TestConfigValidate(t *testing.T) {
 			}
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Fatalf("want error containing %q, got %v", tc.wantErr, err)
+			}
+			// Flag validation runs before there is a client and skips
+			// exactly this error.
+			if noStore := tc.name == "no client or store"; errors.Is(err, ErrNoStore) != noStore {
+				t.Fatalf("errors.Is(err, ErrNoStore) = %v for %v", !noStore, err)
 			}
 		})
 	}

@@ -142,7 +142,7 @@ func (o *FleetOptions) Validate() error {
 	if err := cfg.Validate(); err != nil {
 		// The client is wired later; everything else is checked here.
 		for _, e := range unwrapJoined(err) {
-			if e.Error() != "no Kubernetes client" {
+			if !errors.Is(e, membership.ErrNoStore) {
 				errs = append(errs, e)
 			}
 		}
