@@ -182,6 +182,10 @@ func main() {
 			}
 		}
 		cfg.systems = systems
+		if len(cfg.systems) == 0 || len(cfg.limits) == 0 {
+			fmt.Fprintf(os.Stderr, "bench: -only %q names no system or no limits: it needs at least one of each (systems such as \"kube-controller-manager\", \"fleet x3\"; limits \"default\", \"raised\")\n", only)
+			os.Exit(2)
+		}
 	}
 	if err := run(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
