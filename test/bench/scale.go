@@ -111,7 +111,8 @@ func scaleRun(ctx context.Context, binDir string, s system, l limits, cfg config
 	}
 	var limitedBy string
 	for _, step := range steps {
-		if len(cfg.scaleSteps) > 0 && !slices.Contains(cfg.scaleSteps, step.name) {
+		// converge always runs: every later step acts on its Deployments.
+		if len(cfg.scaleSteps) > 0 && step.name != "converge" && !slices.Contains(cfg.scaleSteps, step.name) {
 			continue
 		}
 		klog.InfoS("Scale step", "system", s.Name, "namespaces", n, "step", step.name)
