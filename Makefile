@@ -187,10 +187,11 @@ bench: tools build test-deps
 # changing workload; every write is checked at the end. The seed is
 # printed; SEED=<n> replays a run. SCHEDULE=restarts follows each network
 # fault of a replica with an etcd or kube-apiserver restart.
+# FLEET_ARGS=<flag>,<flag> adds flags to every replica (other settings).
 DURATION ?= 20
 chaos: tools build
 	seed=$${SEED:-$$(date +%s)}; echo "chaos: seed $$seed"; \
-	  CHAOS_SEED=$$seed CHAOS_DURATION=$(DURATION)m CHAOS_SCHEDULE=$(SCHEDULE) $(GO) test -count=1 -tags e2e -v -run '^TestChaos$$' -timeout $$(( $(DURATION) + 25 ))m ./test/e2e/
+	  CHAOS_SEED=$$seed CHAOS_DURATION=$(DURATION)m CHAOS_SCHEDULE=$(SCHEDULE) CHAOS_FLEET_ARGS=$(FLEET_ARGS) $(GO) test -count=1 -tags e2e -v -run '^TestChaos$$' -timeout $$(( $(DURATION) + 25 ))m ./test/e2e/
 
 fuzz:
 	$(GO) test ./membership -run '^$$' -fuzz FuzzParseLeaseState -fuzztime 60s

@@ -282,7 +282,14 @@ func keepLogsOnFailure(t *testing.T, cluster *localcluster.Cluster) {
 
 func (c *chaosRun) startReplica(r *chaosReplica) {
 	c.t.Helper()
-	p, _, err := c.cluster.StartFleetReplicaAs(c.ctx, c.bin, r.name, r.kubeconfig, "-v=2")
+	args := []string{"-v=2"}
+	// CHAOS_FLEET_ARGS: comma-separated extra flags for every replica
+	// (make chaos FLEET_ARGS=...), to soak other settings, such as
+	// shorter member lease timings.
+	if extra := os.Getenv("CHAOS_FLEET_ARGS"); extra != "" {
+		args = append(args, strings.Split(extra, ",")...)
+	}
+	p, _, err := c.cluster.StartFleetReplicaAs(c.ctx, c.bin, r.name, r.kubeconfig, args...)
 	if err != nil {
 		c.t.Fatalf("starting %s: %v", r.name, err)
 	}
