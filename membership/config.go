@@ -90,15 +90,7 @@ func (c Config) Validate() error {
 	if c.Fleet == "" {
 		errs = append(errs, errors.New("fleet name must not be empty"))
 	}
-	if c.RetryPeriod <= 0 {
-		errs = append(errs, fmt.Errorf("retry period %v must be positive", c.RetryPeriod))
-	}
-	if c.RenewDeadline <= c.RetryPeriod {
-		errs = append(errs, fmt.Errorf("renew deadline %v must be longer than the retry period %v", c.RenewDeadline, c.RetryPeriod))
-	}
-	if c.LeaseDuration <= c.RenewDeadline {
-		errs = append(errs, fmt.Errorf("lease duration %v must be longer than the renew deadline %v", c.LeaseDuration, c.RenewDeadline))
-	}
+	errs = append(errs, timingErrors("", c.LeaseDuration, c.RenewDeadline, c.RetryPeriod)...)
 	if c.LeaderLease != nil {
 		if err := c.LeaderLease.Validate(); err != nil {
 			errs = append(errs, err)
@@ -139,15 +131,7 @@ func (c LeaderLeaseConfig) Validate() error {
 			errs = append(errs, fmt.Errorf("%s must not be empty", f.name))
 		}
 	}
-	if c.RetryPeriod <= 0 {
-		errs = append(errs, fmt.Errorf("leader lease retry period %v must be positive", c.RetryPeriod))
-	}
-	if c.RenewDeadline <= c.RetryPeriod {
-		errs = append(errs, fmt.Errorf("leader lease renew deadline %v must be longer than its retry period %v", c.RenewDeadline, c.RetryPeriod))
-	}
-	if c.LeaseDuration <= c.RenewDeadline {
-		errs = append(errs, fmt.Errorf("leader lease duration %v must be longer than its renew deadline %v", c.LeaseDuration, c.RenewDeadline))
-	}
+	errs = append(errs, timingErrors("leader ", c.LeaseDuration, c.RenewDeadline, c.RetryPeriod)...)
 	return errors.Join(errs...)
 }
 
@@ -162,4 +146,21 @@ func (c LeaderLeaseConfig) Validate() error {
 // by those 2 s after a slow answer; the fleet does not.)
 func (c LeaderLeaseConfig) takeoverWait() time.Duration {
 	return max(c.LeaseDuration, c.RenewDeadline+c.RetryPeriod+c.RenewDeadline/2)
+}
+
+// timingErrors checks a Lease's timings as client-go's leader election
+// does: 0 < retry period < renew deadline < lease duration. prefix starts
+// each message ("" for the member Lease, "leader " for KCM's).
+func timingErrors(prefix string, lease, renew, retry time.Duration) []error {
+	var errs []error
+	if retry <= 0 {
+		errs = append(errs, fmt.Errorf("%slease retry period %v must be positive", prefix, retry))
+	}
+	if renew <= retry {
+		errs = append(errs, fmt.Errorf("%slease renew deadline %v must be longer than its retry period %v", prefix, renew, retry))
+	}
+	if lease <= renew {
+		errs = append(errs, fmt.Errorf("%slease duration %v must be longer than its renew deadline %v", prefix, lease, renew))
+	}
+	return errs
 }

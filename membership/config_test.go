@@ -17,8 +17,8 @@ func TestConfigValidate(t *testing.T) {
 		wantErr string
 	}{
 		{"valid", func(*Config) {}, ""},
-		{"renew deadline not shorter than lease", func(c *Config) { c.RenewDeadline = c.LeaseDuration }, "must be longer than the renew deadline"},
-		{"retry not shorter than renew deadline", func(c *Config) { c.RetryPeriod = c.RenewDeadline }, "longer than the retry period"},
+		{"renew deadline not shorter than lease", func(c *Config) { c.RenewDeadline = c.LeaseDuration }, "lease duration 15s must be longer than its renew deadline"},
+		{"retry not shorter than renew deadline", func(c *Config) { c.RetryPeriod = c.RenewDeadline }, "lease renew deadline 10s must be longer than its retry period"},
 		{"negative retry", func(c *Config) { c.RetryPeriod = -time.Second }, "must be positive"},
 		{"identity not a name", func(c *Config) { c.Identity = "Host_Name" }, "identity"},
 		{"empty fleet", func(c *Config) { c.Fleet = "" }, "fleet name must not be empty"},
