@@ -14,6 +14,8 @@ import (
 	"k8s.io/utils/ptr"
 )
 
+// renewLoop writes the Lease every retry period, and at once when Publish
+// changed the state, until ctx ends.
 func (m *Member) renewLoop(ctx context.Context) {
 	ticker := m.cfg.Clock.NewTicker(m.cfg.RetryPeriod)
 	defer ticker.Stop()
