@@ -53,15 +53,7 @@ func (sc *scaleCell) failover() error {
 		return err
 	}
 	sc.figures["s_failover_owner_s"] = back.Sub(killed).Seconds()
-	p, err := sc.startOne(victim)
-	if err != nil {
-		return err
-	}
-	sc.procs[victim] = p
-	if sc.system.Fleet {
-		return sc.waitFleetSettled(len(sc.procs))
-	}
-	return nil
+	return sc.bringBack(victim)
 }
 
 // victim picks the process a failover kills and the namespaces it owns.

@@ -263,6 +263,12 @@ func (b *bench) failover() error {
 		b.figures[k] = v
 	}
 	// Bring the victim back for (e).
+	return b.bringBack(victim)
+}
+
+// bringBack starts the killed process victim again and, for a fleet, waits
+// until the fleet has settled with it.
+func (b *bench) bringBack(victim int) error {
 	p, err := b.startOne(victim)
 	if err != nil {
 		return err
