@@ -28,9 +28,10 @@ var ErrPartitionMoved = errors.New("this replica does not run the namespace's pa
 // their informers when its partition moved), and how upstream controllers
 // learn to stop: a key queued by the move's deletions (the root-CA
 // publisher recreating the ConfigMap it saw deleted, for one) is dropped
-// instead of retried with backoff for as long as the partition stays away.
-// As an error from the transport it was retried: about 500 refused writes
-// logged per replica in the benchmark's rolling restart of five.
+// instead of retried with backoff for as long as the partition stays away,
+// as an error from the transport is (about 480 logged refusals per replica
+// in the benchmark's rolling restart of five, against about 70 answered so:
+// docs/benchmarks/refused-writes).
 func partitionMovedResponse(req *http.Request, namespace string) *http.Response {
 	if req.Body != nil {
 		req.Body.Close()
