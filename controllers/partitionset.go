@@ -234,6 +234,11 @@ func (s *partitionSet) start(ctx context.Context, p int) error {
 	}
 	ctx = klog.NewContext(r.ctx, withoutReregistrationErrors(klog.FromContext(r.ctx)))
 	cc := r.controllerContext(r.partitionBuilder)
+	if r.replicas != nil {
+		n := r.replicas()
+		cc.ComponentConfig = shareWorkers(cc.ComponentConfig, n)
+		klog.FromContext(ctx).Info("Partition controllers' workers shared among the fleet's replicas", "replicas", n, "deploymentWorkers", cc.ComponentConfig.DeploymentController.ConcurrentDeploymentSyncs)
+	}
 	factory, err := informers.NewPieceFactory(informers.PieceConfig{
 		Shared: r.shared, SharedStop: r.sharedStop, Owned: r.owned,
 		Mapper: r.restMapper, Scopes: r.kindScopes, Scope: s.scope, Resync: cc.ResyncPeriod(), Transform: trimManagedFields,

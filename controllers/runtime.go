@@ -72,7 +72,9 @@ type Runtime struct {
 	ctx context.Context
 	// partitionSet runs the partition controllers.
 	partitionSet *partitionSet
-	metrics      *controllers.ControllerManagerMetrics
+	// replicas: RuntimeConfig.Replicas.
+	replicas func() int
+	metrics  *controllers.ControllerManagerMetrics
 
 	debugMu sync.RWMutex
 	debug   map[string]http.Handler // controller name -> its debugging handler
@@ -96,6 +98,10 @@ type RuntimeConfig struct {
 	// Authority gates every write: none is sent while the replica may
 	// not act.
 	Authority shard.Authority
+	// Replicas counts the fleet's live replicas, this one included; when
+	// set, the partition controllers' worker counts are KCM's divided
+	// among them (shareWorkers) when they are built. Nil: KCM's counts.
+	Replicas func() int
 }
 
 // runtimeClients are the replica-wide clients every piece shares.
@@ -183,6 +189,7 @@ func NewRuntime(ctx context.Context, cfg RuntimeConfig) (*Runtime, error) {
 			Client: clients.plain, Metadata: clients.metadata, Resync: kcmapp.ResyncPeriod(c)(), Transform: trimManagedFields,
 		}),
 		sharedStop: ctx.Done(),
+		replicas:   cfg.Replicas,
 		ctx:        ctx,
 		metrics:    controllers.NewControllerManagerMetrics("kube-controller-manager"),
 	}

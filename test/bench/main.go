@@ -103,7 +103,7 @@ func main() {
 	flag.StringVar(&ladderSizes, "scale-sizes", "", "With -scale: comma-separated sizes in namespaces (default 100,300,900).")
 	flag.StringVar(&scaleSteps, "scale-steps", "", "With -scale: comma-separated steps to run (converge, memory, scale-up, failover, restart, join; default all; converge always runs, the others act on its Deployments), e.g. converge,memory with -runs 3 -resume to take the memory figures' median of three runs at the largest size.")
 	flag.BoolVar(&resume, "resume", false, "Keep the results of an interrupted invocation (<mode>.partial.json in -out) and run only the systems and limits it had not finished.")
-	flag.StringVar(&profile, "profile", "", "Write a CPU profile of every fleet replica, taken over the first 10 s of workload (a), into this folder (with -memory: CPU profiles of kube-apiserver and every controller-manager process over the first 45 s of convergence, and a heap profile of every process once settled).")
+	flag.StringVar(&profile, "profile", "", "Write CPU profiles of kube-apiserver and every controller-manager process (KCM too), taken over the first 10 s of workload (a), into this folder (with -memory: over the first 45 s of convergence, and a heap profile of every process once settled).")
 	flag.StringVar(&keep, "keep", "", "Keep each run's control plane folder (logs, audit log) under this folder, for diagnosis.")
 	flag.StringVar(&workloads, "workloads", "", "Comma-separated workloads (a, b, c, d, e, f, g) to run instead of the mode's, for experiments; (a) always runs first, (g) and then (f) last.")
 	klog.InitFlags(nil)

@@ -59,14 +59,9 @@ const memoryProfileSpan = 45 * time.Second
 // controller-manager process's RSS and Go heap, the apiserver's RSS and
 // the watches open.
 func memoryRun(ctx context.Context, binDir string, s system, l limits, cfg config, dir string) (map[string]float64, string, error) {
-	size, profileDir := cfg.memorySize, cfg.profile
+	size := cfg.memorySize
 	pods := size.Namespaces * size.Deployments * size.Replicas
-	var apiServerArgs []string
-	if profileDir != "" {
-		// The CPU profiles of -profile include the apiserver's.
-		apiServerArgs = append(apiServerArgs, "--profiling=true")
-	}
-	b, err := newBench(ctx, binDir, s, l, cfg, pods, dir, apiServerArgs...)
+	b, err := newBench(ctx, binDir, s, l, cfg, pods, dir)
 	if err != nil {
 		return nil, "", err
 	}
@@ -115,7 +110,7 @@ func memoryRun(ctx context.Context, binDir string, s system, l limits, cfg confi
 	if err != nil {
 		return nil, "", err
 	}
-	mem, err := b.readProcessMemory(memorySettle, profileDir)
+	mem, err := b.readProcessMemory(memorySettle, cfg.profile)
 	if err != nil {
 		return nil, "", err
 	}

@@ -19,31 +19,18 @@ type profileTarget struct {
 	name, baseURL string
 }
 
-// profileReplicas starts a CPU profile of every fleet replica (KCM's
-// /debug/pprof, which the replica serves) and returns a function that
-// waits for them and writes them to b.profileDir.
-func (b *bench) profileReplicas(d time.Duration) func() {
-	if b.profileDir == "" || !b.system.Fleet {
-		return func() {}
-	}
-	var targets []profileTarget
-	for i, port := range b.ports {
-		targets = append(targets, profileTarget{
-			name:    fmt.Sprintf("%s-%s-fcm-%d.cpu", strings.ReplaceAll(b.system.Name, " ", ""), b.limits.Name, i),
-			baseURL: fmt.Sprintf("https://127.0.0.1:%d", port),
-		})
-	}
-	return b.profileCPU(targets, d)
-}
-
 // profileConvergence starts a CPU profile of kube-apiserver and of every
-// controller-manager process (KCM's too) while the memory workload
-// converges, to name what the apiserver and the replicas spend it on.
+// controller-manager process (KCM's too) for d, to name what the
+// apiserver and the controller managers spend a workload on, and returns
+// a function that waits for them and writes them to b.profileDir.
 func (b *bench) profileConvergence(d time.Duration) func() {
 	if b.profileDir == "" {
 		return func() {}
 	}
 	system := strings.ReplaceAll(b.system.Name, " ", "")
+	if limits := strings.Fields(b.limits.Name); len(limits) > 0 {
+		system += "-" + limits[0] // "raised (qps 1000, burst 2000)": "raised"
+	}
 	cfg, err := b.cluster.RESTConfig()
 	if err != nil {
 		klog.Infof("profiles: %v", err)

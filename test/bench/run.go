@@ -142,6 +142,10 @@ func benchRun(ctx context.Context, binDir string, s system, l limits, cfg config
 // folder, "" for a temporary one): kube-scheduler, kwok with a node per
 // 100 of pods, lists and watches audited.
 func newBench(ctx context.Context, binDir string, s system, l limits, cfg config, pods int, dir string, apiServerArgs ...string) (*bench, error) {
+	if cfg.profile != "" {
+		// The CPU profiles of -profile include the apiserver's.
+		apiServerArgs = append(apiServerArgs, "--profiling=true")
+	}
 	cluster, err := localcluster.Start(ctx, localcluster.Options{BinDir: binDir, Dir: dir, Scheduler: true,
 		KwokNodes: pods/100 + 2, KwokPodParallelism: 64, APIServerArgs: apiServerArgs, AuditReads: true})
 	if err != nil {

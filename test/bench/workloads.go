@@ -78,7 +78,7 @@ func (b *bench) waitDeployments(namespaces []string, ok func(*appsv1.Deployment)
 // available.
 func (b *bench) createDeployments() error {
 	start := time.Now()
-	defer b.profileReplicas(10 * time.Second)()
+	defer b.profileConvergence(10 * time.Second)()
 	for _, ns := range b.namespaces() {
 		if err := b.createNamespace(ns); err != nil {
 			return err

@@ -83,6 +83,9 @@ func (c *Cluster) startAPIServer(ctx context.Context, extraArgs []string, auditR
 		// Server-side sharded list/watch: partition pieces list and watch
 		// only their namespaces with it.
 		"--feature-gates=ShardedListAndWatch=true",
+		// Names every watcher the watch cache closes for not keeping up
+		// (its key and selectors), so a kept log says whose it was.
+		"--vmodule=cache_watcher=1",
 	}
 	args = append(args, extraArgs...)
 	if c.apiServer, err = startProcess(c.Dir, "kube-apiserver", filepath.Join(c.BinDir, "kube-apiserver"), args, nil); err != nil {

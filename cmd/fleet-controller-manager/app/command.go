@@ -38,6 +38,7 @@ func NewCommand() *cobra.Command {
 		panic(fmt.Sprintf("kube-controller-manager options: %v", err))
 	}
 	fleet := NewFleetOptions()
+	fleet.defaultQPS = kcm.Generic.ClientConnection.QPS
 	var showVersion bool
 	cmd := &cobra.Command{
 		Use:   "fleet-controller-manager",

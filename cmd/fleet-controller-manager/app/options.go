@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/fleet-controller-manager/fleet-controller-manager/controllers"
 	"github.com/fleet-controller-manager/fleet-controller-manager/informers"
 	"github.com/fleet-controller-manager/fleet-controller-manager/membership"
 	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
@@ -32,6 +33,11 @@ type FleetOptions struct {
 	// NamespaceWatchMax: in namespace-watch, past this many owned
 	// namespaces watch every namespace and keep the owned ones.
 	NamespaceWatchMax int
+	// ShareWorkers: whether the partition controllers' worker counts are
+	// divided among the fleet's replicas.
+	ShareWorkers controllers.WorkerSharing
+	// defaultQPS is KCM's default --kube-api-qps, for ShareWorkers auto.
+	defaultQPS float32
 	// Placements are the placements this replica computes and says it
 	// supports; the fleet uses the newest every replica supports. Only
 	// tests narrow it (to play a previous release).
@@ -61,6 +67,7 @@ func NewFleetOptions() *FleetOptions {
 		SelectorTerms: informers.DefaultSelectorTerms,
 
 		NamespaceWatchMax: informers.DefaultNamespaceWatchMax,
+		ShareWorkers:      controllers.ShareWorkersAuto,
 		Placements:        shard.Placements,
 		StateVersions:     membership.StateVersions,
 	}
@@ -82,6 +89,7 @@ func (o *FleetOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.Var(&informerModeValue{&o.InformerMode}, "informer-mode", fmt.Sprintf("How the replica caches the namespaced objects its partition controllers read: %s. sharded-watch: only the owned partitions' namespaces, from one cluster-wide watch per kind filtered on the client, each namespace listed when loaded with a shard selector naming it (feature gate ShardedListAndWatch). namespace-watch: the same, each namespace listed on its own, or past --namespace-watch-max-namespaces at once in one cluster-wide list (any apiserver). filtered-watch: every namespace, as kube-controller-manager. auto = sharded-watch when the apiserver filters by shard selector, else namespace-watch.", informers.Modes))
 	fs.IntVar(&o.SelectorTerms, "shard-selector-max-terms", o.SelectorTerms, fmt.Sprintf("Most namespaces one shard selector names (sharded-watch): a replica loading more lists them in several requests. At most %d, the apiserver's limit; the default keeps request URLs near 7 KB.", informers.MaxSelectorTerms))
 	fs.IntVar(&o.NamespaceWatchMax, "namespace-watch-max-namespaces", o.NamespaceWatchMax, "namespace-watch: a replica loading more namespaces than this at once (the partitions it gains together) lists each kind in every namespace, once, and keeps only theirs, rather than one list per namespace. 0: always one list per namespace.")
+	fs.StringVar((*string)(&o.ShareWorkers), "share-workers", string(o.ShareWorkers), "true: divide the worker counts of the controllers that run on every replica (--concurrent-deployment-syncs, --concurrent-replicaset-syncs, ...) among the fleet's live replicas when they start, rounded up, so the fleet runs about as many workers as one kube-controller-manager with the same flags (fewer status writes for a busy apiserver). false: every replica runs the full counts (faster while each replica's client rate limiter holds its workers back). auto: true when --kube-api-qps is raised above kube-controller-manager's default. See docs/operations.md.")
 	fs.BoolVar(&o.DummyPieces, "dummy-pieces", false, "Test mode: run pieces that only record when they start and stop, instead of controllers.")
 	fs.StringSliceVar(&o.DummySingletons, "dummy-singletons", []string{"garbagecollector", "namespace", "nodelifecycle", "podgc"}, "Test mode: names of the singleton pieces.")
 	fs.StringVar(&o.DummyRecordFile, "dummy-record-file", "", "Test mode: file the pieces append their records to.")
@@ -126,6 +134,9 @@ func (o *FleetOptions) Validate() error {
 		if !slices.Contains(shard.Placements, p) {
 			errs = append(errs, fmt.Errorf("--supported-placements: %q is not one of %v", p, shard.Placements))
 		}
+	}
+	if err := o.ShareWorkers.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("--share-workers: %w", err))
 	}
 	if len(o.StateVersions) == 0 {
 		errs = append(errs, errors.New("--supported-state-versions must name at least one version"))

@@ -149,6 +149,7 @@ func newRunner(ctx, memberCtx context.Context, c *kcmconfig.CompletedConfig, fle
 	rt, err := controllers.NewRuntime(memberCtx, controllers.RuntimeConfig{
 		KCM: c, Identity: fleet.Identity, Ring: fleet.Ring, Mode: mode,
 		SelectorTerms: fleet.SelectorTerms, NamespaceWatchMax: fleet.NamespaceWatchMax, Authority: member,
+		Replicas: replicasOf(fleet.ShareWorkers.Shares(c.ComponentConfig.Generic.ClientConnection.QPS, fleet.defaultQPS), member),
 	})
 	if err != nil {
 		return nil, nil, err
@@ -229,5 +230,24 @@ func runFleet(ctx, memberCtx context.Context, member *membership.Member, manager
 		cancelManager()
 		<-managerErr
 		return fmt.Errorf("membership: %w", err)
+	}
+}
+
+// replicasOf counts the fleet's live participants, this replica included,
+// for sharing the partition controllers' workers (nil when they are not
+// shared). A replica builds its partition controllers only after its
+// first lease duration, by when it has read every live member's Lease.
+func replicasOf(share bool, member *membership.Member) func() int {
+	if !share {
+		return nil
+	}
+	return func() int {
+		n := 1
+		for _, p := range member.Peers() {
+			if p.Participant {
+				n++
+			}
+		}
+		return n
 	}
 }
