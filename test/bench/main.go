@@ -98,7 +98,7 @@ func main() {
 	var fleetArgs string
 	flag.IntVar(&memoryNamespaces, "memory-namespaces", defaultMemorySize.Namespaces, "With -memory: spread the same objects and pods over this many namespaces (results in memory-<n>ns.md unless 200).")
 	flag.StringVar(&fleetArgs, "fleet-args", "", "Comma-separated extra flags for every fleet replica (e.g. --informer-mode=namespace-watch), for experiments.")
-	flag.BoolVar(&memory, "memory", false, "Memory mode: what each process holds once a mid-sized cluster (200 namespaces, 20,000 ConfigMaps and Secrets of 3 KiB, 5,000 kwok pods) is cached, for KCM and fleets of 1, 3 and 5, one run each at raised limits; results in memory.md.")
+	flag.BoolVar(&memory, "memory", false, "Memory mode: what each process holds once a mid-sized cluster (200 namespaces, 20,000 ConfigMaps and Secrets of 3 KiB, 5,000 kwok pods) is cached, for KCM and fleets of 1, 3 and 5, at raised limits, one run each unless -runs is given; results in memory.md.")
 	flag.BoolVar(&ladder, "scale", false, "Scale ladder: the same cluster shape (per namespace 20 ConfigMaps and 20 Secrets of 16 KiB, a Service, a Deployment of 12 kwok pods) at each of -scale-sizes, for KCM (leader and standby) and fleets of 1, 3 and 5 at raised limits: memory, scale-up, kill -9 failover, whole restart, a fourth replica joining; results in scale.md. -runs applies to the largest size (default 1).")
 	flag.StringVar(&ladderSizes, "scale-sizes", "", "With -scale: comma-separated sizes in namespaces (default 100,300,900).")
 	flag.StringVar(&scaleSteps, "scale-steps", "", "With -scale: comma-separated steps to run (converge, memory, scale-up, failover, restart, join; default all; converge always runs, the others act on its Deployments), e.g. converge,memory with -runs 3 -resume to take the memory figures' median of three runs at the largest size.")
@@ -127,14 +127,12 @@ func main() {
 		cfg.memory, cfg.memorySize = true, memorySizeFor(memoryNamespaces)
 		cfg.systems = []system{{"kube-controller-manager", false, 1}, {"fleet x1", true, 1}, {"fleet x3", true, 3}, {"fleet x5", true, 5}}
 		cfg.limits = []limits{{Name: "raised (qps 1000, burst 2000)", QPS: 1000, Burst: 2000}}
-		cfg.size = size{Runs: 1}
+		cfg.size = size{Runs: runs}
+	}
+	if (memory || ladder) && !runsSet() {
+		cfg.size.Runs, runs = 1, 1 // a memory run or a ladder takes minutes: one unless asked
 	}
 	if ladder {
-		runsSet := false
-		flag.Visit(func(f *flag.Flag) { runsSet = runsSet || f.Name == "runs" })
-		if !runsSet {
-			runs = 1
-		}
 		cfg.ladder, cfg.scaleShape, cfg.ladderSizes = true, defaultScaleShape, defaultScaleSizes
 		if scaleSteps != "" {
 			cfg.scaleSteps = strings.Split(scaleSteps, ",")
@@ -465,4 +463,11 @@ func memoryGiB() float64 {
 		}
 	}
 	return kb / (1 << 20)
+}
+
+// runsSet says whether -runs was given.
+func runsSet() bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "runs" })
+	return set
 }
