@@ -31,12 +31,12 @@ func (w WorkerSharing) Validate() error {
 
 // Shares says whether the workers are shared, for controllers whose
 // clients have qps against KCM's default defaultQPS. auto shares them
-// only above the default: there a replica's client rate limiter holds
-// its workers back, so KCM's counts on every replica write no more
-// updates than KCM (workload (a), fleet x5: 843 against 800 shared) and
-// converge faster (19.7 s against 26.5 s); at raised limits they wrote
-// 965-1,384 updates against KCM's 611-633, and the apiserver, busy with
-// them, closed 37-87 watchers against 0-1 (docs/benchmarks/workers/).
+// only above the default. At or below it a replica's client rate limiter
+// holds its workers back: sharing saved few writes (workload (a), fleet
+// x5: 800 updates against 843) and slowed the fleet (26.5 s against
+// 19.7 s). Above it KCM's counts on every replica wrote 965-1,384 updates
+// against KCM's 611-633, and the apiserver, busy with them, closed 37-87
+// watchers against 0-1 (docs/benchmarks/workers/).
 func (w WorkerSharing) Shares(qps, defaultQPS float32) bool {
 	switch w {
 	case ShareWorkersTrue:

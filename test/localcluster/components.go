@@ -80,8 +80,8 @@ func (c *Cluster) startAPIServer(ctx context.Context, extraArgs []string, auditR
 		"--audit-log-path=" + c.AuditLog,
 		"--audit-log-maxsize=0",
 		"--profiling=false",
-		// Server-side sharded list/watch: partition pieces list and watch
-		// only their namespaces with it.
+		// Server-side sharded list/watch: the owned cache lists the
+		// namespaces it loads with shard selectors.
 		"--feature-gates=ShardedListAndWatch=true",
 		// Names every watcher the watch cache closes for not keeping up
 		// (its key and selectors), so a kept log says whose it was.
