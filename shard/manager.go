@@ -77,11 +77,15 @@ type Status struct {
 	Joining   bool
 	Authority bool
 	// TookShare: since it last finished joining, this replica has once run
-	// every piece its view gives it. It is what readiness reports: a
-	// rolling update that waits for it replaces the next replica only
-	// after the pieces have moved to the new one, not in the middle of
-	// that handover.
+	// every piece its view gives it while the whole fleet ran the view's
+	// pieces (or settleWaitMax after its own share). It is what readiness
+	// reports: a rolling update that waits for it replaces the next
+	// replica only after the view that brought this one in has been
+	// handed over, not in the middle of that handover.
 	TookShare bool
+	// Settling says what of the fleet has not settled on the view while
+	// this replica runs its own share and is not yet ready ("" otherwise).
+	Settling string
 	// LastViewChange is when this replica last applied a new view.
 	LastViewChange time.Time
 }
@@ -96,8 +100,10 @@ type Manager struct {
 	local   Local
 	running map[Piece]*runningPiece
 	done    chan Piece
-	// tookShare latches Status.TookShare.
-	tookShare   bool
+	// tookShare latches Status.TookShare; ownShareSince is when this
+	// replica first ran its own share since it last joined.
+	tookShare     bool
+	ownShareSince time.Time
 	lastWaiting string
 	// OnStatus, if set, is called after every step (from the Manager's goroutine).
 	OnStatus func(Status)
@@ -342,8 +348,21 @@ func (m *Manager) publishStatus(plan Plan, peers []membership.Peer) {
 	switch {
 	case m.local.Joining || !m.local.Authority:
 		m.tookShare = false
+		m.ownShareSince = time.Time{}
+	case m.tookShare:
 	case !plan.ApplyView && plan.Waiting == "" && len(st.Running) == len(plan.Owned):
-		m.tookShare = true
+		now := time.Now()
+		if m.ownShareSince.IsZero() {
+			m.ownShareSince = now
+		}
+		st.Settling = unsettled(plan, m.local, peers, &m.rings)
+		if st.Settling == "" || now.Sub(m.ownShareSince) >= settleWaitMax {
+			if st.Settling != "" {
+				klog.InfoS("Ready before the fleet settled on the view", "waited", now.Sub(m.ownShareSince).Round(time.Millisecond), "unsettled", st.Settling)
+			}
+			m.tookShare = true
+			st.Settling = ""
+		}
 	}
 	st.TookShare = m.tookShare
 	m.mu.Lock()

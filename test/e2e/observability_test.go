@@ -214,9 +214,9 @@ func TestFleetStatusMatchesMetrics(t *testing.T) {
 }
 
 // TestReadinessMeansTookShare: a new replica reports ready only once it
-// runs every partition the ring gives it, so that a rolling update, which
-// replaces the next replica when this one is ready, never interrupts a
-// handover to it.
+// runs every partition the ring gives it and every other replica runs
+// what the ring gives it, so that a rolling update, which replaces the
+// next replica when this one is ready, never interrupts the handover.
 func TestReadinessMeansTookShare(t *testing.T) {
 	inLane(t, laneLight)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -259,21 +259,21 @@ func TestReadinessMeansTookShare(t *testing.T) {
 		t.Fatal(err)
 	}
 	ring := shard.NewRing(shard.DefaultRingConfig, []string{"obs-0", "obs-1", "obs-2"})
-	runs := map[int]bool{}
+	runs := map[string]map[int]bool{}
 	for _, m := range st.Members {
-		if m.Name == "obs-2" {
-			for _, p := range m.Partitions {
-				runs[p] = true
-			}
+		runs[m.Name] = map[int]bool{}
+		for _, p := range m.Partitions {
+			runs[m.Name][p] = true
 		}
 	}
 	want := 0
 	for p := range shard.DefaultRingConfig.Partitions {
-		if ring.PartitionOwner(p) == "obs-2" {
+		owner := ring.PartitionOwner(p)
+		if owner == "obs-2" {
 			want++
-			if !runs[p] {
-				t.Errorf("obs-2 is ready but does not run partition %d, which the ring gives it", p)
-			}
+		}
+		if !runs[owner][p] {
+			t.Errorf("obs-2 is ready but %s does not run partition %d, which the ring gives it", owner, p)
 		}
 	}
 	t.Logf("obs-2 ready running its %d partitions; not ready %d times before (last: %q)", want, notReady, strings.TrimSpace(why))

@@ -173,12 +173,13 @@ func serve(ctx context.Context, c *kcmconfig.CompletedConfig, fleet *FleetOption
 		return errors.New("lease not renewed within the renew deadline")
 	}))
 	serveMux := genericcontrollermanager.NewBaseHandler(&c.ComponentConfig.Generic.Debugging, healthzHandler)
-	// Ready once joined with authority and running its share: a rolling
-	// update then replaces the next replica only after the pieces have
-	// moved to this one (not while they move, which would make the next
-	// leave wait for this handover). Once ready it stays ready while it has
-	// authority, whatever the others do, so a fleet busy moving pieces does
-	// not look unavailable to a PDB.
+	// Ready once joined with authority, running its share, and the whole
+	// fleet running the pieces of the view that brought it in: a rolling
+	// update then replaces the next replica only after that handover is
+	// done (a replica leaving in the middle of it moves pieces back where
+	// they came from: shard.Status.TookShare). Once ready it stays ready
+	// while it has authority, whatever the others do, so a fleet busy
+	// moving pieces does not look unavailable to a PDB.
 	serveMux.Handle("/readyz", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		st := manager.Status()
 		switch {
@@ -186,6 +187,8 @@ func serve(ctx context.Context, c *kcmconfig.CompletedConfig, fleet *FleetOption
 			http.Error(w, "joining the fleet", http.StatusServiceUnavailable)
 		case !member.Valid():
 			http.Error(w, "no authority: "+member.WhyNoAuthority(), http.StatusServiceUnavailable)
+		case st.Settling != "":
+			http.Error(w, "running its share; waiting for the fleet to settle on the view: "+st.Settling, http.StatusServiceUnavailable)
 		case !st.TookShare:
 			http.Error(w, fmt.Sprintf("taking its share of pieces: %d of %d running (%s)", len(st.Running), len(st.Owned), st.Waiting), http.StatusServiceUnavailable)
 		default:
