@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/controller-manager/pkg/informerfactory"
 	"k8s.io/klog/v2"
 	kcmapp "k8s.io/kubernetes/cmd/kube-controller-manager/app"
@@ -54,6 +55,8 @@ type partitionSet struct {
 	deliverGain func(p int) int
 	// lostAt: when each partition last left the scope.
 	lostAt map[int]time.Time
+	// drain: whether the keys a loss queued have been worked off.
+	drain *queueDrain
 
 	// waiting: partitions whose gain waits for lock. The gain that takes
 	// it loads them all into the owned cache with its own (one list per
@@ -64,16 +67,16 @@ type partitionSet struct {
 	waiting   map[int]bool
 }
 
-// minOutOfScope is how long a partition stays out of the scope before it
-// may come back: long enough for the controllers to work off the keys its
-// deletions queued ("not found" syncs clear expectations and trackers).
-// A partition regained sooner could find, say, a Job's deletion
-// expectation still set and its Job held for five minutes. Handovers come
-// from membership changes, seconds apart, so the wait is rarely paid.
+// minOutOfScope bounds how long a partition that comes back waits after
+// it left the scope: until the controllers have worked off the keys its
+// deletions queued ("not found" syncs clear expectations and trackers:
+// queueDrain), or this long. A partition regained sooner could find, say,
+// a Job's deletion expectation still set and its Job held for five
+// minutes.
 const minOutOfScope = 5 * time.Second
 
 func newPartitionSet(r *Runtime) *partitionSet {
-	s := &partitionSet{runtime: r, scope: informers.NewScope(r.ring.Partitions, r.ring.NamespacePartition), lock: make(chan struct{}, 1), lostAt: map[int]time.Time{}, waiting: map[int]bool{}}
+	s := &partitionSet{runtime: r, scope: informers.NewScope(r.ring.Partitions, r.ring.NamespacePartition), lock: make(chan struct{}, 1), lostAt: map[int]time.Time{}, waiting: map[int]bool{}, drain: newQueueDrain(legacyregistry.DefaultGatherer)}
 	s.deliverGain = s.scope.Gain
 	return s
 }
@@ -122,11 +125,8 @@ func (s *partitionSet) gain(ctx context.Context, p int) (gained bool, err error)
 	}
 	lostAt := s.lostAt[p]
 	s.release()
-	if wait := minOutOfScope - time.Since(lostAt); wait > 0 {
-		klog.FromContext(ctx).Info("Partition came back early: waiting until its controllers dropped its state", "partition", p, "wait", wait.Round(time.Millisecond))
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
+	if time.Since(lostAt) < minOutOfScope {
+		if !s.waitDropped(ctx, p, lostAt) {
 			return false, nil
 		}
 	}
@@ -164,6 +164,38 @@ func (s *partitionSet) gain(ctx context.Context, p int) (gained bool, err error)
 	n := s.deliverGain(p)
 	klog.FromContext(ctx).V(2).Info("Partition gained", "partition", p, "delivered", n, "took", time.Since(start).Round(time.Millisecond))
 	return true, nil
+}
+
+// waitDropped waits until the controllers have worked off the keys p's
+// loss at lostAt queued (queueDrain), or minOutOfScope after the loss;
+// false if ctx ended first.
+func (s *partitionSet) waitDropped(ctx context.Context, p int, lostAt time.Time) bool {
+	logger := klog.FromContext(ctx)
+	start := time.Now()
+	deadline := time.NewTimer(minOutOfScope - time.Since(lostAt))
+	defer deadline.Stop()
+	poll := time.NewTicker(s.drain.minInterval)
+	defer poll.Stop()
+	var lastErr error
+	for {
+		drained, err := s.drain.drainedSince(lostAt)
+		if err != nil && lastErr == nil {
+			logger.Error(err, "Partition came back early; waiting out the quiet time", "partition", p)
+		}
+		lastErr = err
+		if drained {
+			logger.Info("Partition came back early: its controllers had worked off its keys", "partition", p, "waited", time.Since(start).Round(time.Millisecond))
+			return true
+		}
+		select {
+		case <-poll.C:
+		case <-deadline.C:
+			logger.Info("Partition came back early: waited out the quiet time", "partition", p, "waited", time.Since(start).Round(time.Millisecond))
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 // setWaiting records whether p's gain waits for lock.

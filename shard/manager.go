@@ -104,7 +104,7 @@ type Manager struct {
 	// replica first ran its own share since it last joined.
 	tookShare     bool
 	ownShareSince time.Time
-	lastWaiting string
+	lastWaiting   string
 	// OnStatus, if set, is called after every step (from the Manager's goroutine).
 	OnStatus func(Status)
 	// OnStep reports each plan (for metrics of handover).

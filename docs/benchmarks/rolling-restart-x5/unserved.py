@@ -3,8 +3,8 @@
 Usage: python3 unserved.py KEEP_DIR...  (directories of `-keep`, with fcm-*.log)
 
 A partition is unserved from its "Piece stopped" on one replica to its next
-"Starting piece" on any replica, plus the minOutOfScope wait that start
-logged ("Partition came back early") when it came back within 5 s.
+"Starting piece" on any replica, plus the wait before its controllers
+serve it when it came back within 5 s ("Partition came back early").
 """
 import glob
 import re
@@ -27,8 +27,11 @@ def events(run):
                 out.append((seconds(line), 'stop' if 'Piece stopped' in line else 'start', p, 0.0))
             elif 'came back early' in line:
                 p = int(re.search(r'partition=(\d+)', line).group(1))
-                v, unit = re.search(r'wait="([\d.]+)(ms|s)"', line).groups()
-                out.append((seconds(line), 'early', p, float(v) / (1000 if unit == 'ms' else 1)))
+                # Logged before a fixed wait (wait=) or after a wait on
+                # the queues (waited=): served at the end of it.
+                m = re.search(r' wait="([\d.]+)(ms|s)"', line)
+                wait = float(m.group(1)) / (1000 if m.group(2) == 'ms' else 1) if m else 0.0
+                out.append((seconds(line), 'early', p, wait))
     return sorted(out)
 
 
