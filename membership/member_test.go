@@ -136,3 +136,62 @@ func TestObserveSupports(t *testing.T) {
 		t.Errorf("own Lease: supports %q (%v), want p/v2 and p/v3", own.Annotations[SupportsAnnotation], err)
 	}
 }
+
+// TestSupersededIncarnationStaysListed: a new incarnation that creates its
+// Lease at once (it found it deleted) does not free what the old one
+// listed: another member could start those pieces while the old process
+// still acts or its writes are on their way. They stay listed, by a
+// ghost, for a lease duration from when the old one was last seen.
+func TestSupersededIncarnationStaysListed(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		old       State
+		deleted   bool // the old Lease deleted by hand before the new one
+		wantGhost bool
+	}{
+		{"deleted by hand, then recreated", State{Incarnation: "b1", Seq: 5, View: "aa", Running: []string{"partition/1"}}, true, true},
+		{"replaced while listed", State{Incarnation: "b1", Seq: 5, View: "aa", Running: []string{"partition/1"}}, false, true},
+		{"nothing was running", State{Incarnation: "b1", Seq: 5, View: "aa"}, true, false},
+		{"left gracefully", State{Incarnation: "b1", Seq: 5, Leaving: true}, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := clocktesting.NewFakeClock(time.Unix(1000, 0))
+			m, err := New(Config{Client: fake.NewSimpleClientset(), Namespace: "ns", Fleet: "f", Identity: "self", Clock: clock})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m.observe(lease("b", "10", encoded(t, tc.old)), false)
+			if tc.deleted {
+				clock.Step(time.Second)
+				m.observe(lease("b", "11", encoded(t, tc.old)), true)
+			}
+			clock.Step(time.Second)
+			m.observe(lease("b", "12", encoded(t, State{Incarnation: "b2", Seq: 1, Joining: true})), false)
+			ghost := func() *Peer {
+				for _, p := range m.Peers() {
+					if p.State.Incarnation == "b1" {
+						return &p
+					}
+				}
+				return nil
+			}
+			g := ghost()
+			if (g != nil) != tc.wantGhost {
+				t.Fatalf("ghost of b1 = %+v, want one: %v (peers %+v)", g, tc.wantGhost, m.Peers())
+			}
+			if g == nil {
+				return
+			}
+			if g.Participant || !g.State.Runs("partition/1") {
+				t.Fatalf("the ghost must list partition/1 without taking part in views: %+v", g)
+			}
+			clock.Step(DefaultLeaseDuration)
+			if g := ghost(); g != nil {
+				t.Fatalf("the ghost outlived a lease duration from when b1 was last seen: %+v", g)
+			}
+			if peers := m.Peers(); len(peers) != 1 || peers[0].State.Incarnation != "b2" {
+				t.Fatalf("want b2 alone, got %+v", peers)
+			}
+		})
+	}
+}

@@ -25,8 +25,9 @@ type Peer struct {
 	Name  string
 	State State
 	// Participant: alive and not leaving. Otherwise the peer is a ghost:
-	// its Lease was deleted while it listed running pieces, and it counts
-	// only until it would have expired.
+	// its Lease was deleted, or a newer incarnation took it over, while it
+	// listed running pieces, and it counts only until it would have
+	// expired.
 	Participant bool
 	// ObservedAt is when, on this replica's clock, its Lease last changed.
 	ObservedAt time.Time
@@ -47,6 +48,11 @@ type observation struct {
 	expired    bool
 	checking   bool
 	retired    map[string]bool // incarnations superseded by a newer one
+	// ghost: the last state of the incarnation a newer one superseded
+	// while it listed running pieces, counted until ghostUntil.
+	ghost      *State
+	ghostSeen  time.Time
+	ghostUntil time.Time
 	lastBadLog time.Time
 	// unreadVersion: the last write is of a state version this member
 	// does not read; see Member.Joining.
@@ -66,6 +72,9 @@ func (m *Member) Peers() []Peer {
 	var out []Peer
 	for _, name := range names {
 		o := m.obs[name]
+		if o.ghost != nil && now.Before(o.ghostUntil) {
+			out = append(out, Peer{Name: name, State: *o.ghost, ObservedAt: o.ghostSeen})
+		}
 		if !o.good || o.expired {
 			continue
 		}
@@ -184,6 +193,19 @@ func (m *Member) observe(obj any, deleted bool) {
 	default:
 		if o.good && st.Incarnation != o.state.Incarnation {
 			o.retired[o.state.Incarnation] = true
+			// A new incarnation proves nothing of the old one: it writes
+			// at once when it finds its Lease deleted (by hand, or by a
+			// chaos fault: created 2.6 s after the deletion, 1.3 s after
+			// the old process was killed, and another replica started
+			// the old one's pieces 34 ms later, while the old one's
+			// writes could still be on their way). What the old one
+			// listed stays listed for a lease duration from when it was
+			// last seen, as for a Lease deleted by hand, unless its
+			// authority certainly ran out.
+			if len(o.state.Running) > 0 && !o.state.Leaving && !o.expired {
+				old := o.state
+				o.ghost, o.ghostSeen, o.ghostUntil = &old, o.lastChange, o.lastChange.Add(o.duration)
+			}
 		}
 		supports, serr := ParseSupports(lease.Annotations[SupportsAnnotation])
 		if serr != nil && now.Sub(o.lastBadLog) > time.Minute {

@@ -35,7 +35,11 @@
 //     piece. A Lease deleted by anyone but a graceful leave stays a
 //     participant for a lease duration after its deletion (its member may
 //     be alive and acting on what it saw; it recreates its Lease on its
-//     next renewal).
+//     next renewal), and what an incarnation listed stays listed for a
+//     lease duration after it was last seen when a newer incarnation
+//     takes its Lease over (a new process writes at once when it finds
+//     its Lease deleted: the chaos soak caught a piece started 1.4 s
+//     after the old process was killed, its writes possibly in transit).
 //  4. Own nothing while joining: for one lease duration after the first
 //     write of a process, and after regaining authority that had run out.
 //     Joining members take part in views (they must acknowledge them) but

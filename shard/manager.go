@@ -24,8 +24,10 @@ type Authority interface {
 	Authority() (ok bool, until time.Time)
 }
 
-// Runner runs pieces. Run must return only when all of the piece's work has
-// stopped, and should return soon after ctx is cancelled.
+// Runner runs pieces. Run must return only when the piece can no longer
+// act (nothing it does reaches the apiserver any more: its writes are
+// refused and the ones sent answered), and should return soon after ctx is
+// cancelled; its goroutines may wind down after that.
 type Runner interface {
 	Run(ctx context.Context, piece Piece, authority Authority) error
 }
