@@ -294,14 +294,18 @@ func (r *Runtime) Run(ctx context.Context, piece shard.Piece, _ shard.Authority)
 	return r.partitionSet.run(ctx, piece)
 }
 
-// Prepare marks the partition pieces a step starts together as waiting
-// to be gained (shard.Preparer): the first of their gains loads them all
-// into the owned cache at once.
+// Prepare tells the partition set which partition pieces a step starts
+// together (shard.Preparer), so that it gains them in one reconcile, all
+// loaded into the owned cache at once.
 func (r *Runtime) Prepare(pieces []shard.Piece) {
+	var partitions []int
 	for _, piece := range pieces {
 		if piece.IsPartition() {
-			r.partitionSet.setWaiting(piece.Partition(), true)
+			partitions = append(partitions, piece.Partition())
 		}
+	}
+	if len(partitions) > 0 {
+		r.partitionSet.prepare(partitions)
 	}
 }
 

@@ -267,10 +267,10 @@ func (o *OwnedCache) waitNamespaces(ctx context.Context) error {
 	return nil
 }
 
-// Include marks p loaded without waiting: for partitions the informers'
-// first list brings (before Start).
-func (o *OwnedCache) Include(ctx context.Context, p int) error {
-	return o.load(ctx, []int{p}, false)
+// Include marks partitions loaded without waiting: for partitions the
+// informers' first list brings (before Start).
+func (o *OwnedCache) Include(ctx context.Context, partitions ...int) error {
+	return o.load(ctx, partitions, false)
 }
 
 // Load adds the namespaces of partitions and returns once every informer
