@@ -67,13 +67,15 @@ func (r *Runtime) registerDebug(built []kcmapp.Controller) func() {
 // CachePath serves what the replica caches for its partition controllers.
 const CachePath = "/debug/fleet/cache"
 
-// OwnedCacheStatus is CachePath's answer: the informer mode, and, with an
-// owned cache, the partitions loaded into it, the resources it holds in
+// OwnedCacheStatus is CachePath's answer: the informer mode, the
+// partitions the partition controllers serve, and, with an owned cache,
+// the partitions loaded into it, the resources it holds in
 // every namespace for the colocated singletons, the field selectors
 // narrowing resources (ownedFieldSelectors), and the keys of every object
 // it holds, by resource.
 type OwnedCacheStatus struct {
 	Mode           string              `json:"mode"`
+	Served         []int               `json:"served,omitempty"`
 	Partitions     []int               `json:"partitions,omitempty"`
 	Everywhere     []string            `json:"everywhere,omitempty"`
 	FieldSelectors map[string]string   `json:"fieldSelectors,omitempty"`
@@ -83,7 +85,7 @@ type OwnedCacheStatus struct {
 // CacheHandler serves CachePath.
 func (r *Runtime) CacheHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		status := OwnedCacheStatus{Mode: string(r.mode)}
+		status := OwnedCacheStatus{Mode: string(r.mode), Served: r.partitionSet.served()}
 		if r.owned != nil {
 			status.Partitions, status.Everywhere, status.Keys = r.owned.Partitions(), r.owned.Everywhere(), r.owned.Keys()
 			status.FieldSelectors = r.owned.FieldSelectors()

@@ -485,9 +485,24 @@ func (s *partitionSet) start(gainCtx context.Context, batch []int) (err error) {
 	s.running = true
 	r.factories.Store("partition", factory)
 	klog.FromContext(ctx).Info("Partition controllers running", "controllers", len(built), "partitions", batch)
+	go logGainedOnSync(ctx, factory, batch, time.Now())
 	go func() {
 		kcmapp.RunControllers(ctx, cc, built, kcmapp.ControllerStartJitter, 0)
 		factory.Shutdown()
 	}()
 	return nil
+}
+
+// logGainedOnSync logs the gain of the partitions the controllers started
+// with once their informers' first lists are cached, which is when the
+// controllers act on them (a later gain logs once it has delivered).
+func logGainedOnSync(ctx context.Context, factory *informers.PieceFactory, batch []int, start time.Time) {
+	for _, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return
+		}
+	}
+	for _, p := range batch {
+		klog.FromContext(ctx).V(2).Info("Partition gained", "partition", p, "took", time.Since(start).Round(time.Millisecond), "with", "the informers' first lists")
+	}
 }

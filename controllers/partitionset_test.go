@@ -92,6 +92,18 @@ func (ts *testPartitionSet) startRun(t *testing.T, p int) (stop func()) {
 	}
 }
 
+// backEarly serves p, loses it with a key its loss queued still undone,
+// and starts a new run of p.
+func (ts *testPartitionSet) backEarly(t *testing.T, p int) {
+	t.Helper()
+	stop := ts.startRun(t, p)
+	ts.reconcile(t.Context())
+	stop()
+	ts.reconcile(t.Context())
+	ts.queueAdds.WithLabelValues("job").Inc()
+	ts.startRun(t, p)
+}
+
 // TestPartitionSetReconcile: what one reconcile does from the table.
 func TestPartitionSetReconcile(t *testing.T) {
 	tests := []struct {
@@ -137,12 +149,7 @@ func TestPartitionSetReconcile(t *testing.T) {
 	}, {
 		name: "back early: waits until the keys its loss queued are done",
 		steps: func(t *testing.T, ts *testPartitionSet) {
-			stop := ts.startRun(t, 1)
-			ts.reconcile(t.Context())
-			stop()
-			ts.reconcile(t.Context())
-			ts.queueAdds.WithLabelValues("job").Inc() // a key the loss queued
-			ts.startRun(t, 1)
+			ts.backEarly(t, 1)
 			if retry := ts.reconcile(t.Context()); retry <= 0 || len(ts.served()) != 0 {
 				t.Fatalf("retry after %v, served %v: want a wait and nothing served", retry, ts.served())
 			}
@@ -155,12 +162,7 @@ func TestPartitionSetReconcile(t *testing.T) {
 	}, {
 		name: "back early with keys never done: served once the quiet time is over",
 		steps: func(t *testing.T, ts *testPartitionSet) {
-			stop := ts.startRun(t, 1)
-			ts.reconcile(t.Context())
-			stop()
-			ts.reconcile(t.Context())
-			ts.queueAdds.WithLabelValues("job").Inc()
-			ts.startRun(t, 1)
+			ts.backEarly(t, 1)
 			ts.reconcile(t.Context())
 			ts.table[1].lostAt = time.Now().Add(-minOutOfScope)
 			ts.reconcile(t.Context())

@@ -287,6 +287,9 @@ func waitCachesExact(ctx context.Context, t *testing.T, client kubernetes.Interf
 			if fmt.Sprint(status.Partitions) != fmt.Sprint(running) {
 				return false, fmt.Sprintf("%s runs partitions %v, has loaded %v", name, running, status.Partitions)
 			}
+			if fmt.Sprint(status.Served) != fmt.Sprint(running) {
+				return false, fmt.Sprintf("%s runs partitions %v, serves %v", name, running, status.Served)
+			}
 			owned := map[int]bool{}
 			for _, p := range status.Partitions {
 				if other, ok := seen[p]; ok {
@@ -468,12 +471,16 @@ func cacheStatus(client *http.Client, port int) (ownedCacheStatus, error) {
 	if status.Partitions == nil {
 		status.Partitions = []int{}
 	}
+	if status.Served == nil {
+		status.Served = []int{}
+	}
 	return status, nil
 }
 
 // ownedCacheStatus is controllers.OwnedCacheStatus.
 type ownedCacheStatus struct {
 	Mode           string              `json:"mode"`
+	Served         []int               `json:"served"`
 	Partitions     []int               `json:"partitions"`
 	Everywhere     []string            `json:"everywhere"`
 	FieldSelectors map[string]string   `json:"fieldSelectors"`
