@@ -18,9 +18,9 @@ import (
 )
 
 // partitionSet is the replica's one instance of each partition controller
-// and the one table of the partitions it holds. It is built when the
-// replica first gains a partition and runs for the replica's lifetime;
-// which namespaces it serves is its Scope.
+// and the one table of the partitions it holds. The controllers are built
+// when the replica first gains a partition and run for the replica's
+// lifetime; which namespaces they serve is the set's Scope.
 //
 // It works as an upstream controller's sync does, level-triggered: the
 // runs of partition pieces write what is wanted into the table (run), and
