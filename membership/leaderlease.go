@@ -60,10 +60,19 @@ type leaderLease struct {
 	observedAt  time.Time
 	lastRenew   time.Time // renew time of this incarnation's last write
 	unknownAt   map[string]time.Time
-	left        bool
-	lastHolder  string
+	// read is the writers list that the last successful renewal was
+	// written over (see Member.Joining).
+	read writersRead
+	// heldSince: when the renewal that began the current stretch of
+	// authority was sent (see Member.Joining).
+	heldSince  time.Time
+	left       bool
+	lastHolder string
 	// wake notifies the member when this renewal's authority runs out.
 	wake *wakeTimer
+	// renewNow asks for a renewal before the next retry period: a join
+	// waits for one (Member.Joining).
+	renewNow chan struct{}
 	// cache reads the Lease from the watch (nil before it runs).
 	cache func() *coordinationv1.Lease
 
@@ -96,6 +105,7 @@ func newLeaderLease(cfg LeaderLeaseConfig, m *Member) *leaderLease {
 		unknownAt: map[string]time.Time{},
 		waiting:   "not holding kube-controller-manager's leader lease yet",
 		wake:      newWakeTimer(m.cfg.Clock, m.notify),
+		renewNow:  make(chan struct{}, 1),
 	}
 }
 
@@ -155,7 +165,16 @@ func (l *leaderLease) run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-clk.After(next.Sub(clk.Now())):
+		case <-l.renewNow:
 		}
+	}
+}
+
+// askRenewal wakes run for a renewal now.
+func (l *leaderLease) askRenewal() {
+	select {
+	case l.renewNow <- struct{}{}:
+	default:
 	}
 }
 
@@ -284,6 +303,16 @@ func (l *leaderLease) renewFrom(ctx context.Context, lease *coordinationv1.Lease
 	// The update carries the resourceVersion read: it fails if anyone
 	// (a KCM taking over, another replica) wrote in between.
 	_, err = l.store.Update(ctx, updated)
+	if err == nil {
+		annotation := lease.Annotations[WritersAnnotation]
+		if takeover {
+			// Taken from a KCM (or released): no member's renewal
+			// still holds, and any that acts later renews after this
+			// write, which lists this replica.
+			annotation = ""
+		}
+		l.wroteOver(sent, annotation)
+	}
 	l.written(ctx, sent, err, holder)
 	return time.Time{}, apierrors.IsConflict(err)
 }
@@ -324,6 +353,9 @@ func (l *leaderLease) written(ctx context.Context, sent time.Time, err error, he
 	leaderLeaseRenewals.WithLabelValues("success").Inc()
 	l.mu.Lock()
 	was := l.clock.Now().Before(l.deadline)
+	if !was {
+		l.heldSince = sent
+	}
 	l.deadline = sent.Add(l.cfg.RenewDeadline)
 	l.waiting = "kube-controller-manager's leader lease not renewed within its renew deadline"
 	l.lastHolder = l.holder

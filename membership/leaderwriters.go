@@ -105,3 +105,35 @@ func (l *leaderLease) othersActive(annotation string) ([]string, error) {
 	}
 	return out, nil
 }
+
+// writersRead is the writers list on the version of the Lease that a
+// successful renewal, sent at sent, was conditionally written over: every
+// replica that renewed the Lease before that write and had not been taken
+// off the list. ok is false when there is no such renewal (or its list was
+// unreadable).
+type writersRead struct {
+	sent    time.Time
+	writers []string
+	ok      bool
+}
+
+// wroteOver records the writers listed on the version a renewal sent at
+// sent replaced. An unreadable list records nothing: a joiner then waits
+// its whole lease duration.
+func (l *leaderLease) wroteOver(sent time.Time, annotation string) {
+	list, err := decodeWriters(annotation)
+	if err != nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.read = writersRead{sent: sent, writers: list, ok: true}
+}
+
+// lastRead is what wroteOver recorded last, and when the current stretch
+// of authority began (zero before the first renewal).
+func (l *leaderLease) lastRead() (writersRead, time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.read, l.heldSince
+}

@@ -26,14 +26,21 @@ type Member struct {
 	changed chan struct{}
 	publish chan struct{}
 
-	mu         sync.Mutex
-	desired    State
-	confirmed  State
-	seq        uint64
-	lease      *coordinationv1.Lease // last written or read own Lease
-	deadline   time.Time             // authority holds until then
-	joinedAt   time.Time             // first successful write of this incarnation
-	joinOver   time.Time             // joinedAt of the last join that ended (Joining)
+	mu        sync.Mutex
+	desired   State
+	confirmed State
+	seq       uint64
+	lease     *coordinationv1.Lease // last written or read own Lease
+	deadline  time.Time             // authority holds until then
+	joinedAt  time.Time             // first successful write of this incarnation
+	joinOver  time.Time             // start of the last join that ended (Joining)
+	// listWanted: a join began then and wants a list sent after it;
+	// listSent: when the last successful list was sent (listLoop).
+	listWanted, listSent time.Time
+	listWake             chan struct{}
+	// renewAsked: the start of the join that asked KCM's leader Lease for
+	// a renewal now.
+	renewAsked time.Time
 	synced     bool
 	obs        map[string]*observation
 	renewFails int
@@ -71,6 +78,7 @@ func New(cfg Config) (*Member, error) {
 		incarnation: hex.EncodeToString(b[:]),
 		changed:     make(chan struct{}, 1),
 		publish:     make(chan struct{}, 1),
+		listWake:    make(chan struct{}, 1),
 		obs:         map[string]*observation{},
 	}
 	if len(cfg.Supports.Placements) > 0 || len(cfg.Supports.StateVersions) > 0 {
@@ -176,33 +184,6 @@ func (m *Member) Valid() bool {
 	return ok
 }
 
-// Joining reports whether this incarnation is still in its first lease
-// duration (or has not joined yet): it must not own anything, because it
-// may not yet have seen every member (see package shard). It stays
-// joining while a live member's Lease holds a state version it does not
-// read: that member is invisible to it (a newer release writes the
-// version every member reads, so this lasts until the writer has seen
-// this member, normally one renewal).
-//
-// Once a join is over it stays over until the next (re)join: a Lease
-// that turns unreadable later (written by hand, or by a member of a
-// newer release before it saw this one) holds no member that already
-// owns pieces.
-func (m *Member) Joining() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	switch {
-	case !m.synced || m.joinedAt.IsZero() || m.cfg.Clock.Since(m.joinedAt) < m.cfg.LeaseDuration:
-		return true
-	case m.joinOver.Equal(m.joinedAt):
-		return false
-	case m.unreadMemberLocked() != "":
-		return true
-	}
-	m.joinOver = m.joinedAt
-	return false
-}
-
 // Supports is what this member publishes that it supports.
 func (m *Member) Supports() Supports { return m.cfg.Supports }
 
@@ -237,6 +218,7 @@ func (m *Member) Run(ctx context.Context) error {
 	}
 	go m.expiryLoop(ctx)
 	go m.gaugeLoop(ctx)
+	go m.listLoop(ctx)
 	leaderErr := make(chan error, 1)
 	if m.leader != nil {
 		m.leader.logger = m.logger

@@ -129,6 +129,12 @@ func (m *Member) writerStatus(writer string) writerState {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.otherWriterStatusLocked(identity, incarnation)
+}
+
+// otherWriterStatusLocked judges a writer of another identity; m.mu is
+// held.
+func (m *Member) otherWriterStatusLocked(identity, incarnation string) writerState {
 	o := m.obs[identity]
 	switch {
 	case o == nil:

@@ -75,10 +75,13 @@ func (m *Member) renew(ctx context.Context) {
 	if !heldAtSend {
 		// Joining, or rejoining after authority ran out (an apiserver
 		// outage, a long pause): while it could not renew it may have
-		// judged live members expired, and they it. It owns nothing for a
-		// lease duration, until every live member is certainly seen again.
+		// judged live members expired, and they it. It owns nothing until
+		// every member that may act is certainly seen again (Joining).
 		m.joinedAt = answered
-		m.logger.Info("Joined the fleet; owning nothing for one lease duration", "lease", m.cfg.Identity, "duration", m.cfg.LeaseDuration)
+		m.logger.Info("Joined the fleet; owning nothing until every member is seen, at most one lease duration", "lease", m.cfg.Identity, "duration", m.cfg.LeaseDuration)
+		if m.leader != nil {
+			m.wantList(answered)
+		}
 		go func() {
 			select {
 			case <-m.cfg.Clock.After(m.cfg.LeaseDuration):

@@ -93,7 +93,9 @@ type sim struct {
 	// kcmLease its leader Lease (kcm_sim_test.go).
 	kcm      *simKCM
 	kcmLease simKCMLease
-	names    int
+	// joinedEarly counts joins that ended before their lease duration.
+	joinedEarly int
+	names       int
 	// kcmCutUntil: KCM cannot reach the apiserver until then;
 	// fleetDeniedUntil: members' writes to KCM's Lease are refused.
 	kcmCutUntil, fleetDeniedUntil int64
@@ -135,28 +137,31 @@ type simObs struct {
 }
 
 type simNode struct {
-	s            *sim
-	name         string
-	incarnation  string
-	alive        bool // process exists
-	synced       bool // initial list of leases done
-	joinUntil    int64
-	joinOver     bool // the join that joinUntil began has ended
-	paused       bool
-	pausedQueue  []func()
-	joined       bool  // has authority (lease held and renewed in time)
-	fence        int64 // may act while now < fence
-	waitTakeover bool
-	local        Local
-	seq          uint64
-	obs          map[string]*simObs
-	inflight     bool
-	lastSent     string
-	dirty        bool
-	leaving      bool
-	stopping     map[Piece]bool
-	incCount     int
-	leader       simLeaderLease
+	s           *sim
+	name        string
+	incarnation string
+	alive       bool // process exists
+	synced      bool // initial list of leases done
+	// joinAt: when the joining write was answered (-1: not yet);
+	// joinOverAt: the start of the last join that ended; listSent: when
+	// the last fresh list of Leases was sent (Member.Joining).
+	joinAt, joinOverAt, listSent int64
+	listing                      bool
+	paused                       bool
+	pausedQueue                  []func()
+	joined                       bool  // has authority (lease held and renewed in time)
+	fence                        int64 // may act while now < fence
+	waitTakeover                 bool
+	local                        Local
+	seq                          uint64
+	obs                          map[string]*simObs
+	inflight                     bool
+	lastSent                     string
+	dirty                        bool
+	leaving                      bool
+	stopping                     map[Piece]bool
+	incCount                     int
+	leader                       simLeaderLease
 	// cutUntil: the member's connection to the apiserver is cut until then.
 	cutUntil int64
 	// supports is this process's release (picked at each start).
@@ -307,7 +312,7 @@ func (n *simNode) start() {
 		n.waitTakeover = false
 	}
 	n.synced = false
-	n.joinUntil, n.joinOver = 1<<62, false
+	n.joinAt, n.joinOverAt, n.listSent, n.listing = -1, -1, -1, false
 	n.obs = map[string]*simObs{}
 	n.s.at(n.s.latency(), n, n.list)
 	n.s.at(0, n, n.renewTick)
@@ -519,12 +524,25 @@ func (n *simNode) step() {
 	}
 	n.local.Authority = n.authority()
 	n.local.Leaving = n.leaving
-	// As membership.Member.Joining: past the quiet period a join lasts
-	// while a live Lease is unread, and once over stays over.
-	joining := n.s.now < n.joinUntil
-	if !joining && !n.joinOver {
-		joining = n.unreadMember()
-		n.joinOver = !joining
+	// As membership.Member.Joining: a join lasts a lease duration from
+	// its start, or until every member that may act is seen, then while
+	// a live Lease is unread, and once over stays over.
+	joining := true
+	if start := n.joinStart(); start >= 0 && n.joinOverAt != start {
+		if n.s.now >= start+simLease || n.everyMemberSeen(start) {
+			joining = n.unreadMember()
+			if !joining {
+				n.joinOverAt = start
+				if n.s.now < start+simLease {
+					n.s.joinedEarly++
+					n.s.logf("%s: joined after %d ms, every member seen", n.name, n.s.now-start)
+				}
+			}
+		} else if n.listSent < start {
+			n.wantList()
+		}
+	} else if start >= 0 {
+		joining = false
 	}
 	n.local.Joining = joining && !n.leaving
 	plan := Decide(n.local, n.peers(), &n.s.rings)
@@ -636,7 +654,7 @@ func (n *simNode) maybeWrite() {
 				// Joining or rejoining after authority ran out: watch the
 				// fleet for a lease duration before owning anything, since
 				// others may have been judged expired meanwhile.
-				n.joinUntil, n.joinOver = n.s.now+simLease, false
+				n.joinAt = n.s.now
 				n.s.at(simLease, n, n.step)
 			}
 			n.local.Confirmed = st
@@ -686,7 +704,15 @@ func (n *simNode) pause(d int64) {
 	})
 }
 
-func runSimulation(t *testing.T, seed int64, withKCM bool) (settle time.Duration, err error) {
+// simOutcome is what a simulation that found no violation reports.
+type simOutcome struct {
+	// settle: from the last disruption until every piece ran on its owner.
+	settle time.Duration
+	// joinedEarly: joins that ended before their lease duration.
+	joinedEarly int
+}
+
+func runSimulation(t *testing.T, seed int64, withKCM bool) (simOutcome, error) {
 	rng := rand.New(rand.NewSource(seed))
 	// The colocated singletons with a share: the two placements differ.
 	s := &sim{t: t, rng: rng, leases: map[string]*simLeaseRecord{}, ring: RingConfig{Partitions: 16, ReplicationFactor: 32, Load: 1.25,
@@ -782,7 +808,7 @@ func runSimulation(t *testing.T, seed int64, withKCM bool) (settle time.Duration
 	}
 	s.run(horizon)
 	if s.violation != "" {
-		return 0, fmt.Errorf("%s\nlast events:\n%s", s.violation, strings.Join(s.log[max(0, len(s.log)-60):], "\n"))
+		return simOutcome{}, fmt.Errorf("%s\nlast events:\n%s", s.violation, strings.Join(s.log[max(0, len(s.log)-60):], "\n"))
 	}
 	// Settle: no more disruptions; everything must be owned again.
 	s.downTil, s.kcmCutUntil, s.fleetDeniedUntil = 0, 0, 0
@@ -806,13 +832,13 @@ func runSimulation(t *testing.T, seed int64, withKCM bool) (settle time.Duration
 		}
 		s.run(s.now + 250)
 		if s.violation != "" {
-			return 0, fmt.Errorf("%s\nlast events:\n%s", s.violation, strings.Join(s.log[max(0, len(s.log)-60):], "\n"))
+			return simOutcome{}, fmt.Errorf("%s\nlast events:\n%s", s.violation, strings.Join(s.log[max(0, len(s.log)-60):], "\n"))
 		}
 		if s.allOwned() {
-			return time.Duration(s.now-settleStart) * time.Millisecond, nil
+			return simOutcome{settle: time.Duration(s.now-settleStart) * time.Millisecond, joinedEarly: s.joinedEarly}, nil
 		}
 	}
-	return 0, fmt.Errorf("fleet did not settle within %d ms: %s", deadline-settleStart, s.ownership())
+	return simOutcome{}, fmt.Errorf("fleet did not settle within %d ms: %s", deadline-settleStart, s.ownership())
 }
 
 func (s *sim) liveNodes() []string {
@@ -918,11 +944,11 @@ func TestProtocolSimulation(t *testing.T) {
 	}
 	var worst time.Duration
 	for _, seed := range seeds {
-		settle, err := runSimulation(t, seed, false)
+		out, err := runSimulation(t, seed, false)
 		if err != nil {
 			t.Fatalf("seed %d (replay: go test ./shard -run TestProtocolSimulation -sim.seed=%d): %v", seed, seed, err)
 		}
-		worst = max(worst, settle)
+		worst = max(worst, out.settle)
 	}
 	t.Logf("%d simulations (seeds %d..%d), never two owners; slowest settle after the last disruption: %v", len(seeds), seeds[0], seeds[len(seeds)-1], worst)
 }

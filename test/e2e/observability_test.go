@@ -249,8 +249,8 @@ func TestReadinessMeansTookShare(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	// Joining alone lasts a lease duration: a replica ready at once did
-	// not wait for anything.
+	// Joining and the handover of its share take Lease writes of every
+	// replica: a replica ready at once did not wait for anything.
 	if notReady == 0 {
 		t.Fatalf("obs-2 was ready at once")
 	}
