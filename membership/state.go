@@ -79,8 +79,9 @@ type State struct {
 	// Running lists every piece this member may be running: published
 	// before a piece starts, removed after its Run returned.
 	Running []string `json:"running,omitempty"`
-	// Joining is set by a new process during its first lease duration: it
-	// takes part in views but owns nothing yet.
+	// Joining is set while a process (or one whose authority ran out) has
+	// not yet seen every member that may act: it takes part in views but
+	// owns nothing yet.
 	Joining bool `json:"joining,omitempty"`
 	// Leaving is set on the last write before a graceful leave: nothing
 	// runs and the Lease is about to be deleted.

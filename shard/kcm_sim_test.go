@@ -296,7 +296,9 @@ func (n *simNode) writerStatus(w string) writerState {
 	}
 	o := n.obs[name]
 	switch {
-	case o == nil || o.state.Incarnation != inc:
+	case o == nil || !o.good || o.state.Incarnation != inc:
+		// Never read (an unread state version, or only a deletion
+		// seen): unknown, as in the runtime.
 		return writerUnknown
 	case o.expired || o.state.Leaving:
 		return writerStopped

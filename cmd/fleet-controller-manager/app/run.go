@@ -239,7 +239,7 @@ func runFleet(ctx, memberCtx context.Context, member *membership.Member, manager
 // replicasOf counts the fleet's live participants, this replica included,
 // for sharing the partition controllers' workers (nil when they are not
 // shared). A replica builds its partition controllers only after its
-// first lease duration, by when it has read every live member's Lease.
+// join, by when it has seen every member that may act.
 func replicasOf(share bool, member *membership.Member) func() int {
 	if !share {
 		return nil
