@@ -25,7 +25,8 @@ import (
 // ends earlier once both of these hold:
 //
 //   - a consistent list of the fleet's Leases, sent after the join began,
-//     is observed: every member whose Lease exists is seen;
+//     is observed: every member whose Lease exists is seen, as of a time
+//     after the join began;
 //   - a renewal of kube-controller-manager's leader Lease, sent after the
 //     join began, succeeded, and every writer listed on the version it
 //     replaced is seen (or known to have stopped). A member acts only on
@@ -111,6 +112,22 @@ func (m *Member) unseenLocked(read writersRead, start time.Time) string {
 			return fmt.Sprintf("writer %s not seen", w)
 		}
 	}
+	// A member this one leaves out of its views must certainly act no
+	// more. Expiry is not certain here: after an apiserver outage longer
+	// than a lease duration, members confirm each other's expiry before
+	// any has renewed again, and two that each left the other out both
+	// took every piece (TestHandoverAPIServerRestart). Such a member
+	// renews, or the join ends at the lease duration. (A member whose
+	// Lease was deleted by hand and not recreated for a lease duration
+	// has no authority; if it comes back, it joins again, seeing this
+	// one.)
+	for name, o := range m.obs {
+		// Garbage holds no one, an unread version keeps the join going
+		// by itself (unreadMemberLocked), a graceful leave is final.
+		if o.good && !o.state.Leaving && o.expired && !o.deleted {
+			return fmt.Sprintf("member %s judged expired", name)
+		}
+	}
 	return ""
 }
 
@@ -154,8 +171,7 @@ func (m *Member) listLoop(ctx context.Context) {
 }
 
 // listOnce reads the fleet's Leases from the apiserver (a consistent read:
-// not served from a cache that may lag) and observes those the watch has
-// not shown yet.
+// not served from a cache that may lag) and observes them.
 func (m *Member) listOnce(ctx context.Context) error {
 	selector := labels.SelectorFromSet(labels.Set{FleetLabel: m.cfg.Fleet}).String()
 	sent := m.cfg.Clock.Now()
@@ -173,14 +189,23 @@ func (m *Member) listOnce(ctx context.Context) error {
 	return nil
 }
 
-// observeListed observes the listed Leases the watch has not shown yet
-// (those it has shown are as new or newer there).
+// observeListed observes the listed Leases, so that what this member
+// knows of every other is at least as new as the list, which was sent after
+// the join began. Observations from before the join are not enough: a
+// replica cut off from the apiserver keeps its last copy of each Lease,
+// and on its return those still acknowledged the epoch it had published
+// before the cut, while the others had left it out of their views and
+// taken its pieces (TestNetworkCutWithControllers: a partition started
+// 503 ms after the link came back, beside the replica that had taken it).
+// Observing drops what is older than what was seen; a deletion already
+// seen is kept (a list sent before the deletion would undo it).
 func (m *Member) observeListed(leases []coordinationv1.Lease) {
 	for i := range leases {
 		m.mu.Lock()
-		_, seen := m.obs[leases[i].Name]
+		o := m.obs[leases[i].Name]
+		deleted := o != nil && o.deleted
 		m.mu.Unlock()
-		if !seen {
+		if !deleted {
 			m.observe(&leases[i], false)
 		}
 	}

@@ -99,6 +99,18 @@ func TestJoinEndsOnceEveryMemberIsSeen(t *testing.T) {
 			{"listed: no Lease of other", list, true},
 			{"other recreates its Lease", recreated("other", "o1"), false},
 		}, ""},
+		{"a member judged expired holds the join until it renews", map[string]string{"other": "o1"}, `["other/o1"]`, false, []step{
+			{"joined", join, true},
+			{"listed", list, true},
+			{"other judged expired (an apiserver outage: no one renewed)", func(e env) {
+				e.m.mu.Lock()
+				e.m.obs["other"].expired = true
+				e.m.mu.Unlock()
+			}, true},
+			{"renewed KCM's lease", renew, true},
+			{"listed again", list, true},
+			{"other renews", recreated("other", "o1"), false},
+		}, ""},
 		{"a writer's incarnation not seen", map[string]string{"other": "o2"}, `["other/o1"]`, false, []step{
 			{"joined", join, true},
 			{"renewed KCM's lease", renew, true},
@@ -201,5 +213,41 @@ func TestJoinAsksForARenewalOnce(t *testing.T) {
 	m.Joining()
 	if got := len(m.leader.renewNow); got != 1 {
 		t.Fatalf("a new join asked %d renewals, want 1", got)
+	}
+}
+
+// TestJoinListRefreshesObservations: the list a join waits for replaces
+// what this member knew of the others from before the join (a replica
+// back from a network cut still holds the states from before it), and
+// keeps a deletion it has seen.
+func TestJoinListRefreshesObservations(t *testing.T) {
+	clock := clocktesting.NewFakeClock(time.Unix(10000, 0))
+	current := func(name string, seq uint64) *coordinationv1.Lease {
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: "kube-system", Labels: map[string]string{FleetLabel: "f"},
+			Annotations: map[string]string{StateAnnotation: encoded(t, State{Incarnation: "i1", Seq: seq, Running: []string{"partition/7"}})},
+		}}
+	}
+	store := newFakeStore(current("other", 9), current("gone", 9))
+	m := leaderLeaseMember(t, store, clock, "self")
+	stale := func(name string) *coordinationv1.Lease {
+		l := current(name, 1)
+		l.Annotations[StateAnnotation] = encoded(t, State{Incarnation: "i1", Seq: 1})
+		l.ResourceVersion = "0"
+		return l
+	}
+	m.observe(stale("other"), false)
+	m.observe(stale("gone"), false)
+	m.observe(stale("gone"), true)
+	if err := m.listOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if o := m.obs["other"]; o.state.Seq != 9 || len(o.state.Running) != 1 {
+		t.Errorf("other after the list: seq %d running %v, want seq 9 running [partition/7]", o.state.Seq, o.state.Running)
+	}
+	if o := m.obs["gone"]; !o.deleted {
+		t.Errorf("the list undid a deletion already seen")
 	}
 }

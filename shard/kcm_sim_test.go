@@ -316,7 +316,14 @@ const (
 	writerStopped
 )
 
-func (n *simNode) renewLeaderLease() {
+func (n *simNode) renewLeaderLease() { n.renewLeaderLeaseOnce(true) }
+
+// renewLeaderLeaseOnce reads and writes KCM's Lease once; a write that
+// failed is tried again at once when retry is set, as the runtime reads
+// the Lease again after a conflict (leaderLease.tryAcquireOrRenew): with
+// one attempt per retry period, several members renewing the same Lease
+// lost their authority to each other's writes.
+func (n *simNode) renewLeaderLeaseOnce(retry bool) {
 	if n.leader.inflight {
 		return
 	}
@@ -365,6 +372,10 @@ func (n *simNode) renewLeaderLease() {
 				return
 			}
 			n.leader.inflight = false
+			if !ok && retry && !n.leader.left && n.reaches() {
+				n.renewLeaderLeaseOnce(false)
+				return
+			}
 			if ok && !n.leader.left {
 				if l.exists {
 					read := l.writers
@@ -466,8 +477,7 @@ func (n *simNode) joinStart() int64 {
 }
 
 // wantList is membership.Member.listLoop: the Leases as the apiserver
-// has them at some point of the request's latency; those not yet
-// observed are observed. Without a KCM's Lease there is nothing to end a
+// has them at some point of the request's latency, observed. Without a KCM's Lease there is nothing to end a
 // join early with, as in the runtime.
 func (n *simNode) wantList() {
 	if n.s.kcm == nil || n.listing {
@@ -496,14 +506,20 @@ func (n *simNode) wantList() {
 			return
 		}
 		for name, rec := range snap {
-			if _, seen := n.obs[name]; seen || name == n.name {
+			// As membership.Member.observeListed: every listed Lease is
+			// observed (older than what was seen is dropped), except
+			// over a deletion already seen.
+			o, seen := n.obs[name]
+			if name == n.name || seen && (o.deleted || rec.rv <= o.rv) {
 				continue
 			}
+			if !seen {
+				o = &simObs{}
+				n.obs[name] = o
+			}
 			rec := rec
-			o := &simObs{}
 			n.read(o, &rec)
-			o.rv, o.lastChange = rec.rv, n.s.now
-			n.obs[name] = o
+			o.rv, o.lastChange, o.expired = rec.rv, n.s.now, false
 		}
 		n.listSent = sent
 		n.step()
@@ -523,6 +539,12 @@ func (n *simNode) everyMemberSeen(start int64) bool {
 			continue
 		}
 		if n.writerStatus(w) == writerUnknown {
+			return false
+		}
+	}
+	// A member judged expired holds the join until it renews.
+	for _, o := range n.obs {
+		if o.good && !o.state.Leaving && o.expired && !o.deleted {
 			return false
 		}
 	}

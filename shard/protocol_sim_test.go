@@ -823,7 +823,11 @@ func runSimulation(t *testing.T, seed int64, withKCM bool) (simOutcome, error) {
 	// below (an operator moves its static pod away): the fleet must then
 	// take over.
 	settleStart := s.now
-	deadline := s.now + 3*simLease + 10000 + simKCMTakeoverWait
+	// (Plus one lease duration: a join that begins in the settle, a
+	// member's authority over KCM's Lease lost to other members' writes
+	// and back, waits that long while a crashed member's Lease, judged
+	// expired, is still there.)
+	deadline := s.now + 4*simLease + 10000 + simKCMTakeoverWait
 	for s.now < deadline {
 		if s.kcm != nil && s.kcm.acting(s.now) && len(s.liveNodes()) > 0 {
 			s.logf("kcm: stopped for good")
@@ -900,7 +904,7 @@ func (s *sim) ownership() string {
 			continue
 		}
 		plan := Decide(n.local, n.peers(), &s.rings)
-		fmt.Fprintf(&b, "\n  %s joined=%v fence=%d view=%s/%s running=%d waiting=%q", n.name, n.joined, n.fence, n.local.View, plan.View, len(n.local.Status), plan.Waiting)
+		fmt.Fprintf(&b, "\n  %s joined=%v joining=%v (start %d, listed %d) fence=%d view=%s/%s running=%d waiting=%q", n.name, n.joined, n.local.Joining, n.joinStart(), n.listSent, n.fence, n.local.View, plan.View, len(n.local.Status), plan.Waiting)
 	}
 	return b.String()
 }
