@@ -26,7 +26,9 @@ import (
 //
 //   - a consistent list of the fleet's Leases, sent after the join began,
 //     is observed: every member whose Lease exists is seen, as of a time
-//     after the join began;
+//     after the join began, and none is judged expired (a member judged
+//     expired is left out of the views, and after an apiserver outage
+//     that judgement is no proof: see unseenLocked);
 //   - a renewal of kube-controller-manager's leader Lease, sent after the
 //     join began, succeeded, and every writer listed on the version it
 //     replaced is seen (or known to have stopped). A member acts only on

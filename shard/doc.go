@@ -45,9 +45,11 @@
 //     over KCM's leader Lease, below), until every member that may act is
 //     certainly seen: for one lease duration (every live member renews
 //     its Lease within it), or sooner once a consistent list of the
-//     fleet's Leases sent since the join began is observed and a renewal
-//     of KCM's leader Lease sent since then succeeded with every writer
-//     listed on the version it replaced seen (or known to have stopped).
+//     fleet's Leases sent since the join began is observed (what it knows
+//     of every member is then as new as the list, and it judges none
+//     expired), and a renewal of KCM's leader Lease sent since then
+//     succeeded with every writer listed on the version it replaced seen
+//     (or known to have stopped).
 //     Joining members take part in views (they must acknowledge them) but
 //     the ring gives them nothing, so a joiner delays no running piece.
 //
@@ -90,9 +92,11 @@
 // A's join ended on a renewal after R, whose replaced version lists B, or
 // after a lease duration in which B renewed in sight: A saw B, and A's
 // view would hold B. Either way A is in B's view or B in A's, as the
-// argument above needs. (A renewal that takes the Lease from a KCM
-// replaces a version whose writers no longer act, and lists nothing
-// else.) The list covers a member that renews no writers list (one run
+// argument above needs; and since B's copy of A is at least as new as
+// B's list, no copy from before B's join (a member back from a network
+// cut holds those, acknowledging the epoch it published before) counts
+// for B's starts. (A renewal that takes the Lease from a KCM replaces a
+// version whose writers no longer act, and lists nothing else.) The list covers a member that renews no writers list (one run
 // with --leader-elect=false beside the others) but whose Lease exists;
 // the writers cover a member that acts while its own Lease is gone
 // (deleted by hand, recreated at its next renewal), which no list shows:
