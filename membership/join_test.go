@@ -28,7 +28,6 @@ func TestJoinEndsOnceEveryMemberIsSeen(t *testing.T) {
 	type env struct {
 		t     *testing.T
 		m     *Member
-		store *fakeStore
 		clock *clocktesting.FakeClock
 	}
 	join := func(e env) {
@@ -165,7 +164,7 @@ func TestJoinEndsOnceEveryMemberIsSeen(t *testing.T) {
 			} else {
 				m = leaderLeaseMember(t, store, clock, "self")
 			}
-			e := env{t: t, m: m, store: store, clock: clock}
+			e := env{t: t, m: m, clock: clock}
 			for _, s := range tc.steps {
 				s.do(e)
 				if got := m.Joining(); got != s.joining {

@@ -32,7 +32,7 @@ type Member struct {
 	seq       uint64
 	lease     *coordinationv1.Lease // last written or read own Lease
 	deadline  time.Time             // authority holds until then
-	joinedAt  time.Time             // first successful write of this incarnation
+	joinedAt  time.Time             // when the last (re)joining write was answered
 	joinOver  time.Time             // start of the last join that ended (Joining)
 	// listWanted: a join began then and wants a list sent after it;
 	// listSent: when the last successful list was sent (listLoop).

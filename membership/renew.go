@@ -79,9 +79,6 @@ func (m *Member) renew(ctx context.Context) {
 		// every member that may act is certainly seen again (Joining).
 		m.joinedAt = answered
 		m.logger.Info("Joined the fleet; owning nothing until every member is seen, at most one lease duration", "lease", m.cfg.Identity, "duration", m.cfg.LeaseDuration)
-		if m.leader != nil {
-			m.wantList(answered)
-		}
 		go func() {
 			select {
 			case <-m.cfg.Clock.After(m.cfg.LeaseDuration):
