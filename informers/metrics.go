@@ -38,6 +38,11 @@ var (
 		Help:           "Sources of the owned cache that listed their namespaces again because their resourceVersion expired.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"resource"})
+	eventsSkipped = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "fleet", Name: "owned_cache_events_skipped_total",
+		Help:           "Events of the owned cache's cluster-wide watch dropped before decoding, their namespace not loaded by this replica.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource"})
 	sharedInformers = metrics.NewGauge(&metrics.GaugeOpts{
 		Namespace: "fleet", Name: "shared_informers",
 		Help:           "Cluster-wide informers (typed and metadata-only) the replica runs for its pieces; one stops when the last piece using it stops.",
@@ -49,6 +54,6 @@ var registerOnce sync.Once
 
 func registerMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(ownedNamespaces, ownedPartitions, ownedSources, ownedWideSources, selectorIgnored, sourceRelists, sharedInformers)
+		legacyregistry.MustRegister(ownedNamespaces, ownedPartitions, ownedSources, ownedWideSources, selectorIgnored, sourceRelists, eventsSkipped, sharedInformers)
 	})
 }

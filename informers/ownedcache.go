@@ -208,7 +208,9 @@ func (o *OwnedCache) InformerFor(obj runtime.Object) cache.SharedIndexInformer {
 	if i, ok := o.informers[t]; ok {
 		return i.informer
 	}
-	lw := newOwnedListWatch(targetOf(o.config.RESTClients, o.config.Mapper, obj, o.config.FieldSelectors[t]), o.config.Sharded, o.config.MaxTerms, o.config.NamespaceWatchMax)
+	var lw *ownedListWatch
+	keep := func(namespace string) bool { return lw.decodes(namespace) }
+	lw = newOwnedListWatch(targetOf(o.config.RESTClients, o.config.Mapper, obj, o.config.FieldSelectors[t], keep), o.config.Sharded, o.config.MaxTerms, o.config.NamespaceWatchMax)
 	informer := cache.NewSharedIndexInformer(lw, obj, o.config.Resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	if o.config.Transform != nil {
 		_ = informer.SetTransform(o.config.Transform)
@@ -435,8 +437,9 @@ func (o *OwnedCache) Keys() map[string][]string {
 
 // targetOf resolves obj's resource on first use, so a RESTMapper that is
 // not ready yet is an error the reflector retries. A non-nil selector
-// narrows every list and watch of it.
-func targetOf(clients *RESTClients, mapper meta.RESTMapper, obj runtime.Object, selector fields.Selector) func() (*listWatchTarget, error) {
+// narrows every list and watch of it; the trunk's watch decodes only the
+// objects of the namespaces keep accepts.
+func targetOf(clients *RESTClients, mapper meta.RESTMapper, obj runtime.Object, selector fields.Selector, keep func(namespace string) bool) func() (*listWatchTarget, error) {
 	var mu sync.Mutex
 	var target *listWatchTarget
 	return func() (*listWatchTarget, error) {
@@ -458,7 +461,11 @@ func targetOf(clients *RESTClients, mapper meta.RESTMapper, obj runtime.Object, 
 		if err != nil {
 			return nil, err
 		}
-		target = &listWatchTarget{client: client, resource: mapping.Resource.Resource, listKind: gvk.GroupVersion().WithKind(gvk.Kind + "List")}
+		trunkClient, err := clients.trunkClientFor(gvk.GroupVersion(), gvk.Kind, keep)
+		if err != nil {
+			return nil, err
+		}
+		target = &listWatchTarget{client: client, trunkClient: trunkClient, resource: mapping.Resource.Resource, listKind: gvk.GroupVersion().WithKind(gvk.Kind + "List")}
 		if selector != nil {
 			target.fieldSelector = selector.String()
 		}

@@ -16,6 +16,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery/cached/memory"
@@ -169,6 +170,9 @@ func testOwnedCache(ctx context.Context, t *testing.T, config *rest.Config, shar
 
 	counter := &listCounter{}
 	counted := rest.CopyConfig(config)
+	// As a replica's clients (KCM's --kube-api-content-type): the trunk
+	// reads a protobuf event's namespace before decoding it.
+	counted.ContentType = runtime.ContentTypeProtobuf
 	counted.Wrap(func(rt http.RoundTripper) http.RoundTripper { counter.next = rt; return counter })
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(client.Discovery()))
 	replica, stop := context.WithCancel(ctx)
@@ -296,6 +300,7 @@ func testOwnedCache(ctx context.Context, t *testing.T, config *rest.Config, shar
 	// A namespace created in a loaded partition is listed alone, and no
 	// watch is opened again.
 	before, watchesBefore = counter.count(), counter.watchCount()
+	skippedBefore, _ := testutil.GetCounterMetricValue(eventsSkipped.WithLabelValues("configmaps"))
 	createConfigMap("p0-a", "after-unload")
 	createConfigMap("p1-a", "new")
 	if err := client.CoreV1().ConfigMaps("p1-b").Delete(ctx, "cm-0", metav1.DeleteOptions{}); err != nil {
@@ -310,6 +315,11 @@ func testOwnedCache(ctx context.Context, t *testing.T, config *rest.Config, shar
 	secretsExact("after a namespace was created", 1)
 	if lists, watches := counter.count()-before, counter.watchCount()-watchesBefore; lists != 1 || watches != 0 {
 		t.Fatalf("unloading a partition and creating a namespace in a loaded one made %d lists and %d watch requests, want 1 and none", lists, watches)
+	}
+	// The ConfigMaps created in p0-a and p2-d were not decoded (the
+	// counter is the process's, shared by the cases running beside).
+	if skipped, _ := testutil.GetCounterMetricValue(eventsSkipped.WithLabelValues("configmaps")); skipped-skippedBefore < 2 {
+		t.Fatalf("the watch skipped %v events of namespaces not loaded, want at least the 2 ConfigMaps created in p0-a and p2-d", skipped-skippedBefore)
 	}
 
 	if err := client.CoreV1().Namespaces().Delete(ctx, "p1-c", metav1.DeleteOptions{}); err != nil {

@@ -422,7 +422,11 @@ func (s *ownedStream) produce(ctx context.Context, src *source) {
 		}
 		options := metav1.ListOptions{ResourceVersion: version, Watch: true, AllowWatchBookmarks: true, TimeoutSeconds: s.timeout, FieldSelector: s.target.fieldSelector}
 		// Every namespace: the client keeps the loaded ones (emit).
-		w, err := s.target.client.Get().Resource(s.target.resource).VersionedParams(&options, scheme.ParameterCodec).Watch(ctx)
+		client := s.target.trunkClient
+		if client == nil {
+			client = s.target.client
+		}
+		w, err := client.Get().Resource(s.target.resource).VersionedParams(&options, scheme.ParameterCodec).Watch(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -470,6 +474,14 @@ func (s *ownedStream) follow(ctx context.Context, src *source, w watch.Interface
 					s.emit(ctx, src, nil, m.GetResourceVersion(), nil)
 				}
 			default:
+				if skipped, ok := e.Object.(*skippedObject); ok {
+					// Not decoded: only its version moves src on.
+					eventsSkipped.WithLabelValues(s.target.resource).Inc()
+					if !s.emit(ctx, src, nil, skipped.resourceVersion, nil) {
+						return false
+					}
+					continue
+				}
 				m, err := meta.Accessor(e.Object)
 				if err != nil {
 					continue

@@ -292,6 +292,16 @@ func (lw *ownedListWatch) adopt(src *source, ns string) bool {
 	return true
 }
 
+// decodes says whether the trunk decodes an event of namespace: one it
+// may keep (loaded, or any while every namespace is held). Whatever it
+// skips was written before the namespace's load began, so that load's
+// list, asked for later, carries it.
+func (lw *ownedListWatch) decodes(namespace string) bool {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	return lw.everywhere || lw.loaded[namespace]
+}
+
 // adopter is a source that adopts, if there is one. Called with mu held.
 func (lw *ownedListWatch) adopter() *source {
 	for s := range lw.sources {

@@ -16,7 +16,10 @@ import (
 
 // listWatchTarget is where one kind is listed and watched.
 type listWatchTarget struct {
-	client   rest.Interface
+	client rest.Interface
+	// trunkClient watches: it decodes only the events of loaded
+	// namespaces (trunkClientFor).
+	trunkClient rest.Interface
 	resource string
 	listKind schema.GroupVersionKind
 	// fieldSelector: set on every list and watch (OwnedCacheConfig.FieldSelectors).
@@ -87,6 +90,30 @@ func (c *RESTClients) forGroupVersion(gv schema.GroupVersion) (rest.Interface, e
 	if client, ok := c.byGV[gv]; ok {
 		return client, nil
 	}
+	client, err := rest.RESTClientFor(c.configFor(gv))
+	if err != nil {
+		return nil, fmt.Errorf("REST client for %s: %w", gv, err)
+	}
+	c.byGV[gv] = client
+	return client, nil
+}
+
+// trunkClientFor is the client of a trunk's watch of kind in gv: it
+// decodes only the objects of the namespaces keep accepts
+// (namespaceSkippingDecoder).
+func (c *RESTClients) trunkClientFor(gv schema.GroupVersion, kind string, keep func(namespace string) bool) (rest.Interface, error) {
+	config := c.configFor(gv)
+	config.NegotiatedSerializer = namespaceSkippingSerializer{NegotiatedSerializer: config.NegotiatedSerializer, kind: kind, keep: keep}
+	client, err := rest.RESTClientFor(config)
+	if err != nil {
+		return nil, fmt.Errorf("REST client for watching %s in %s: %w", kind, gv, err)
+	}
+	return client, nil
+}
+
+// configFor is the configuration of a client of gv, built like the typed
+// clientset's.
+func (c *RESTClients) configFor(gv schema.GroupVersion) *rest.Config {
 	config := rest.CopyConfig(c.config)
 	config.GroupVersion = &gv
 	config.APIPath = "/apis"
@@ -97,10 +124,5 @@ func (c *RESTClients) forGroupVersion(gv schema.GroupVersion) (rest.Interface, e
 	if config.UserAgent == "" {
 		config.UserAgent = rest.DefaultKubernetesUserAgent()
 	}
-	client, err := rest.RESTClientFor(config)
-	if err != nil {
-		return nil, fmt.Errorf("REST client for %s: %w", gv, err)
-	}
-	c.byGV[gv] = client
-	return client, nil
+	return config
 }

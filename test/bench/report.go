@@ -75,7 +75,14 @@ func markdown(rep report, charts []string, took time.Duration) string {
 		fmt.Fprintf(&b, "Workload: %d namespaces × %d Deployments × %d replicas, %d Jobs; every figure is the median of %d runs, each on a fresh control plane (kube-apiserver, etcd, kube-scheduler at qps 1000, kwok with 64-way pod parallelism). ",
 			rep.Size.Namespaces, rep.Size.Deployments, rep.Size.Replicas, rep.Size.Jobs, rep.Size.Runs)
 	}
-	b.WriteString("Ratios are fleet / kube-controller-manager from the same invocation (for times, below 1 is faster).\n\n")
+	b.WriteString("Ratios are fleet / kube-controller-manager from the same invocation (for times, below 1 is faster).")
+	if len(rep.FleetArgs) > 0 {
+		fmt.Fprintf(&b, " Every replica ran with %s.", strings.Join(rep.FleetArgs, " "))
+	}
+	if rep.ExtraPodWatchers > 0 {
+		fmt.Fprintf(&b, " The bench held %d more cluster-wide Pod watches of its own through every run (-extra-pod-watchers).", rep.ExtraPodWatchers)
+	}
+	b.WriteString("\n\n")
 	byLimits := map[string][]result{}
 	var order []string
 	for _, r := range rep.Results {

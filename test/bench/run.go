@@ -157,7 +157,7 @@ func newBench(ctx context.Context, binDir string, s system, l limits, cfg config
 		return nil, err
 	}
 	return &bench{ctx: ctx, cluster: cluster, client: client, system: s, limits: l, binDir: binDir, size: cfg.size,
-		figures: map[string]float64{}, ports: map[int]int{}, profileDir: cfg.profile, fleetArgs: cfg.fleetArgs}, nil
+		figures: map[string]float64{}, ports: map[int]int{}, profileDir: cfg.profile, fleetArgs: cfg.fleetArgs, extraPodWatchers: cfg.extraPodWatchers}, nil
 }
 
 type bench struct {
@@ -174,6 +174,8 @@ type bench struct {
 	killedCPU float64
 	rssPeaks  map[string]float64
 	fleetArgs []string
+	// extraPodWatchers: cluster-wide Pod watches opened once the system is up.
+	extraPodWatchers int
 	// profileDir: where (a) writes the replicas' CPU profiles ("": none).
 	profileDir string
 }
@@ -260,7 +262,10 @@ func (b *bench) startSystem() error {
 			return err
 		}
 	}
-	return b.waitDeployments(probes, func(d *appsv1.Deployment) bool { return available(d, 1) })
+	if err := b.waitDeployments(probes, func(d *appsv1.Deployment) bool { return available(d, 1) }); err != nil {
+		return err
+	}
+	return b.startExtraPodWatchers(b.extraPodWatchers)
 }
 
 // probeNamespaces names one namespace in every partition of ring, so that
