@@ -20,8 +20,8 @@ type listWatchTarget struct {
 	// trunkClient watches: it decodes only the events of loaded
 	// namespaces (trunkClientFor).
 	trunkClient rest.Interface
-	resource string
-	listKind schema.GroupVersionKind
+	resource    string
+	listKind    schema.GroupVersionKind
 	// fieldSelector: set on every list and watch (OwnedCacheConfig.FieldSelectors).
 	fieldSelector string
 }

@@ -45,7 +45,7 @@ type skippedObject struct {
 }
 
 func (o *skippedObject) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
-func (o *skippedObject) DeepCopyObject() runtime.Object  { c := *o; return &c }
+func (o *skippedObject) DeepCopyObject() runtime.Object   { c := *o; return &c }
 
 // namespaceSkippingDecoder decodes objects of kind as inner does, except
 // that an object of a namespace keep refuses becomes a skippedObject.
@@ -64,8 +64,11 @@ func (d *namespaceSkippingDecoder) Decode(data []byte, defaults *schema.GroupVer
 	return d.inner.Decode(data, defaults, into)
 }
 
-// namespaceSkippingSerializer hands every decoder it makes a
-// namespaceSkippingDecoder's peek: the trunk's client's only.
+// namespaceSkippingSerializer is the trunk's client's serializer: every
+// object decoder it makes is a namespaceSkippingDecoder, so the client's
+// watch decoder (client-go's rest/watch.Decoder, which decodes each
+// event's object with it) skips what keep refuses. Only the trunk's watch
+// uses that client; lists decode in full.
 type namespaceSkippingSerializer struct {
 	runtime.NegotiatedSerializer
 	kind string

@@ -63,13 +63,20 @@ func (sc *scaleCell) victim() (int, []string, error) {
 		return leader, sc.namespaces, err
 	}
 	victim := len(sc.procs) - 1
+	owned, err := sc.ownedBy(victim)
+	return victim, owned, err
+}
+
+// ownedBy is the namespaces of the partitions fleet replica i runs, as
+// its Lease says.
+func (sc *scaleCell) ownedBy(i int) ([]string, error) {
 	st, err := shard.ReadFleet(sc.ctx, sc.client, "kube-system", "fleet-controller-manager", shard.DefaultRingConfig.Partitions)
 	if err != nil {
-		return 0, nil, err
+		return nil, err
 	}
 	parts := map[int]bool{}
 	for _, m := range st.Members {
-		if m.Name == sc.procs[victim].Name {
+		if m.Name == sc.procs[i].Name {
 			for _, p := range m.Partitions {
 				parts[p] = true
 			}
@@ -82,9 +89,9 @@ func (sc *scaleCell) victim() (int, []string, error) {
 		}
 	}
 	if len(owned) == 0 {
-		return 0, nil, fmt.Errorf("%s owns none of the %d namespaces", sc.procs[victim].Name, len(sc.namespaces))
+		return nil, fmt.Errorf("%s owns none of the %d namespaces", sc.procs[i].Name, len(sc.namespaces))
 	}
-	return victim, owned, nil
+	return owned, nil
 }
 
 // ownerBack reads, before the kill, what victim holds, and returns a
@@ -203,8 +210,12 @@ func (sc *scaleCell) restart() error {
 }
 
 // join adds a fourth replica to a fleet of three: the longest time any
-// partition had no owner while it joined, and the LISTs the controller
-// managers made for it (audit log).
+// partition had no owner while it joined, the time until 20 of the
+// namespaces it gained are served (scaled up and available), and the
+// LISTs the controller managers made until then (audit log). The joiner
+// lists what it gained once its pieces start, after the fleet has
+// settled on the view, so the LISTs are counted until its namespaces are
+// served, not until the fleet settled.
 func (sc *scaleCell) join() error {
 	if !sc.system.Fleet || sc.system.Replicas != 3 {
 		return nil
@@ -223,6 +234,17 @@ func (sc *scaleCell) join() error {
 	}
 	sc.figures["s_join_s"] = time.Since(start).Seconds()
 	sc.figures["s_join_max_unowned_s"] = stopWatching()
+	gained, err := sc.ownedBy(len(sc.procs) - 1)
+	if err != nil {
+		return err
+	}
+	sample := spread(gained, scaleFailoverSample)
+	if err := sc.scaleTo(sample, sc.replicas+1); err != nil {
+		return err
+	}
+	if _, sc.figures["s_join_served_s"], err = sc.waitServed(sample, start); err != nil {
+		return err
+	}
 	audit, err := readAuditCounts(sc.cluster.AuditLog, auditFrom)
 	if err != nil {
 		return err
