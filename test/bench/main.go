@@ -74,6 +74,9 @@ type config struct {
 	// extraPodWatchers: cluster-wide Pod watches the bench itself opens
 	// (extrawatchers.go), for experiments.
 	extraPodWatchers int
+	// cpus: the CPUs of the control plane and of the controller managers
+	// (-cpus), for experiments; empty lets every process run anywhere.
+	cpus cpuSplit
 	// ladder: the scale ladder (scale.go) at ladderSizes namespaces of
 	// scaleShape, instead of (a)-(g); size.Runs runs at the largest size,
 	// one at the others.
@@ -103,6 +106,8 @@ func main() {
 	flag.StringVar(&fleetArgs, "fleet-args", "", "Comma-separated extra flags for every fleet replica (e.g. --informer-mode=namespace-watch), for experiments.")
 	var extraPodWatchers int
 	flag.IntVar(&extraPodWatchers, "extra-pod-watchers", 0, "Open this many cluster-wide Pod watches from the bench process once the system is up, as more replicas would, for experiments.")
+	var cpus string
+	flag.StringVar(&cpus, "cpus", "", "CONTROLPLANE:CONTROLLERMANAGERS: confine etcd, kube-apiserver, kube-scheduler and kwok to the first CPU list and every controller manager to the second (taskset syntax, e.g. 0:1), as when the controller managers run on other nodes, for experiments.")
 	flag.BoolVar(&memory, "memory", false, "Memory mode: what each process holds once a mid-sized cluster (200 namespaces, 20,000 ConfigMaps and Secrets of 3 KiB, 5,000 kwok pods) is cached, for KCM and fleets of 1, 3 and 5, at raised limits, one run each unless -runs is given; results in memory.md.")
 	flag.BoolVar(&ladder, "scale", false, "Scale ladder: the same cluster shape (per namespace 20 ConfigMaps and 20 Secrets of 16 KiB, a Service, a Deployment of 12 kwok pods) at each of -scale-sizes, for KCM (leader and standby) and fleets of 1, 3 and 5 at raised limits: memory, scale-up, kill -9 failover, whole restart, a fourth replica joining; results in scale.md. -runs applies to the largest size (default 1).")
 	flag.StringVar(&ladderSizes, "scale-sizes", "", "With -scale: comma-separated sizes in namespaces (default 100,300,900).")
@@ -114,7 +119,12 @@ func main() {
 	klog.InitFlags(nil)
 	flag.Parse()
 
-	cfg := config{out: out, quick: quick, jobs: true, keep: keep, profile: profile, resume: resume, cascade: true, nsDelete: true, extraPodWatchers: extraPodWatchers}
+	split, err := parseCPUSplit(cpus)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench: -cpus:", err)
+		os.Exit(2)
+	}
+	cfg := config{out: out, quick: quick, jobs: true, keep: keep, profile: profile, resume: resume, cascade: true, nsDelete: true, extraPodWatchers: extraPodWatchers, cpus: split}
 	defaultLimits := limits{Name: "default (qps 20, burst 30)", QPS: 20, Burst: 30}
 	if quick {
 		cfg.systems = []system{{"kube-controller-manager", false, 1}, {"fleet x1", true, 1}, {"fleet x3", true, 3}}
@@ -210,6 +220,8 @@ type report struct {
 	FleetArgs  []string    `json:"fleetArgs,omitempty"`
 	// ExtraPodWatchers: -extra-pod-watchers.
 	ExtraPodWatchers int `json:"extraPodWatchers,omitempty"`
+	// CPUs: -cpus.
+	CPUs *cpuSplit `json:"cpus,omitempty"`
 	// TookSeconds: wall time of every invocation that contributed.
 	TookSeconds float64  `json:"tookSeconds"`
 	Results     []result `json:"results"`
@@ -249,6 +261,9 @@ func run(cfg config) error {
 		mode = "quick"
 	}
 	rep := report{Mode: mode, Date: time.Now().UTC(), Cores: runtime.NumCPU(), MemoryGB: memoryGiB(), Size: cfg.size, FleetArgs: cfg.fleetArgs, ExtraPodWatchers: cfg.extraPodWatchers}
+	if cfg.cpus != (cpuSplit{}) {
+		rep.CPUs = &cfg.cpus
+	}
 	if cfg.memory {
 		rep.MemorySize = &cfg.memorySize
 	}

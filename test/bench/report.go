@@ -82,6 +82,9 @@ func markdown(rep report, charts []string, took time.Duration) string {
 	if rep.ExtraPodWatchers > 0 {
 		fmt.Fprintf(&b, " The bench held %d more cluster-wide Pod watches of its own through every run (-extra-pod-watchers).", rep.ExtraPodWatchers)
 	}
+	if c := rep.CPUs; c != nil {
+		fmt.Fprintf(&b, " etcd, kube-apiserver, kube-scheduler and kwok ran on CPUs %s only, the controller managers on CPUs %s only (-cpus).", c.ControlPlane, c.ControllerManagers)
+	}
 	b.WriteString("\n\n")
 	byLimits := map[string][]result{}
 	var order []string

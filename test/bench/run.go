@@ -147,7 +147,8 @@ func newBench(ctx context.Context, binDir string, s system, l limits, cfg config
 		apiServerArgs = append(apiServerArgs, "--profiling=true")
 	}
 	cluster, err := localcluster.Start(ctx, localcluster.Options{BinDir: binDir, Dir: dir, Scheduler: true,
-		KwokNodes: pods/100 + 2, KwokPodParallelism: 64, APIServerArgs: apiServerArgs, AuditReads: true})
+		KwokNodes: pods/100 + 2, KwokPodParallelism: 64, APIServerArgs: apiServerArgs, AuditReads: true,
+		ControlPlaneCPUs: cfg.cpus.ControlPlane, ControllerManagerCPUs: cfg.cpus.ControllerManagers})
 	if err != nil {
 		return nil, err
 	}

@@ -88,7 +88,7 @@ func (c *Cluster) startAPIServer(ctx context.Context, extraArgs []string, auditR
 		"--vmodule=cache_watcher=1",
 	}
 	args = append(args, extraArgs...)
-	if c.apiServer, err = startProcess(c.Dir, "kube-apiserver", filepath.Join(c.BinDir, "kube-apiserver"), args, nil); err != nil {
+	if c.apiServer, err = startProcess(c.Dir, "kube-apiserver", filepath.Join(c.BinDir, "kube-apiserver"), c.controlPlaneCPUs, args, nil); err != nil {
 		return err
 	}
 	if c.AdminKubeconfig, err = c.Kubeconfig("admin", "fleet-admin", "system:masters"); err != nil {
@@ -164,7 +164,7 @@ leaderElection:
 	if err := os.WriteFile(configPath, []byte(config), 0o644); err != nil {
 		return fmt.Errorf("writing scheduler config: %w", err)
 	}
-	c.scheduler, err = startProcess(c.Dir, "kube-scheduler", filepath.Join(c.BinDir, "kube-scheduler"), []string{
+	c.scheduler, err = startProcess(c.Dir, "kube-scheduler", filepath.Join(c.BinDir, "kube-scheduler"), c.controlPlaneCPUs, []string{
 		"--config=" + configPath,
 		"--authentication-kubeconfig=" + kubeconfig,
 		"--authorization-kubeconfig=" + kubeconfig,
@@ -211,7 +211,7 @@ func (c *Cluster) StartKubeControllerManager(ctx context.Context, name string, a
 	}
 	all := append(c.ControllerManagerArgs(kubeconfig), "--secure-port="+strconv.Itoa(port), "--leader-elect=true")
 	all = append(all, args...)
-	p, err := startProcess(c.Dir, name, filepath.Join(c.BinDir, "kube-controller-manager"), all, nil)
+	p, err := startProcess(c.Dir, name, filepath.Join(c.BinDir, "kube-controller-manager"), c.controllerManagerCPUs, all, nil)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -243,7 +243,7 @@ func (c *Cluster) StartFleetReplicaAs(ctx context.Context, bin, identity, kubeco
 	}
 	all := append(c.ControllerManagerArgs(kubeconfig), "--secure-port="+strconv.Itoa(port), "--identity="+identity)
 	all = append(all, args...)
-	p, err := startProcess(c.Dir, identity, bin, all, nil)
+	p, err := startProcess(c.Dir, identity, bin, c.controllerManagerCPUs, all, nil)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -257,7 +257,7 @@ func (c *Cluster) StartFleetReplicaAs(ctx context.Context, bin, identity, kubeco
 // StartProcess starts any other program (a fleet replica, say) as part of the
 // cluster, so that Stop ends it too.
 func (c *Cluster) StartProcess(name, bin string, args []string, env []string) (*Process, error) {
-	p, err := startProcess(c.Dir, name, bin, args, env)
+	p, err := startProcess(c.Dir, name, bin, "", args, env)
 	if err != nil {
 		return nil, err
 	}
@@ -342,7 +342,7 @@ options:
 	if err := os.WriteFile(configPath, []byte(strings.Join(config, "\n---\n")), 0o644); err != nil {
 		return fmt.Errorf("writing kwok config: %w", err)
 	}
-	c.kwok, err = startProcess(c.Dir, "kwok", filepath.Join(c.BinDir, "kwok"), []string{
+	c.kwok, err = startProcess(c.Dir, "kwok", filepath.Join(c.BinDir, "kwok"), c.controlPlaneCPUs, []string{
 		"--kubeconfig=" + kubeconfig,
 		"--config=" + configPath,
 		"--manage-all-nodes=false",

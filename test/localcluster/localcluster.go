@@ -64,6 +64,14 @@ type Options struct {
 	// made them. Off by default: the tests read only writes, and the
 	// reads double the audit log.
 	AuditReads bool
+	// ControlPlaneCPUs and ControllerManagerCPUs, when set, confine etcd,
+	// kube-apiserver, kube-scheduler and kwok, and every controller
+	// manager (kube-controller-manager, fleet replicas), to those CPUs
+	// (taskset's list syntax, "0" or "1-3"), so that an experiment can tell
+	// what the controller managers' CPU costs the control plane on a shared
+	// machine from what their requests cost it.
+	ControlPlaneCPUs      string
+	ControllerManagerCPUs string
 }
 
 // Cluster is a running local control plane.
@@ -79,18 +87,20 @@ type Cluster struct {
 	// BinDir is where the binaries came from.
 	BinDir string
 
-	pki        *pki
-	removeDir  bool
-	etcdURL    string
-	etcd       *Process
-	apiServer  *Process
-	scheduler  *Process
-	kwok       *Process
-	kcm        *Process
-	mu         sync.Mutex
-	others     []*Process
-	stopOnce   sync.Once
-	kubeconfMu sync.Mutex
+	controlPlaneCPUs      string
+	controllerManagerCPUs string
+	pki                   *pki
+	removeDir             bool
+	etcdURL               string
+	etcd                  *Process
+	apiServer             *Process
+	scheduler             *Process
+	kwok                  *Process
+	kcm                   *Process
+	mu                    sync.Mutex
+	others                []*Process
+	stopOnce              sync.Once
+	kubeconfMu            sync.Mutex
 }
 
 // Start brings the control plane up and returns when every component asked
@@ -100,7 +110,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c = &Cluster{Dir: opts.Dir, BinDir: binDir}
+	c = &Cluster{Dir: opts.Dir, BinDir: binDir, controlPlaneCPUs: opts.ControlPlaneCPUs, controllerManagerCPUs: opts.ControllerManagerCPUs}
 	if c.Dir == "" {
 		if c.Dir, err = os.MkdirTemp("", "fleet-localcluster-"); err != nil {
 			return nil, fmt.Errorf("creating cluster dir: %w", err)
@@ -303,7 +313,7 @@ func (c *Cluster) startEtcd(ctx context.Context) error {
 	}
 	clientURL := fmt.Sprintf("http://127.0.0.1:%d", clientPort)
 	peerURL := fmt.Sprintf("http://127.0.0.1:%d", peerPort)
-	c.etcd, err = startProcess(c.Dir, "etcd", filepath.Join(c.BinDir, "etcd"), []string{
+	c.etcd, err = startProcess(c.Dir, "etcd", filepath.Join(c.BinDir, "etcd"), c.controlPlaneCPUs, []string{
 		"--name=local",
 		"--data-dir=" + filepath.Join(c.Dir, "etcd-data"),
 		"--listen-client-urls=" + clientURL,

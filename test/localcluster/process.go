@@ -21,6 +21,9 @@ type Process struct {
 	bin  string
 	args []string
 	env  []string
+	// cpus, when set, is the CPU list (taskset's -c syntax) the program
+	// and every thread it starts may run on.
+	cpus string
 	// container, when set, runs the program as a container runtime would:
 	// in its root, as its user, with only its environment.
 	container *Container
@@ -29,8 +32,8 @@ type Process struct {
 	err       error
 }
 
-func startProcess(dir, name, bin string, args []string, env []string) (*Process, error) {
-	p := &Process{Name: name, bin: bin, args: args, env: env, LogPath: filepath.Join(dir, name+".log")}
+func startProcess(dir, name, bin, cpus string, args []string, env []string) (*Process, error) {
+	p := &Process{Name: name, bin: bin, args: args, env: env, cpus: cpus, LogPath: filepath.Join(dir, name+".log")}
 	if err := p.start(); err != nil {
 		return nil, err
 	}
@@ -43,6 +46,11 @@ func (p *Process) start() error {
 		return fmt.Errorf("opening log of %s: %w", p.Name, err)
 	}
 	cmd := exec.Command(p.bin, p.args...)
+	if p.cpus != "" {
+		// taskset sets the affinity and execs the program, so the pid is the
+		// program's and its threads inherit the set from their first.
+		cmd = exec.Command("taskset", append([]string{"--cpu-list", p.cpus, p.bin}, p.args...)...)
+	}
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	cmd.Env = append(os.Environ(), p.env...)
