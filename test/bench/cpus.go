@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 )
 
@@ -35,4 +36,26 @@ func parseCPUSplit(v string) (cpuSplit, error) {
 		}
 	}
 	return cpuSplit{ControlPlane: controlPlane, ControllerManagers: controllerManagers}, nil
+}
+
+// controlPlaneCPUs lists the control plane's CPUs (nil without a split):
+// with a split, a run is limited by CPU when those are busy, whatever the
+// controller managers' CPUs do.
+func (c cpuSplit) controlPlaneCPUs() []int {
+	var out []int
+	for _, part := range strings.Split(c.ControlPlane, ",") {
+		if part == "" {
+			continue
+		}
+		first, last, isRange := strings.Cut(part, "-")
+		lo, _ := strconv.Atoi(first)
+		hi := lo
+		if isRange {
+			hi, _ = strconv.Atoi(last)
+		}
+		for cpu := lo; cpu <= hi; cpu++ {
+			out = append(out, cpu)
+		}
+	}
+	return out
 }

@@ -1,6 +1,9 @@
 package main
 
-import "testing"
+import (
+	"slices"
+	"testing"
+)
 
 func TestParseCPUSplit(t *testing.T) {
 	for _, tc := range []struct {
@@ -25,6 +28,21 @@ func TestParseCPUSplit(t *testing.T) {
 		}
 		if got != tc.want {
 			t.Errorf("parseCPUSplit(%q) = %+v, want %+v", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestControlPlaneCPUs(t *testing.T) {
+	for _, tc := range []struct {
+		list string
+		want []int
+	}{
+		{list: "", want: nil},
+		{list: "0", want: []int{0}},
+		{list: "0-2,5", want: []int{0, 1, 2, 5}},
+	} {
+		if got := (cpuSplit{ControlPlane: tc.list, ControllerManagers: "9"}).controlPlaneCPUs(); !slices.Equal(got, tc.want) {
+			t.Errorf("controlPlaneCPUs(%q) = %v, want %v", tc.list, got, tc.want)
 		}
 	}
 }

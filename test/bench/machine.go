@@ -19,34 +19,54 @@ type machineCPU struct {
 	busy, idle float64
 }
 
-func readMachineCPU() (machineCPU, error) {
+// readMachineCPU reads the CPU time of cpus, or of the whole machine when
+// cpus is empty.
+func readMachineCPU(cpus []int) (machineCPU, error) {
 	data, err := os.ReadFile("/proc/stat")
 	if err != nil {
 		return machineCPU{}, fmt.Errorf("reading machine CPU time: %w", err)
 	}
-	return parseProcStat(string(data))
+	return parseProcStat(string(data), cpus)
 }
 
-// parseProcStat reads the aggregate "cpu" line: user nice system idle iowait
-// irq softirq steal (guest time is already counted in user).
-func parseProcStat(data string) (machineCPU, error) {
+// parseProcStat reads the aggregate "cpu" line, or sums the "cpuN" lines of
+// cpus: user nice system idle iowait irq softirq steal (guest time is
+// already counted in user).
+func parseProcStat(data string, cpus []int) (machineCPU, error) {
+	want := map[string]bool{}
+	for _, cpu := range cpus {
+		want["cpu"+strconv.Itoa(cpu)] = true
+	}
+	if len(want) == 0 {
+		want["cpu"] = true
+	}
+	var sum machineCPU
+	found := 0
 	for _, line := range strings.Split(data, "\n") {
 		fields := strings.Fields(line)
-		if len(fields) < 5 || fields[0] != "cpu" {
+		if len(fields) < 5 || !want[fields[0]] {
 			continue
 		}
 		var v [8]float64
 		for i := 1; i < len(fields) && i <= 8; i++ {
 			n, err := strconv.ParseFloat(fields[i], 64)
 			if err != nil {
-				return machineCPU{}, fmt.Errorf("/proc/stat cpu field %d %q: %w", i, fields[i], err)
+				return machineCPU{}, fmt.Errorf("/proc/stat %s field %d %q: %w", fields[0], i, fields[i], err)
 			}
 			v[i-1] = n
 		}
 		user, nice, system, idle, iowait, irq, softirq, steal := v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]
-		return machineCPU{busy: user + nice + system + irq + softirq + steal, idle: idle + iowait}, nil
+		sum.busy += user + nice + system + irq + softirq + steal
+		sum.idle += idle + iowait
+		found++
 	}
-	return machineCPU{}, fmt.Errorf("/proc/stat has no aggregate cpu line")
+	if found < len(want) {
+		if len(cpus) == 0 {
+			return machineCPU{}, fmt.Errorf("/proc/stat has no aggregate cpu line")
+		}
+		return machineCPU{}, fmt.Errorf("/proc/stat has %d of the lines of CPUs %v", found, cpus)
+	}
+	return sum, nil
 }
 
 // busyBetween is the share of the machine's CPU time that was busy from a

@@ -81,7 +81,7 @@ func memoryRun(ctx context.Context, binDir string, s system, l limits, cfg confi
 	b.figures["m_objects_created_s"] = time.Since(created).Seconds()
 	cpuBefore := b.cpuByComponent()
 	auditFrom := fileSize(cluster.AuditLog)
-	machineBefore, err := readMachineCPU()
+	machineBefore, err := readMachineCPU(b.busyCPUs)
 	if err != nil {
 		return nil, "", err
 	}

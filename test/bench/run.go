@@ -46,7 +46,7 @@ func benchRun(ctx context.Context, binDir string, s system, l limits, cfg config
 		return nil, "", err
 	}
 	auditFrom := fileSize(cluster.AuditLog)
-	machineBefore, err := readMachineCPU()
+	machineBefore, err := readMachineCPU(b.busyCPUs)
 	if err != nil {
 		return nil, "", err
 	}
@@ -82,7 +82,7 @@ func benchRun(ctx context.Context, binDir string, s system, l limits, cfg config
 		}
 	}
 	wall := time.Since(started).Seconds()
-	machineAfter, err := readMachineCPU()
+	machineAfter, err := readMachineCPU(b.busyCPUs)
 	if err != nil {
 		return nil, "", err
 	}
@@ -135,7 +135,7 @@ func benchRun(ctx context.Context, binDir string, s system, l limits, cfg config
 	audit.addFigures(b.figures)
 	b.figures["lease_writes_per_min"] = audit.leaseWrites / (wall / 60)
 	b.figures["apiserver_cpu_s"] = cpu[cluster.APIServer().Name]
-	return b.figures, limiter(cpu, busy, busySeconds, b.isControllerManager), nil
+	return b.figures, limiter(cpu, busy, busySeconds, b.isControllerManager, b.busyCPUs != nil), nil
 }
 
 // newBench starts a fresh control plane for a run of system s (dir: its
@@ -158,7 +158,7 @@ func newBench(ctx context.Context, binDir string, s system, l limits, cfg config
 		return nil, err
 	}
 	return &bench{ctx: ctx, cluster: cluster, client: client, system: s, limits: l, binDir: binDir, size: cfg.size,
-		figures: map[string]float64{}, ports: map[int]int{}, profileDir: cfg.profile, fleetArgs: cfg.fleetArgs, extraPodWatchers: cfg.extraPodWatchers}, nil
+		figures: map[string]float64{}, ports: map[int]int{}, profileDir: cfg.profile, fleetArgs: cfg.fleetArgs, extraPodWatchers: cfg.extraPodWatchers, busyCPUs: cfg.cpus.controlPlaneCPUs()}, nil
 }
 
 type bench struct {
@@ -179,6 +179,9 @@ type bench struct {
 	extraPodWatchers int
 	// profileDir: where (a) writes the replicas' CPU profiles ("": none).
 	profileDir string
+	// busyCPUs: the CPUs whose busy share says a run was CPU-bound: the
+	// control plane's with -cpus, nil for the whole machine.
+	busyCPUs []int
 }
 
 func (b *bench) isControllerManager(name string) bool {

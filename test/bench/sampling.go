@@ -87,7 +87,20 @@ func fileSize(path string) int64 {
 // run and busySeconds its busy CPU-seconds, both from /proc/stat; cpu is
 // what each process the harness started used, so the rest of the busy
 // time (the harness, processes that exited, the kernel) is reported too.
-func limiter(cpu map[string]float64, busy, busySeconds float64, isCM func(string) bool) string {
+// With split (-cpus), busy is the control plane's CPUs' and the controller
+// managers, which run elsewhere, are left out.
+func limiter(cpu map[string]float64, busy, busySeconds float64, isCM func(string) bool, split bool) string {
+	where, whose := "machine", "the machine's"
+	if split {
+		where, whose = "control plane's CPUs", "the control plane's CPUs'"
+		kept := map[string]float64{}
+		for n, v := range cpu {
+			if !isCM(n) {
+				kept[n] = v
+			}
+		}
+		cpu = kept
+	}
 	total := 0.0
 	for _, v := range cpu {
 		total += v
@@ -122,14 +135,14 @@ func limiter(cpu map[string]float64, busy, busySeconds float64, isCM func(string
 		}
 		return v / busySeconds * 100
 	}
-	return fmt.Sprintf("%s: machine %.0f%% busy (/proc/stat), most in %s (%.0f%% of the machine's busy time); %.0f%% not in the processes started",
-		what, busy*100, top, share(topV), max(0, share(busySeconds-total)))
+	return fmt.Sprintf("%s: %s %.0f%% busy (/proc/stat), most in %s (%.0f%% of %s busy time); %.0f%% not in the processes started",
+		what, where, busy*100, top, share(topV), whose, max(0, share(busySeconds-total)))
 }
 
 // limitedSince says what limited the run from the machine's and the
 // processes' CPU readings before (see limiter).
 func (b *bench) limitedSince(machineBefore machineCPU, cpuBefore map[string]float64) (string, error) {
-	machineAfter, err := readMachineCPU()
+	machineAfter, err := readMachineCPU(b.busyCPUs)
 	if err != nil {
 		return "", err
 	}
@@ -138,5 +151,5 @@ func (b *bench) limitedSince(machineBefore machineCPU, cpuBefore map[string]floa
 	for name, after := range b.cpuByComponent() {
 		cpu[name] = after - cpuBefore[name]
 	}
-	return limiter(cpu, busy, busySeconds, b.isControllerManager), nil
+	return limiter(cpu, busy, busySeconds, b.isControllerManager, b.busyCPUs != nil), nil
 }

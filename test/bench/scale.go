@@ -83,7 +83,7 @@ func scaleRun(ctx context.Context, binDir string, s system, l limits, cfg config
 	if err != nil {
 		return nil, "", err
 	}
-	machineBefore, err := readMachineCPU()
+	machineBefore, err := readMachineCPU(b.busyCPUs)
 	if err != nil {
 		return nil, "", err
 	}
