@@ -41,9 +41,16 @@ func parseCPUSplit(v string) (cpuSplit, error) {
 // controlPlaneCPUs lists the control plane's CPUs (nil without a split):
 // with a split, a run is limited by CPU when those are busy, whatever the
 // controller managers' CPUs do.
-func (c cpuSplit) controlPlaneCPUs() []int {
+func (c cpuSplit) controlPlaneCPUs() []int { return expandCPUList(c.ControlPlane) }
+
+// controllerManagerCPUs lists the controller managers' CPUs (nil without a
+// split), whose busy share says whether they could keep up.
+func (c cpuSplit) controllerManagerCPUs() []int { return expandCPUList(c.ControllerManagers) }
+
+// expandCPUList lists the CPUs of a list parseCPUSplit accepted.
+func expandCPUList(list string) []int {
 	var out []int
-	for _, part := range strings.Split(c.ControlPlane, ",") {
+	for _, part := range strings.Split(list, ",") {
 		if part == "" {
 			continue
 		}

@@ -32,7 +32,7 @@ func TestParseCPUSplit(t *testing.T) {
 	}
 }
 
-func TestControlPlaneCPUs(t *testing.T) {
+func TestSplitCPULists(t *testing.T) {
 	for _, tc := range []struct {
 		list string
 		want []int
@@ -43,6 +43,9 @@ func TestControlPlaneCPUs(t *testing.T) {
 	} {
 		if got := (cpuSplit{ControlPlane: tc.list, ControllerManagers: "9"}).controlPlaneCPUs(); !slices.Equal(got, tc.want) {
 			t.Errorf("controlPlaneCPUs(%q) = %v, want %v", tc.list, got, tc.want)
+		}
+		if got := (cpuSplit{ControlPlane: "9", ControllerManagers: tc.list}).controllerManagerCPUs(); !slices.Equal(got, tc.want) {
+			t.Errorf("controllerManagerCPUs(%q) = %v, want %v", tc.list, got, tc.want)
 		}
 	}
 }

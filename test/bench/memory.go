@@ -89,6 +89,7 @@ func memoryRun(ctx context.Context, binDir string, s system, l limits, cfg confi
 		return nil, "", err
 	}
 	started := time.Now()
+	stopCMCPUs := b.cmCPUsMeter()
 	waitProfiles := b.profileConvergence(memoryProfileSpan)
 	if err := parallel(namespaces, 16, func(ns string) error {
 		for i := range size.Deployments {
@@ -104,6 +105,7 @@ func memoryRun(ctx context.Context, binDir string, s system, l limits, cfg confi
 		return nil, "", err
 	}
 	b.figures["m_converge_s"] = time.Since(started).Seconds()
+	stopCMCPUs()
 	waitProfiles()
 	// What limited the workload, from the system's start to convergence.
 	limitedBy, err := b.limitedSince(machineBefore, cpuBefore)

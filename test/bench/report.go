@@ -45,6 +45,7 @@ var figureNames = []struct{ key, label string }{
 	{"other_watches", "apiserver WATCH requests by every other client (audit)"},
 	{"watches_open", "watches open at the end (all clients)"},
 	{"terminated_watchers", "watchers the apiserver closed for not keeping up (all clients)"},
+	{"cm_cpus_busy_share", "the controller managers' CPUs: busy share over the workload (-cpus)"},
 	{"init_events", "events the apiserver replayed to watches resuming at an older version (all clients)"},
 	{"m_converge_s", "memory workload: Deployments available (s)"},
 	{"m_rss_median_mib", "memory: RSS of the median process (MiB, mean of the last minute)"},

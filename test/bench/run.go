@@ -51,6 +51,7 @@ func benchRun(ctx context.Context, binDir string, s system, l limits, cfg config
 		return nil, "", err
 	}
 	started := time.Now()
+	stopCMCPUs := b.cmCPUsMeter()
 
 	type step struct {
 		name string
@@ -82,6 +83,7 @@ func benchRun(ctx context.Context, binDir string, s system, l limits, cfg config
 		}
 	}
 	wall := time.Since(started).Seconds()
+	stopCMCPUs()
 	machineAfter, err := readMachineCPU(b.busyCPUs)
 	if err != nil {
 		return nil, "", err
@@ -158,7 +160,7 @@ func newBench(ctx context.Context, binDir string, s system, l limits, cfg config
 		return nil, err
 	}
 	return &bench{ctx: ctx, cluster: cluster, client: client, system: s, limits: l, binDir: binDir, size: cfg.size,
-		figures: map[string]float64{}, ports: map[int]int{}, profileDir: cfg.profile, fleetArgs: cfg.fleetArgs, extraPodWatchers: cfg.extraPodWatchers, busyCPUs: cfg.cpus.controlPlaneCPUs()}, nil
+		figures: map[string]float64{}, ports: map[int]int{}, profileDir: cfg.profile, fleetArgs: cfg.fleetArgs, extraPodWatchers: cfg.extraPodWatchers, busyCPUs: cfg.cpus.controlPlaneCPUs(), cmCPUs: cfg.cpus.controllerManagerCPUs()}, nil
 }
 
 type bench struct {
@@ -182,6 +184,26 @@ type bench struct {
 	// busyCPUs: the CPUs whose busy share says a run was CPU-bound: the
 	// control plane's with -cpus, nil for the whole machine.
 	busyCPUs []int
+	// cmCPUs: the controller managers' CPUs with -cpus (nil without).
+	cmCPUs []int
+}
+
+// cmCPUsMeter reads the controller managers' CPUs' busy share from now
+// until the returned function is called, into the figure cm_cpus_busy_share
+// (nothing without -cpus).
+func (b *bench) cmCPUsMeter() func() {
+	if b.cmCPUs == nil {
+		return func() {}
+	}
+	before, err := readMachineCPU(b.cmCPUs)
+	if err != nil {
+		return func() {}
+	}
+	return func() {
+		if after, err := readMachineCPU(b.cmCPUs); err == nil {
+			b.figures["cm_cpus_busy_share"], _ = busyBetween(before, after)
+		}
+	}
 }
 
 func (b *bench) isControllerManager(name string) bool {
