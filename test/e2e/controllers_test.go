@@ -401,12 +401,16 @@ func startClusterIn(ctx context.Context, t *testing.T, sub string, opts localclu
 			}
 			var lines []string
 			for _, l := range strings.Split(string(data), "\n") {
-				if strings.Contains(l, "manager.go") || strings.Contains(l, "member.go") || strings.HasPrefix(l, "E") {
+				// The protocol's lines (joins, views, starts with their
+				// view and epoch) and errors; a piece's stop is in the
+				// checker's report already and floods the rest out.
+				protocol := strings.Contains(l, "manager.go") || strings.Contains(l, "member.go") || strings.Contains(l, "join.go") || strings.Contains(l, "peers.go") || strings.Contains(l, "leaderlease.go")
+				if (protocol || strings.HasPrefix(l, "E")) && !strings.Contains(l, "\"Piece stopped\"") {
 					lines = append(lines, l)
 				}
 			}
-			if len(lines) > 60 {
-				lines = lines[len(lines)-60:]
+			if len(lines) > 300 {
+				lines = lines[len(lines)-300:]
 			}
 			t.Logf("--- %s (protocol lines and errors) ---\n%s", p.Name, strings.Join(lines, "\n"))
 		}
