@@ -95,13 +95,9 @@ func TestConfirmExpiry(t *testing.T) {
 // returns its new version.
 func (s *fakeStore) renew(t *testing.T, name string) string {
 	t.Helper()
+	l := s.lease(t, name)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	l, ok := s.leases["ns/"+name]
-	if !ok {
-		t.Fatalf("no lease %s to renew", name)
-	}
-	l = l.DeepCopy()
 	s.rv++
 	l.ResourceVersion = strconv.Itoa(s.rv)
 	s.leases["ns/"+name] = l

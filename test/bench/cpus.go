@@ -34,6 +34,14 @@ func parseCPUSplit(v string) (cpuSplit, error) {
 		if !cpuList.MatchString(list) {
 			return cpuSplit{}, fmt.Errorf("%q is not a CPU list (e.g. 0, 1-3 or 0,2)", list)
 		}
+		for _, part := range strings.Split(list, ",") {
+			first, last, isRange := strings.Cut(part, "-")
+			lo, _ := strconv.Atoi(first)
+			hi, _ := strconv.Atoi(last)
+			if isRange && hi < lo {
+				return cpuSplit{}, fmt.Errorf("%q: range %s runs backwards", list, part)
+			}
+		}
 	}
 	return cpuSplit{ControlPlane: controlPlane, ControllerManagers: controllerManagers}, nil
 }

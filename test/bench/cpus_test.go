@@ -20,6 +20,7 @@ func TestParseCPUSplit(t *testing.T) {
 		{in: "a:1", wantErr: true},
 		{in: "0:1:2", wantErr: true},
 		{in: "0-:1", wantErr: true},
+		{in: "2-1:0", wantErr: true},
 	} {
 		got, err := parseCPUSplit(tc.in)
 		if (err != nil) != tc.wantErr {
