@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"sync"
 
@@ -55,6 +56,10 @@ type limiterPool struct {
 	// piece. A clientset is ~50 REST clients; 64 partition pieces each
 	// building their own for ~20 controllers held 13 MB of REST clients.
 	clients map[string]kubernetes.Interface
+	// writes: the transport each controller name's writes go out on, made
+	// once per name; nil when the replica has no authority to check.
+	writes      *writeTransports
+	writeByName map[string]http.RoundTripper
 }
 
 // budgetKey names one client budget of a replica: the clients of one
@@ -66,7 +71,11 @@ type budgetKey struct {
 }
 
 func newSharedLimiterBuilder(inner clientbuilder.ControllerClientBuilder, identity string, fence shard.Authority) *sharedLimiterBuilder {
-	return &sharedLimiterBuilder{limiterPool: &limiterPool{inner: inner, identity: identity, fence: fence}}
+	pool := &limiterPool{inner: inner, identity: identity, fence: fence}
+	if fence != nil {
+		pool.writes = newWriteTransports(fence)
+	}
+	return &sharedLimiterBuilder{limiterPool: pool}
 }
 
 // forPartitions is the same builder (same limiters) with the partition
@@ -109,6 +118,10 @@ func (b *sharedLimiterBuilder) Config(name string) (*restclient.Config, error) {
 		cached = cfg
 		b.mu.Unlock()
 	}
+	write, err := b.writeTransport(name, cached)
+	if err != nil {
+		return nil, err
+	}
 	cfg := restclient.CopyConfig(cached)
 	cfg.RateLimiter = nil
 	var budget *clientBudget
@@ -127,9 +140,31 @@ func (b *sharedLimiterBuilder) Config(name string) (*restclient.Config, error) {
 		case cfg.RateLimiter == nil:
 			b.recordOwnLimiter(name, cfg.QPS, cfg.Burst)
 		}
-		return fencedRoundTripper{next: rt, fence: fence, partitions: partitions, run: run}
+		return fencedRoundTripper{next: rt, write: write, fence: fence, partitions: partitions, run: run}
 	})
 	return cfg, nil
+}
+
+// writeTransport is the transport the writes of controller name go out
+// on, built from the name's inner config the first time it is asked for.
+func (p *limiterPool) writeTransport(name string, cfg *restclient.Config) (http.RoundTripper, error) {
+	if p.writes == nil {
+		return nil, nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if rt, ok := p.writeByName[name]; ok {
+		return rt, nil
+	}
+	rt, err := p.writes.forConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("controller client %q: %w", name, err)
+	}
+	if p.writeByName == nil {
+		p.writeByName = map[string]http.RoundTripper{}
+	}
+	p.writeByName[name] = rt
+	return rt, nil
 }
 
 // recordOwnLimiter counts a client built with a limiter of its own (made

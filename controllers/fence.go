@@ -179,7 +179,10 @@ func isWrite(method string) bool {
 // act and, for partition controllers, every write into a namespace whose
 // partition this replica does not run.
 type fencedRoundTripper struct {
-	next       http.RoundTripper
+	next http.RoundTripper
+	// write, when set, is where writes go out instead of next: connections
+	// that send nothing once authority has run out (writeTransports).
+	write      http.RoundTripper
 	fence      shard.Authority
 	partitions *partitionFence
 	// run is a singleton piece's run: every write, namespaced or not, is
@@ -219,8 +222,12 @@ func (f fencedRoundTripper) RoundTrip(req *http.Request) (*http.Response, error)
 			defer done()
 		}
 	}
-	if f.fence != nil {
-		return abandonAtDeadline(req, f.fence, f.next)
+	next := f.next
+	if f.write != nil {
+		next = f.write
 	}
-	return f.next.RoundTrip(req)
+	if f.fence != nil {
+		return abandonAtDeadline(req, f.fence, next)
+	}
+	return next.RoundTrip(req)
 }

@@ -99,6 +99,9 @@ func resetConn(conn net.Conn) {
 	if tc, ok := conn.(*tls.Conn); ok {
 		conn = tc.NetConn()
 	}
+	if ac, ok := conn.(*authorityConn); ok {
+		conn = ac.Conn
+	}
 	if tcp, ok := conn.(*net.TCPConn); ok {
 		_ = tcp.SetLinger(0)
 	}
