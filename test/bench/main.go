@@ -66,6 +66,8 @@ type config struct {
 	rolling  bool // workload (e)
 	cascade  bool // workload (g): cascading deletion of (a)'s Deployments
 	nsDelete bool // workload (f): deletion of (a)'s namespaces
+	// apiServerArgs: extra kube-apiserver flags, for experiments.
+	apiServerArgs []string
 	// memory: the memory workload (memory.go) instead of (a)-(g).
 	memory     bool
 	memorySize memorySize
@@ -106,6 +108,8 @@ func main() {
 	flag.StringVar(&fleetArgs, "fleet-args", "", "Comma-separated extra flags for every fleet replica (e.g. --informer-mode=namespace-watch), for experiments.")
 	var extraPodWatchers int
 	flag.IntVar(&extraPodWatchers, "extra-pod-watchers", 0, "Open this many cluster-wide Pod watches from the bench process once the system is up, as more replicas would, for experiments.")
+	var apiServerArgs string
+	flag.StringVar(&apiServerArgs, "apiserver-args", "", "Comma-separated extra flags for kube-apiserver (e.g. --v=1, which logs each watcher it closes for not keeping up), for experiments.")
 	var cpus string
 	flag.StringVar(&cpus, "cpus", "", "CONTROLPLANE:CONTROLLERMANAGERS: confine etcd, kube-apiserver, kube-scheduler and kwok to the first CPU list and every controller manager to the second (taskset syntax, e.g. 0:1), as when the controller managers run on other nodes, for experiments.")
 	flag.BoolVar(&memory, "memory", false, "Memory mode: what each process holds once a mid-sized cluster (200 namespaces, 20,000 ConfigMaps and Secrets of 3 KiB, 5,000 kwok pods) is cached, for KCM and fleets of 1, 3 and 5, at raised limits, one run each unless -runs is given; results in memory.md.")
@@ -125,6 +129,9 @@ func main() {
 		os.Exit(2)
 	}
 	cfg := config{out: out, quick: quick, jobs: true, keep: keep, profile: profile, resume: resume, cascade: true, nsDelete: true, extraPodWatchers: extraPodWatchers, cpus: split}
+	if apiServerArgs != "" {
+		cfg.apiServerArgs = strings.Split(apiServerArgs, ",")
+	}
 	defaultLimits := limits{Name: "default (qps 20, burst 30)", QPS: 20, Burst: 30}
 	if quick {
 		cfg.systems = []system{{"kube-controller-manager", false, 1}, {"fleet x1", true, 1}, {"fleet x3", true, 3}}

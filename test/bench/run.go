@@ -144,6 +144,7 @@ func benchRun(ctx context.Context, binDir string, s system, l limits, cfg config
 // folder, "" for a temporary one): kube-scheduler, kwok with a node per
 // 100 of pods, lists and watches audited.
 func newBench(ctx context.Context, binDir string, s system, l limits, cfg config, pods int, dir string, apiServerArgs ...string) (*bench, error) {
+	apiServerArgs = append(apiServerArgs, cfg.apiServerArgs...)
 	if cfg.profile != "" {
 		// The CPU profiles of -profile include the apiserver's.
 		apiServerArgs = append(apiServerArgs, "--profiling=true")
