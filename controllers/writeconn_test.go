@@ -13,6 +13,28 @@ import (
 	"k8s.io/controller-manager/pkg/clientbuilder"
 )
 
+// controllerHTTPClient is the HTTP client of a controller client built by
+// a replica's builder for server, the inner config wrapped by wrap if set.
+func controllerHTTPClient(t *testing.T, server *httptest.Server, authority *movingAuthority, wrap func(http.RoundTripper) http.RoundTripper) *http.Client {
+	t.Helper()
+	root := &restclient.Config{Host: server.URL, TLSClientConfig: restclient.TLSClientConfig{
+		CAData: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: server.Certificate().Raw}),
+	}}
+	if wrap != nil {
+		root.Wrap(wrap)
+	}
+	builder := newSharedLimiterBuilder(clientbuilder.SimpleControllerClientBuilder{ClientConfig: root}, "replica-a", authority)
+	cfg, err := builder.Config("writer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := restclient.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client
+}
+
 // TestBodyAfterAuthorityNeverArrives freezes a write between its headers
 // and its body, as a paused process is, and lets authority run out
 // before the body is handed over: the body must never reach the server,
@@ -49,18 +71,7 @@ func TestBodyAfterAuthorityNeverArrives(t *testing.T) {
 			defer server.Close()
 
 			authority := &movingAuthority{until: time.Now().Add(time.Hour)}
-			root := &restclient.Config{Host: server.URL, TLSClientConfig: restclient.TLSClientConfig{
-				CAData: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: server.Certificate().Raw}),
-			}}
-			builder := newSharedLimiterBuilder(clientbuilder.SimpleControllerClientBuilder{ClientConfig: root}, "replica-a", authority)
-			cfg, err := builder.Config("writer")
-			if err != nil {
-				t.Fatal(err)
-			}
-			client, err := restclient.HTTPClientFor(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
+			client := controllerHTTPClient(t, server, authority, nil)
 
 			bodyReader, bodyWriter := io.Pipe()
 			req, err := http.NewRequest(http.MethodPost, server.URL+"/api/v1/namespaces/a/configmaps", bodyReader)
@@ -190,21 +201,9 @@ func TestWritesKeepTheConfigsWrappers(t *testing.T) {
 	server.StartTLS()
 	defer server.Close()
 
-	root := &restclient.Config{Host: server.URL, TLSClientConfig: restclient.TLSClientConfig{
-		CAData: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: server.Certificate().Raw}),
-	}}
-	root.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+	client := controllerHTTPClient(t, server, &movingAuthority{until: time.Now().Add(time.Hour)}, func(rt http.RoundTripper) http.RoundTripper {
 		return headerRoundTripper{next: rt, name: "Authorization", value: "Bearer from-the-builder"}
 	})
-	builder := newSharedLimiterBuilder(clientbuilder.SimpleControllerClientBuilder{ClientConfig: root}, "replica-a", &movingAuthority{until: time.Now().Add(time.Hour)})
-	cfg, err := builder.Config("writer")
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, err := restclient.HTTPClientFor(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, method := range []string{http.MethodGet, http.MethodPost} {
 		req, err := http.NewRequest(method, server.URL+"/api/v1/namespaces/a/configmaps", strings.NewReader("{}"))
 		if err != nil {
