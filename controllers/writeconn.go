@@ -33,8 +33,9 @@ import (
 // lack of authority is closed with everything on it, and the informers'
 // watches must outlive a lapse of authority. The write connections are
 // made by client-go's transport cache from the config's TLS settings and
-// one dialer per replica, so every controller name with the same
-// credentials shares one (HTTP/2) connection, as all clients do in KCM.
+// one dialer per replica, so every controller name with the same TLS
+// settings shares one (HTTP/2) connection, whatever its token, as all
+// clients do in KCM.
 type writeTransports struct {
 	fence shard.Authority
 
