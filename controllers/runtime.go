@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apiserver/pkg/server/healthz"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/discovery"
@@ -95,6 +96,9 @@ type RuntimeConfig struct {
 	// SelectorTerms and NamespaceWatchMax size the owned cache's lists
 	// (--shard-selector-max-terms, --namespace-watch-max-namespaces).
 	SelectorTerms, NamespaceWatchMax int
+	// SelectedWatches: resources whose owned cache watch carries a shard
+	// selector naming the loaded namespaces (--selected-watch-resources).
+	SelectedWatches []string
 	// Authority gates every write: none is sent while the replica may
 	// not act.
 	Authority shard.Authority
@@ -205,7 +209,7 @@ func NewRuntime(ctx context.Context, cfg RuntimeConfig) (*Runtime, error) {
 	if cfg.Mode != informers.ModeFilteredWatch {
 		if r.owned, err = informers.NewOwnedCache(informers.OwnedCacheConfig{
 			Sharded: cfg.Mode == informers.ModeShardedWatch, MaxTerms: cfg.SelectorTerms, NamespaceWatchMax: cfg.NamespaceWatchMax, RESTClients: r.restClients, Mapper: restMapper,
-			Namespaces: namespaces, PartitionOf: cfg.Ring.NamespacePartition, FieldSelectors: ownedFieldSelectors(),
+			Namespaces: namespaces, PartitionOf: cfg.Ring.NamespacePartition, FieldSelectors: ownedFieldSelectors(), SelectedWatches: sets.New(cfg.SelectedWatches...),
 			Resync: kcmapp.ResyncPeriod(c)(), Transform: trimManagedFields,
 		}); err != nil {
 			return nil, fmt.Errorf("owned cache: %w", err)

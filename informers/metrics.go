@@ -43,6 +43,11 @@ var (
 		Help:           "Events of the owned cache's cluster-wide watch dropped before decoding, their namespace not loaded by this replica.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"resource"})
+	selectedWatchOpens = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "fleet", Name: "owned_cache_selected_watch_opens_total",
+		Help:           "Watches the owned cache opened with a shard selector naming its namespaces: at the first watch, after every close, and when namespaces join it.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource"})
 	sharedInformers = metrics.NewGauge(&metrics.GaugeOpts{
 		Namespace: "fleet", Name: "shared_informers",
 		Help:           "Cluster-wide informers (typed and metadata-only) the replica runs for its pieces; one stops when the last piece using it stops.",
@@ -54,6 +59,6 @@ var registerOnce sync.Once
 
 func registerMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(ownedNamespaces, ownedPartitions, ownedSources, ownedWideSources, selectorIgnored, sourceRelists, eventsSkipped, sharedInformers)
+		legacyregistry.MustRegister(ownedNamespaces, ownedPartitions, ownedSources, ownedWideSources, selectorIgnored, sourceRelists, eventsSkipped, selectedWatchOpens, sharedInformers)
 	})
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/cache"
@@ -42,8 +43,14 @@ type OwnedCacheConfig struct {
 	// holds every object of its namespaces). A narrowed kind cannot be
 	// held everywhere: a singleton reading it reads the pool's.
 	FieldSelectors map[reflect.Type]fields.Selector
-	Resync         time.Duration
-	Transform      cache.TransformFunc
+	// SelectedWatches names the resources (e.g. "pods") whose one watch
+	// carries a shard selector naming the loaded namespaces (Sharded
+	// only), so that kube-apiserver writes the replica only its events;
+	// it is opened again, from where it stopped, as namespaces join.
+	// The others' watches carry none and are filtered on the client.
+	SelectedWatches sets.Set[string]
+	Resync          time.Duration
+	Transform       cache.TransformFunc
 }
 
 // OwnedCache is the replica's cache of namespaced kinds for its partition
@@ -210,7 +217,7 @@ func (o *OwnedCache) InformerFor(obj runtime.Object) cache.SharedIndexInformer {
 	}
 	var lw *ownedListWatch
 	keep := func(namespace string) bool { return lw.decodes(namespace) }
-	lw = newOwnedListWatch(targetOf(o.config.RESTClients, o.config.Mapper, obj, o.config.FieldSelectors[t], keep), o.config.Sharded, o.config.MaxTerms, o.config.NamespaceWatchMax)
+	lw = newOwnedListWatch(targetOf(o.config.RESTClients, o.config.Mapper, obj, o.config.FieldSelectors[t], o.config.SelectedWatches, keep), o.config.Sharded, o.config.MaxTerms, o.config.NamespaceWatchMax)
 	informer := cache.NewSharedIndexInformer(lw, obj, o.config.Resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	if o.config.Transform != nil {
 		_ = informer.SetTransform(o.config.Transform)
@@ -439,7 +446,7 @@ func (o *OwnedCache) Keys() map[string][]string {
 // not ready yet is an error the reflector retries. A non-nil selector
 // narrows every list and watch of it; the trunk's watch decodes only the
 // objects of the namespaces keep accepts.
-func targetOf(clients *RESTClients, mapper meta.RESTMapper, obj runtime.Object, selector fields.Selector, keep func(namespace string) bool) func() (*listWatchTarget, error) {
+func targetOf(clients *RESTClients, mapper meta.RESTMapper, obj runtime.Object, selector fields.Selector, selectedWatches sets.Set[string], keep func(namespace string) bool) func() (*listWatchTarget, error) {
 	var mu sync.Mutex
 	var target *listWatchTarget
 	return func() (*listWatchTarget, error) {
@@ -465,7 +472,7 @@ func targetOf(clients *RESTClients, mapper meta.RESTMapper, obj runtime.Object, 
 		if err != nil {
 			return nil, err
 		}
-		target = &listWatchTarget{client: client, trunkClient: trunkClient, resource: mapping.Resource.Resource, listKind: gvk.GroupVersion().WithKind(gvk.Kind + "List")}
+		target = &listWatchTarget{client: client, trunkClient: trunkClient, resource: mapping.Resource.Resource, listKind: gvk.GroupVersion().WithKind(gvk.Kind + "List"), selectWatch: selectedWatches.Has(mapping.Resource.Resource)}
 		if selector != nil {
 			target.fieldSelector = selector.String()
 		}

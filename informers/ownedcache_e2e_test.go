@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery/cached/memory"
 	clientinformers "k8s.io/client-go/informers"
@@ -45,7 +46,12 @@ import (
 // three namespaces loaded later is listed in one too, and a namespace
 // created later is listed alone, then merged. Held everywhere (for the
 // colocated singletons), the informer holds every namespace until
-// released. Secrets are narrowed by a field selector on their type: their
+// released. With the ConfigMaps' watch selected, it names the loaded
+// namespaces: loading a partition or creating a namespace in one opens it
+// once more, from where it stopped (the objects changed meanwhile reach
+// the cache), and kube-apiserver drops the events of the other namespaces
+// before writing them (its apiserver_watch_filtered_events_total).
+// Secrets are narrowed by a field selector on their type: their
 // informer holds only the matching Secrets of the loaded namespaces, by
 // every kind of request above, and cannot be held everywhere.
 func TestOwnedCache(t *testing.T) {
@@ -58,11 +64,15 @@ func TestOwnedCache(t *testing.T) {
 		// loadLists is how many list requests loading a partition of three
 		// namespaces makes.
 		loadLists int
+		// selected: the ConfigMaps' watch names the loaded namespaces in
+		// a shard selector (SelectedWatches).
+		selected bool
 	}{
-		{"sharded", true, false, 0, 2},
-		{"sharded, gate off", true, true, 0, 2},
-		{"namespace", false, false, 0, 3},
-		{"namespace, wide past 2 namespaces", false, false, 2, 1},
+		{"sharded", true, false, 0, 2, false},
+		{"sharded, selected watch", true, false, 0, 2, true},
+		{"sharded, gate off", true, true, 0, 2, false},
+		{"namespace", false, false, 0, 3, false},
+		{"namespace, wide past 2 namespaces", false, false, 2, 1, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// Each case has its own control plane and mostly waits.
@@ -82,7 +92,7 @@ func TestOwnedCache(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			testOwnedCache(ctx, t, config, tc.sharded, tc.wideAbove, tc.loadLists)
+			testOwnedCache(ctx, t, config, tc.sharded, tc.wideAbove, tc.loadLists, tc.selected)
 			if ignored, err := testutil.GetCounterMetricValue(selectorIgnored.WithLabelValues("configmaps")); tc.gateOff && (err != nil || ignored == 0) {
 				t.Fatal("the apiserver ignored the selectors and fleet_owned_cache_selector_ignored_total did not count it")
 			}
@@ -122,7 +132,7 @@ func (c *listCounter) watchCount() int {
 	return c.watches
 }
 
-func testOwnedCache(ctx context.Context, t *testing.T, config *rest.Config, sharded bool, wideAbove, loadLists int) {
+func testOwnedCache(ctx context.Context, t *testing.T, config *rest.Config, sharded bool, wideAbove, loadLists int, selected bool) {
 	client, err := kubernetes.NewForConfig(config)
 	if err != nil {
 		t.Fatal(err)
@@ -181,8 +191,13 @@ func testOwnedCache(ctx context.Context, t *testing.T, config *rest.Config, shar
 	namespaces := shared.Core().V1().Namespaces().Informer()
 	shared.Start(replica.Done())
 	typeSelector := fields.OneTermEqualSelector("type", selectedType)
+	var selectedWatches sets.Set[string]
+	if selected {
+		selectedWatches = sets.New("configmaps")
+	}
 	owned, err := NewOwnedCache(OwnedCacheConfig{Sharded: sharded, MaxTerms: 2, NamespaceWatchMax: wideAbove, RESTClients: NewRESTClients(counted), Mapper: mapper,
-		Namespaces: namespaces, PartitionOf: partitionOf, FieldSelectors: map[reflect.Type]fields.Selector{reflect.TypeOf(&corev1.Secret{}): typeSelector}})
+		Namespaces: namespaces, PartitionOf: partitionOf, FieldSelectors: map[reflect.Type]fields.Selector{reflect.TypeOf(&corev1.Secret{}): typeSelector},
+		SelectedWatches: selectedWatches})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,10 +301,25 @@ func testOwnedCache(ctx context.Context, t *testing.T, config *rest.Config, shar
 	}
 
 	// The one watch per kind carries partition 1's changes too: loading
-	// it opened none.
-	if got := counter.watchCount() - watchesBefore; got != 0 {
-		t.Fatalf("loading partition 1 opened %d watches, want none", got)
+	// it opened none, or, naming its namespaces, one, from where the
+	// previous one stopped.
+	watchesOpened := func(what string, want int) {
+		t.Helper()
+		var got int
+		// A selected watch opens again shortly after namespaces join it.
+		_ = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 3*time.Second, true, func(context.Context) (bool, error) {
+			got = counter.watchCount() - watchesBefore
+			return got >= want, nil
+		})
+		if got != want {
+			t.Fatalf("%s opened %d watches of ConfigMaps, want %d", what, got, want)
+		}
 	}
+	reopens := 0
+	if selected {
+		reopens = 1
+	}
+	watchesOpened("loading partition 1", reopens)
 	sourcesAre("after loading partition 1", 1, 1)
 	createConfigMap("p1-b", "after-load")
 	waitExact("after partition 1 was loaded", 0, 1)
@@ -313,12 +343,25 @@ func testOwnedCache(ctx context.Context, t *testing.T, config *rest.Config, shar
 	createConfigMap("p2-d", "unloaded")
 	waitExact("after changes in and out of the loaded namespaces", 1)
 	secretsExact("after a namespace was created", 1)
-	if lists, watches := counter.count()-before, counter.watchCount()-watchesBefore; lists != 1 || watches != 0 {
-		t.Fatalf("unloading a partition and creating a namespace in a loaded one made %d lists and %d watch requests, want 1 and none", lists, watches)
+	watchesOpened("unloading a partition and creating a namespace in a loaded one", reopens)
+	if lists := counter.count() - before; lists != 1 {
+		t.Fatalf("unloading a partition and creating a namespace in a loaded one made %d lists, want 1", lists)
 	}
-	// The ConfigMaps created in p0-a and p2-d were not decoded (the
-	// counter is the process's, shared by the cases running beside).
-	if skipped, _ := testutil.GetCounterMetricValue(eventsSkipped.WithLabelValues("configmaps")); skipped-skippedBefore < 2 {
+	if selected {
+		// The watch names p1-d now and not p2-d: kube-apiserver drops
+		// p2-d's ConfigMaps before writing them.
+		filteredBefore := apiserverCounter(ctx, t, client, "apiserver_watch_filtered_events_total", "configmaps")
+		for i := range 20 {
+			createConfigMap("p2-d", fmt.Sprintf("filtered-%d", i))
+		}
+		createConfigMap("p1-d", "after-filtered")
+		waitExact("after ConfigMaps created in a namespace not loaded", 1)
+		if filtered := apiserverCounter(ctx, t, client, "apiserver_watch_filtered_events_total", "configmaps") - filteredBefore; filtered < 20 {
+			t.Fatalf("kube-apiserver filtered %v ConfigMap events by the watch's shard selector, want the 20 created in p2-d", filtered)
+		}
+	} else if skipped, _ := testutil.GetCounterMetricValue(eventsSkipped.WithLabelValues("configmaps")); skipped-skippedBefore < 2 {
+		// The ConfigMaps created in p0-a and p2-d were not decoded (the
+		// counter is the process's, shared by the cases running beside).
 		t.Fatalf("the watch skipped %v events of namespaces not loaded, want at least the 2 ConfigMaps created in p0-a and p2-d", skipped-skippedBefore)
 	}
 
@@ -394,6 +437,27 @@ func testOwnedCache(ctx context.Context, t *testing.T, config *rest.Config, shar
 	createConfigMap("p2-e", "after-release")
 	createConfigMap("p0-a", "after-release")
 	waitExact("released, after changes in and out of the loaded namespaces", 0)
+}
+
+// apiserverCounter sums the samples of counter name whose resource label
+// is resource in kube-apiserver's /metrics.
+func apiserverCounter(ctx context.Context, t *testing.T, client kubernetes.Interface, name, resource string) float64 {
+	t.Helper()
+	body, err := client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		t.Fatalf("reading kube-apiserver's metrics: %v", err)
+	}
+	var sum float64
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, name+"{") || !strings.Contains(line, `resource="`+resource+`"`) {
+			continue
+		}
+		var v float64
+		if _, err := fmt.Sscan(line[strings.LastIndex(line, " ")+1:], &v); err == nil {
+			sum += v
+		}
+	}
+	return sum
 }
 
 func waitSynced(ctx context.Context, synced func() bool) bool {

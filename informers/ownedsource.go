@@ -1,6 +1,7 @@
 package informers
 
 import (
+	"context"
 	"slices"
 	"sort"
 	"time"
@@ -128,6 +129,29 @@ type source struct {
 	// feeds (a feeder): the trunk its namespaces join. A feeder lists
 	// and never watches.
 	feeds *source
+	// watchCovers: the namespaces the shard selector of the source's open
+	// watch names (selectedWatch); nil while it carries none. A namespace
+	// joining the source outside them supersedes the watch: watchGen
+	// moves on, the watch delivers nothing more and is cancelled
+	// (cancelWatch), and the source watches again from its version with
+	// a selector naming every namespace it carries. Its version stays
+	// where the superseded watch left it, older than the joining
+	// namespace's list, so the new watch delivers every event of it the
+	// list does not carry.
+	watchCovers map[string]bool
+	watchGen    uint64
+	cancelWatch context.CancelFunc
+}
+
+// supersedeWatch ends the source's open watch: nothing it delivers from
+// now on is emitted. Called with mu held.
+func (s *source) supersedeWatch() {
+	s.watchGen++
+	s.watchCovers = nil
+	if s.cancelWatch != nil {
+		s.cancelWatch()
+		s.cancelWatch = nil
+	}
 }
 
 // joining is a namespace on its way into the trunk.
@@ -145,6 +169,9 @@ func (s *source) join(namespaces []string, feeder *source) {
 	for _, ns := range namespaces {
 		s.insert(ns)
 		s.joining[ns] = &joining{feeder: feeder}
+		if s.watchCovers != nil && !s.watchCovers[ns] {
+			s.supersedeWatch()
+		}
 	}
 }
 

@@ -132,13 +132,15 @@ func (s *ownedStream) send(e watch.Event) bool {
 // names the namespaces it covered: deletions of the objects they no
 // longer have are computed here, against the ledger, and namespaces
 // joining src that the list did not cover get a feeder.
-func (s *ownedStream) emit(ctx context.Context, src *source, events []watch.Event, version string, listed map[string]string) bool {
+// watched, for the events of a watch, is the source's watchGen when the
+// watch opened: once superseded, the watch emits nothing.
+func (s *ownedStream) emit(ctx context.Context, src *source, watched *uint64, events []watch.Event, version string, listed map[string]string) bool {
 	lw := s.lw
 	relist := listed != nil
 	lw.sendMu.Lock()
 	defer lw.sendMu.Unlock()
 	lw.mu.Lock()
-	if _, current := lw.sources[src]; !current || ctx.Err() != nil {
+	if _, current := lw.sources[src]; !current || ctx.Err() != nil || watched != nil && *watched != src.watchGen {
 		lw.mu.Unlock()
 		return false
 	}
@@ -394,6 +396,7 @@ func (s *ownedStream) produce(ctx context.Context, src *source) {
 		}
 	}
 	logger := klog.FromContext(s.ctx).WithValues("resource", s.target.resource, "namespaces", len(src.namespaces))
+	var opened time.Time
 	for ctx.Err() == nil {
 		lw.mu.Lock()
 		version := src.version
@@ -415,21 +418,57 @@ func (s *ownedStream) produce(ctx context.Context, src *source) {
 			for _, item := range items {
 				events = append(events, watch.Event{Type: watch.Added, Object: item})
 			}
-			if !s.emit(ctx, src, events, versions[""], versions) {
+			if !s.emit(ctx, src, nil, events, versions[""], versions) {
 				return
 			}
 			version = versions[""]
 		}
-		options := metav1.ListOptions{ResourceVersion: version, Watch: true, AllowWatchBookmarks: true, TimeoutSeconds: s.timeout, FieldSelector: s.target.fieldSelector}
-		// Every namespace: the client keeps the loaded ones (emit).
+		if wait := reopenInterval - time.Since(opened); wait > 0 {
+			// Namespaces joining meanwhile share the next watch.
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+				return
+			}
+		}
+		opened = time.Now()
+		lw.mu.Lock()
+		version = src.version
+		gen := src.watchGen
+		selector := lw.watchSelector(s.target, src)
+		watchCtx, cancel := context.WithCancel(ctx)
+		src.cancelWatch = cancel
+		src.watchCovers = nil
+		if selector != "" {
+			src.watchCovers = make(map[string]bool, len(src.namespaces))
+			for _, ns := range src.namespaces {
+				src.watchCovers[ns] = true
+			}
+		}
+		lw.mu.Unlock()
+		if version == "" {
+			cancel()
+			continue
+		}
+		options := metav1.ListOptions{ResourceVersion: version, Watch: true, AllowWatchBookmarks: true, TimeoutSeconds: s.timeout, FieldSelector: s.target.fieldSelector, ShardSelector: selector}
+		if selector != "" {
+			selectedWatchOpens.WithLabelValues(s.target.resource).Inc()
+		}
+		// Without a selector every namespace: the client keeps the loaded
+		// ones (emit).
 		client := s.target.trunkClient
 		if client == nil {
 			client = s.target.client
 		}
-		w, err := client.Get().Resource(s.target.resource).VersionedParams(&options, scheme.ParameterCodec).Watch(ctx)
+		w, err := client.Get().Resource(s.target.resource).VersionedParams(&options, scheme.ParameterCodec).Watch(watchCtx)
 		if err != nil {
+			cancel()
 			if ctx.Err() != nil {
 				return
+			}
+			if watchCtx.Err() != nil {
+				// Superseded while opening.
+				continue
 			}
 			if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
 				s.relist(src)
@@ -439,7 +478,9 @@ func (s *ownedStream) produce(ctx context.Context, src *source) {
 			pause()
 			continue
 		}
-		if expired := s.follow(ctx, src, w); expired {
+		expired := s.follow(watchCtx, src, &gen, w)
+		cancel()
+		if expired {
 			s.relist(src)
 		}
 	}
@@ -455,7 +496,7 @@ func (s *ownedStream) relist(src *source) {
 
 // follow passes w's events on until w ends; true if the server said src's
 // version has expired.
-func (s *ownedStream) follow(ctx context.Context, src *source, w watch.Interface) (expired bool) {
+func (s *ownedStream) follow(ctx context.Context, src *source, watched *uint64, w watch.Interface) (expired bool) {
 	defer w.Stop()
 	for {
 		select {
@@ -471,13 +512,13 @@ func (s *ownedStream) follow(ctx context.Context, src *source, w watch.Interface
 				return apierrors.IsResourceExpired(err) || apierrors.IsGone(err)
 			case watch.Bookmark:
 				if m, err := meta.Accessor(e.Object); err == nil {
-					s.emit(ctx, src, nil, m.GetResourceVersion(), nil)
+					s.emit(ctx, src, watched, nil, m.GetResourceVersion(), nil)
 				}
 			default:
 				if skipped, ok := e.Object.(*skippedObject); ok {
 					// Not decoded: only its version moves src on.
 					eventsSkipped.WithLabelValues(s.target.resource).Inc()
-					if !s.emit(ctx, src, nil, skipped.resourceVersion, nil) {
+					if !s.emit(ctx, src, watched, nil, skipped.resourceVersion, nil) {
 						return false
 					}
 					continue
@@ -486,7 +527,7 @@ func (s *ownedStream) follow(ctx context.Context, src *source, w watch.Interface
 				if err != nil {
 					continue
 				}
-				if !s.emit(ctx, src, []watch.Event{e}, m.GetResourceVersion(), nil) {
+				if !s.emit(ctx, src, watched, []watch.Event{e}, m.GetResourceVersion(), nil) {
 					return false
 				}
 			}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -300,6 +301,30 @@ func (lw *ownedListWatch) decodes(namespace string) bool {
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
 	return lw.everywhere || lw.loaded[namespace]
+}
+
+// reopenInterval spaces the watches one source opens, so namespaces
+// joining it within it share one new watch.
+const reopenInterval = 500 * time.Millisecond
+
+// noNamespace selects nothing a namespaced kind has: the FNV-1a hash of
+// the empty namespace, which only cluster-scoped objects carry.
+var noNamespace = namespaceSelector([]string{""})
+
+// watchSelector is the shard selector src's next watch carries: one
+// naming its namespaces, so that kube-apiserver filters the events of
+// the others before writing them, or "" (every namespace, filtered on the
+// client). Only a trunk of a kind whose watches are selected carries
+// one, and only while it names at most MaxSelectorTerms namespaces; an
+// adopting source must see every namespace. Called with mu held.
+func (lw *ownedListWatch) watchSelector(t *listWatchTarget, src *source) string {
+	if !lw.sharded || !t.selectWatch || src.adopts || src.feeds != nil || len(src.namespaces) > MaxSelectorTerms {
+		return ""
+	}
+	if len(src.namespaces) == 0 {
+		return noNamespace
+	}
+	return namespaceSelector(src.namespaces)
 }
 
 // adopter is a source that adopts, if there is one. Called with mu held.

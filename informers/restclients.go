@@ -24,6 +24,9 @@ type listWatchTarget struct {
 	listKind    schema.GroupVersionKind
 	// fieldSelector: set on every list and watch (OwnedCacheConfig.FieldSelectors).
 	fieldSelector string
+	// selectWatch: the trunk's watch names its namespaces in a shard
+	// selector (OwnedCacheConfig.SelectedWatches).
+	selectWatch bool
 }
 
 func (t *listWatchTarget) listNamespace(ctx context.Context, namespace string, options metav1.ListOptions) ([]runtime.Object, string, error) {

@@ -26,6 +26,12 @@ const DefaultSelectorTerms = 64
 // client, costs both sides less.
 const DefaultNamespaceWatchMax = 16
 
+// DefaultSelectedWatches are the resources whose owned cache watch names
+// the loaded namespaces in a shard selector: Pods, the kind with the most
+// events, whose unfiltered watches kube-apiserver closed for falling
+// behind (docs/benchmarks/memory-closes).
+var DefaultSelectedWatches = []string{"pods"}
+
 // namespaceSelector is the shard selector that matches exactly the objects
 // of namespaces (and those of any namespace whose FNV-1a hash collides with
 // one of them, which the client filters out): the union of one point range

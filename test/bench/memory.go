@@ -105,6 +105,10 @@ func memoryRun(ctx context.Context, binDir string, s system, l limits, cfg confi
 		return nil, "", err
 	}
 	b.figures["m_converge_s"] = time.Since(started).Seconds()
+	cpuConverged := b.cpuByComponent()
+	for _, p := range b.procs {
+		b.figures["m_cm_cpu_s"] += cpuConverged[p.Name] - cpuBefore[p.Name]
+	}
 	stopCMCPUs()
 	waitProfiles()
 	// What limited the workload, from the system's start to convergence.

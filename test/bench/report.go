@@ -60,6 +60,7 @@ var figureNames = []struct{ key, label string }{
 	{"m_stack_median_mib", "memory: goroutine stacks, median process (MiB)"},
 	{"m_apiserver_rss_mib", "memory: kube-apiserver RSS (MiB, mean of the last minute)"},
 	{"m_apiserver_cpu_s", "memory: kube-apiserver CPU-seconds, from the system's start to the reading"},
+	{"m_cm_cpu_s", "memory: controller-manager CPU-seconds, all processes, from the system's start to convergence"},
 }
 
 // lowerIsBetter: ratios are given as "fleet / KCM" for all figures; for

@@ -33,6 +33,9 @@ type FleetOptions struct {
 	// NamespaceWatchMax: in namespace-watch, past this many owned
 	// namespaces watch every namespace and keep the owned ones.
 	NamespaceWatchMax int
+	// SelectedWatches: resources whose owned cache watch names the
+	// loaded namespaces in a shard selector (sharded-watch).
+	SelectedWatches []string
 	// ShareWorkers: whether the partition controllers' worker counts are
 	// divided among the fleet's replicas.
 	ShareWorkers controllers.WorkerSharing
@@ -67,6 +70,7 @@ func NewFleetOptions() *FleetOptions {
 		SelectorTerms: informers.DefaultSelectorTerms,
 
 		NamespaceWatchMax: informers.DefaultNamespaceWatchMax,
+		SelectedWatches:   informers.DefaultSelectedWatches,
 		ShareWorkers:      controllers.ShareWorkersAuto,
 		Placements:        shard.Placements,
 		StateVersions:     membership.StateVersions,
@@ -88,6 +92,7 @@ func (o *FleetOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.Float64Var(&o.Ring.ColocatedShare, "colocated-partition-share", o.Ring.ColocatedShare, "Fraction (0 to 1) of an even share of the namespace partitions kept by the replica running the singletons that cache every Pod and every resource's metadata (garbage collector, resourcequota, podgc, ...); the rest go to the other replicas, so that the replicas' memory is closer to equal. 1: an even share. Same on every replica.")
 	fs.Var(&informerModeValue{&o.InformerMode}, "informer-mode", fmt.Sprintf("How the replica caches the namespaced objects its partition controllers read: %s. sharded-watch: only the owned partitions' namespaces, from one cluster-wide watch per kind filtered on the client, each namespace listed when loaded with a shard selector naming it (feature gate ShardedListAndWatch). namespace-watch: the same, each namespace listed on its own, or past --namespace-watch-max-namespaces at once in one cluster-wide list (any apiserver). filtered-watch: every namespace, as kube-controller-manager. auto = sharded-watch when the apiserver filters by shard selector, else namespace-watch.", informers.Modes))
 	fs.IntVar(&o.SelectorTerms, "shard-selector-max-terms", o.SelectorTerms, fmt.Sprintf("Most namespaces one shard selector names (sharded-watch): a replica loading more lists them in several requests. At most %d, the apiserver's limit; the default keeps request URLs near 7 KB.", informers.MaxSelectorTerms))
+	fs.StringSliceVar(&o.SelectedWatches, "selected-watch-resources", o.SelectedWatches, "sharded-watch: resources whose one cluster-wide watch names the replica's namespaces in a shard selector, so that kube-apiserver sends the replica only their events; the watch is opened again, from where it stopped, when namespaces join the replica (at most every 500 ms). The others are filtered on the replica. Its URL grows by about 100 bytes per namespace (at most 1,176, past which it names none): leave it empty behind a proxy that limits URLs.")
 	fs.IntVar(&o.NamespaceWatchMax, "namespace-watch-max-namespaces", o.NamespaceWatchMax, "namespace-watch: a replica loading more namespaces than this at once (the partitions it gains together) lists each kind in every namespace, once, and keeps only theirs, rather than one list per namespace. 0: always one list per namespace.")
 	fs.StringVar((*string)(&o.ShareWorkers), "share-workers", string(o.ShareWorkers), "true: divide the worker counts of the controllers that run on every replica (--concurrent-deployment-syncs, --concurrent-replicaset-syncs, ...) among the fleet's live replicas when they start, rounded up, so the fleet runs about as many workers as one kube-controller-manager with the same flags (fewer status writes for a busy apiserver). false: every replica runs the full counts (faster while each replica's client rate limiter holds its workers back). auto: true when --kube-api-qps is raised above kube-controller-manager's default. See docs/operations.md.")
 	fs.BoolVar(&o.DummyPieces, "dummy-pieces", false, "Test mode: run pieces that only record when they start and stop, instead of controllers.")

@@ -148,7 +148,7 @@ func newRunner(ctx, memberCtx context.Context, c *kcmconfig.CompletedConfig, fle
 	klog.InfoS("Informers of the partition controllers", "informerMode", mode)
 	rt, err := controllers.NewRuntime(memberCtx, controllers.RuntimeConfig{
 		KCM: c, Identity: fleet.Identity, Ring: fleet.Ring, Mode: mode,
-		SelectorTerms: fleet.SelectorTerms, NamespaceWatchMax: fleet.NamespaceWatchMax, Authority: member,
+		SelectorTerms: fleet.SelectorTerms, NamespaceWatchMax: fleet.NamespaceWatchMax, SelectedWatches: fleet.SelectedWatches, Authority: member,
 		Replicas: replicasOf(fleet.ShareWorkers.Shares(c.ComponentConfig.Generic.ClientConnection.QPS, fleet.defaultQPS), member),
 	})
 	if err != nil {
