@@ -130,7 +130,7 @@ type source struct {
 	// and never watches.
 	feeds *source
 	// watchCovers: the namespaces the shard selector of the source's open
-	// watch names (selectedWatch); nil while it carries none. A namespace
+	// watch names (watchSelector); nil while it carries none. A namespace
 	// joining the source outside them supersedes the watch: watchGen
 	// moves on, the watch delivers nothing more and is cancelled
 	// (cancelWatch), and the source watches again from its version with
