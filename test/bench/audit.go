@@ -22,7 +22,21 @@ type auditCounts struct {
 	leaseWrites             float64            // controller managers' Lease writes
 	cmLists, otherLists     float64
 	cmWatches, otherWatches float64
+	// cmEventWrites: the controller managers' Event creates and patches
+	// (each controller's recorder drops what its sink cannot keep up with,
+	// so a system with more sinks writes more of them).
+	cmEventWrites float64
+	// kwok's Pod status patches, those refused, and its Pod WATCH
+	// requests. kwok v0.8.0 watches Pods from resourceVersion 0 each time,
+	// so each watch after its first replays every Pod, and kwok plays a
+	// stage again for each Pod it has not yet patched: the second patch
+	// is refused (two pod IPs). A watcher closed for not keeping up costs
+	// that much more under kwok than under a kubelet, which resumes.
+	kwokPodPatches, kwokPodPatchesRefused, kwokPodWatches float64
 }
+
+// kwokUser is the harness's kwok identity (test/localcluster).
+const kwokUser = "kwok"
 
 // isControllerManagerUser says whether an audited user is a controller
 // manager: KCM's or the fleet's own identity, or a controller's service
@@ -51,8 +65,12 @@ func readAuditCounts(path string, offset int64) (auditCounts, error) {
 			Verb      string                    `json:"verb"`
 			User      struct{ Username string } `json:"user"`
 			ObjectRef struct {
-				Resource string `json:"resource"`
+				Resource    string `json:"resource"`
+				Subresource string `json:"subresource"`
 			} `json:"objectRef"`
+			ResponseStatus struct {
+				Code int `json:"code"`
+			} `json:"responseStatus"`
 		}
 		if err := dec.Decode(&ev); err != nil {
 			if !errors.Is(err, io.EOF) {
@@ -62,6 +80,7 @@ func readAuditCounts(path string, offset int64) (auditCounts, error) {
 			break
 		}
 		cm := isControllerManagerUser(ev.User.Username)
+		counts.countKwok(ev.User.Username, ev.Stage, ev.Verb, ev.ObjectRef.Resource, ev.ObjectRef.Subresource, ev.ResponseStatus.Code)
 		switch {
 		case ev.Verb == "watch":
 			if ev.Stage != "ResponseStarted" {
@@ -81,12 +100,34 @@ func readAuditCounts(path string, offset int64) (auditCounts, error) {
 			}
 		case cm && ev.Verb != "get":
 			counts.writes[ev.Verb]++
-			if ev.ObjectRef.Resource == "leases" {
+			switch ev.ObjectRef.Resource {
+			case "leases":
 				counts.leaseWrites++
+			case "events":
+				if ev.Verb == "create" || ev.Verb == "patch" {
+					counts.cmEventWrites++
+				}
 			}
 		}
 	}
 	return counts, nil
+}
+
+// countKwok counts kwok's Pod watches (when the response starts) and Pod
+// status patches (when complete; refused: any code from 400 on).
+func (c *auditCounts) countKwok(user, stage, verb, resource, subresource string, code int) {
+	if user != kwokUser || resource != "pods" {
+		return
+	}
+	switch {
+	case verb == "watch" && stage == "ResponseStarted":
+		c.kwokPodWatches++
+	case verb == "patch" && subresource == "status" && stage == "ResponseComplete":
+		c.kwokPodPatches++
+		if code >= 400 {
+			c.kwokPodPatchesRefused++
+		}
+	}
 }
 
 // addFigures adds the counts to a run's figures.
@@ -96,4 +137,6 @@ func (c auditCounts) addFigures(figures map[string]float64) {
 	}
 	figures["cm_lists"], figures["other_lists"] = c.cmLists, c.otherLists
 	figures["cm_watches"], figures["other_watches"] = c.cmWatches, c.otherWatches
+	figures["cm_event_writes"] = c.cmEventWrites
+	figures["kwok_pod_patches"], figures["kwok_pod_patches_refused"], figures["kwok_pod_watches"] = c.kwokPodPatches, c.kwokPodPatchesRefused, c.kwokPodWatches
 }

@@ -12,6 +12,7 @@ func TestReadAuditCounts(t *testing.T) {
 		kcm   = `"user":{"username":"system:kube-controller-manager"}`
 		sa    = `"user":{"username":"system:serviceaccount:kube-system:job-controller"}`
 		sched = `"user":{"username":"system:kube-scheduler"}`
+		kwok  = `"user":{"username":"kwok"}`
 	)
 	for _, tc := range []struct {
 		name  string
@@ -46,6 +47,27 @@ func TestReadAuditCounts(t *testing.T) {
 			want: auditCounts{writes: map[string]float64{"create": 1, "update": 1}, leaseWrites: 1},
 		},
 		{
+			name: "controller managers' Event creates and patches",
+			lines: []string{
+				`{"stage":"ResponseComplete","verb":"create",` + sa + `,"objectRef":{"resource":"events"}}`,
+				`{"stage":"ResponseComplete","verb":"patch",` + sa + `,"objectRef":{"resource":"events"}}`,
+				`{"stage":"ResponseComplete","verb":"create",` + sched + `,"objectRef":{"resource":"events"}}`,
+			},
+			want: auditCounts{writes: map[string]float64{"create": 1, "patch": 1}, cmEventWrites: 2},
+		},
+		{
+			name: "kwok's Pod watches and status patches, refused ones apart",
+			lines: []string{
+				`{"stage":"ResponseStarted","verb":"watch",` + kwok + `,"objectRef":{"resource":"pods"}}`,
+				`{"stage":"ResponseComplete","verb":"watch",` + kwok + `,"objectRef":{"resource":"pods"}}`,
+				`{"stage":"ResponseStarted","verb":"watch",` + kwok + `,"objectRef":{"resource":"nodes"}}`,
+				`{"stage":"ResponseComplete","verb":"patch",` + kwok + `,"objectRef":{"resource":"pods","subresource":"status"},"responseStatus":{"code":200}}`,
+				`{"stage":"ResponseComplete","verb":"patch",` + kwok + `,"objectRef":{"resource":"pods","subresource":"status"},"responseStatus":{"code":422}}`,
+				`{"stage":"ResponseComplete","verb":"patch",` + kwok + `,"objectRef":{"resource":"nodes","subresource":"status"},"responseStatus":{"code":422}}`,
+			},
+			want: auditCounts{writes: map[string]float64{}, otherWatches: 2, kwokPodWatches: 1, kwokPodPatches: 2, kwokPodPatchesRefused: 1},
+		},
+		{
 			name: "a line still being written ends the count",
 			lines: []string{
 				`{"stage":"ResponseComplete","verb":"list",` + kcm + `,"objectRef":{"resource":"pods"}}`,
@@ -64,7 +86,9 @@ func TestReadAuditCounts(t *testing.T) {
 				t.Fatal(err)
 			}
 			if got.cmLists != tc.want.cmLists || got.otherLists != tc.want.otherLists || got.cmWatches != tc.want.cmWatches ||
-				got.otherWatches != tc.want.otherWatches || got.leaseWrites != tc.want.leaseWrites || len(got.writes) != len(tc.want.writes) {
+				got.otherWatches != tc.want.otherWatches || got.leaseWrites != tc.want.leaseWrites || len(got.writes) != len(tc.want.writes) ||
+				got.cmEventWrites != tc.want.cmEventWrites || got.kwokPodWatches != tc.want.kwokPodWatches ||
+				got.kwokPodPatches != tc.want.kwokPodPatches || got.kwokPodPatchesRefused != tc.want.kwokPodPatchesRefused {
 				t.Fatalf("got %+v, want %+v", got, tc.want)
 			}
 			for verb, n := range tc.want.writes {

@@ -54,18 +54,21 @@ type config struct {
 	out  string
 	keep string
 	// profile: folder for CPU profiles of the fleet replicas during (a).
-	profile  string
-	resume   bool
-	quick    bool
-	systems  []system
-	limits   []limits
-	size     size
-	scale    bool // workload (b)
-	jobs     bool // workload (c)
-	failover bool // workload (d)
-	rolling  bool // workload (e)
-	cascade  bool // workload (g): cascading deletion of (a)'s Deployments
-	nsDelete bool // workload (f): deletion of (a)'s namespaces
+	profile string
+	// profileSpan: how long the CPU profiles of -profile run (0: the
+	// mode's own span).
+	profileSpan time.Duration
+	resume      bool
+	quick       bool
+	systems     []system
+	limits      []limits
+	size        size
+	scale       bool // workload (b)
+	jobs        bool // workload (c)
+	failover    bool // workload (d)
+	rolling     bool // workload (e)
+	cascade     bool // workload (g): cascading deletion of (a)'s Deployments
+	nsDelete    bool // workload (f): deletion of (a)'s namespaces
 	// apiServerArgs: extra kube-apiserver flags, for experiments.
 	apiServerArgs []string
 	// memory: the memory workload (memory.go) instead of (a)-(g).
@@ -117,6 +120,8 @@ func main() {
 	flag.StringVar(&ladderSizes, "scale-sizes", "", "With -scale: comma-separated sizes in namespaces (default 100,300,900).")
 	flag.StringVar(&scaleSteps, "scale-steps", "", "With -scale: comma-separated steps to run (converge, memory, scale-up, failover, restart, join; default all; converge always runs, the others act on its Deployments), e.g. converge,memory with -runs 3 -resume to take the memory figures' median of three runs at the largest size.")
 	flag.BoolVar(&resume, "resume", false, "Keep the results of an interrupted invocation (<mode>.partial.json in -out) and run only the systems and limits it had not finished.")
+	var profileSeconds int
+	flag.IntVar(&profileSeconds, "profile-seconds", 0, "With -profile: take the CPU profiles over this many seconds instead of the mode's span (10 s of (a), 45 s of the memory workload), e.g. to cover the memory workload's whole convergence.")
 	flag.StringVar(&profile, "profile", "", "Write CPU profiles of kube-apiserver and every controller-manager process (KCM too), taken over the first 10 s of workload (a), into this folder (with -memory: over the first 45 s of convergence, and a heap profile of every process once settled).")
 	flag.StringVar(&keep, "keep", "", "Keep each run's control plane folder (logs, audit log) under this folder, for diagnosis.")
 	flag.StringVar(&workloads, "workloads", "", "Comma-separated workloads (a, b, c, d, e, f, g) to run instead of the mode's, for experiments; (a) always runs first, (g) and then (f) last.")
@@ -128,7 +133,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: -cpus:", err)
 		os.Exit(2)
 	}
-	cfg := config{out: out, quick: quick, jobs: true, keep: keep, profile: profile, resume: resume, cascade: true, nsDelete: true, extraPodWatchers: extraPodWatchers, cpus: split}
+	cfg := config{out: out, quick: quick, jobs: true, keep: keep, profile: profile, profileSpan: time.Duration(profileSeconds) * time.Second, resume: resume, cascade: true, nsDelete: true, extraPodWatchers: extraPodWatchers, cpus: split}
 	if apiServerArgs != "" {
 		cfg.apiServerArgs = strings.Split(apiServerArgs, ",")
 	}

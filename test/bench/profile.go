@@ -27,6 +27,9 @@ func (b *bench) profileConvergence(d time.Duration) func() {
 	if b.profileDir == "" {
 		return func() {}
 	}
+	if b.profileSpan > 0 {
+		d = b.profileSpan
+	}
 	system := strings.ReplaceAll(b.system.Name, " ", "")
 	if limits := strings.Fields(b.limits.Name); len(limits) > 0 {
 		system += "-" + limits[0] // "raised (qps 1000, burst 2000)": "raised"

@@ -161,7 +161,7 @@ func newBench(ctx context.Context, binDir string, s system, l limits, cfg config
 		return nil, err
 	}
 	return &bench{ctx: ctx, cluster: cluster, client: client, system: s, limits: l, binDir: binDir, size: cfg.size,
-		figures: map[string]float64{}, ports: map[int]int{}, profileDir: cfg.profile, fleetArgs: cfg.fleetArgs, extraPodWatchers: cfg.extraPodWatchers, busyCPUs: cfg.cpus.controlPlaneCPUs(), cmCPUs: cfg.cpus.controllerManagerCPUs()}, nil
+		figures: map[string]float64{}, ports: map[int]int{}, profileDir: cfg.profile, profileSpan: cfg.profileSpan, fleetArgs: cfg.fleetArgs, extraPodWatchers: cfg.extraPodWatchers, busyCPUs: cfg.cpus.controlPlaneCPUs(), cmCPUs: cfg.cpus.controllerManagerCPUs()}, nil
 }
 
 type bench struct {
@@ -182,6 +182,8 @@ type bench struct {
 	extraPodWatchers int
 	// profileDir: where (a) writes the replicas' CPU profiles ("": none).
 	profileDir string
+	// profileSpan replaces the mode's span of the CPU profiles (0: keep it).
+	profileSpan time.Duration
 	// busyCPUs: the CPUs whose busy share says a run was CPU-bound: the
 	// control plane's with -cpus, nil for the whole machine.
 	busyCPUs []int
