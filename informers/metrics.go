@@ -38,6 +38,11 @@ var (
 		Help:           "Sources of the owned cache that listed their namespaces again because their resourceVersion expired.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"resource"})
+	watchesClosedEarly = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "fleet", Name: "owned_cache_watches_closed_early_total",
+		Help:           "Watches of the owned cache that kube-apiserver ended before their timeout (most often for falling behind); the source waits before resuming.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource"})
 	eventsSkipped = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: "fleet", Name: "owned_cache_events_skipped_total",
 		Help:           "Events of the owned cache's cluster-wide watch dropped before decoding, their namespace not loaded by this replica.",
@@ -59,6 +64,6 @@ var registerOnce sync.Once
 
 func registerMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(ownedNamespaces, ownedPartitions, ownedSources, ownedWideSources, selectorIgnored, sourceRelists, eventsSkipped, selectedWatchOpens, sharedInformers)
+		legacyregistry.MustRegister(ownedNamespaces, ownedPartitions, ownedSources, ownedWideSources, selectorIgnored, sourceRelists, watchesClosedEarly, eventsSkipped, selectedWatchOpens, sharedInformers)
 	})
 }

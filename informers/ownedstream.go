@@ -397,6 +397,7 @@ func (s *ownedStream) produce(ctx context.Context, src *source) {
 	}
 	logger := klog.FromContext(s.ctx).WithValues("resource", s.target.resource, "namespaces", len(src.namespaces))
 	var opened time.Time
+	closedBackoff := newClosedBackoff()
 	for ctx.Err() == nil {
 		lw.mu.Lock()
 		version := src.version
@@ -479,11 +480,36 @@ func (s *ownedStream) produce(ctx context.Context, src *source) {
 			continue
 		}
 		expired := s.follow(watchCtx, src, &gen, w)
+		superseded := watchCtx.Err() != nil
 		cancel()
-		if expired {
+		switch {
+		case expired:
 			s.relist(src)
+		case ctx.Err() != nil:
+		case !superseded && s.closedEarly(opened):
+			// Resuming at once would replay the interval into the burst
+			// that closed the watch, and be closed again before the
+			// replay ends.
+			watchesClosedEarly.WithLabelValues(s.target.resource).Inc()
+			select {
+			case <-time.After(closedBackoff.Step()):
+			case <-ctx.Done():
+				return
+			}
+		default:
+			closedBackoff = newClosedBackoff()
 		}
 	}
+}
+
+// closedEarly says whether a watch opened at opened ended before the
+// timeout it asked for: kube-apiserver closed it, most often for falling
+// behind (its buffers full when its dispatcher's time budget ran out).
+func (s *ownedStream) closedEarly(opened time.Time) bool {
+	if s.timeout == nil || *s.timeout <= 0 {
+		return false
+	}
+	return time.Since(opened) < time.Duration(*s.timeout)*time.Second-closedEarlySlack
 }
 
 // relist makes src list its namespaces again on its next round.
