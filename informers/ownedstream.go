@@ -383,7 +383,8 @@ func (s *ownedStream) bookmark() bool {
 }
 
 // produce lists src when it has no version, then watches it until ctx
-// ends, resuming after every close and backing off after failures.
+// ends, resuming after every close (after closedBackoff when
+// kube-apiserver ended the watch early) and backing off after failures.
 func (s *ownedStream) produce(ctx context.Context, src *source) {
 	lw := s.lw
 	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 7, Cap: 30 * time.Second}
