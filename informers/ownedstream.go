@@ -181,6 +181,12 @@ func (s *ownedStream) emit(ctx context.Context, src *source, watched *uint64, ev
 			if floor, ok := src.floors[ns]; ok && !newerVersion(m.GetResourceVersion(), floor) {
 				continue
 			}
+		} else if e.Type == watch.Added && lw.holds(ns, m.GetName(), m.GetResourceVersion()) {
+			// Unchanged since it was sent: sending it again would only
+			// make the informer call every handler's OnUpdate with the
+			// same object.
+			added = append(added, e.Object)
+			continue
 		}
 		if !s.send(e) {
 			return false
@@ -235,6 +241,24 @@ func (lw *ownedListWatch) deletionsAbsent(namespaces []string, events []watch.Ev
 		}
 	}
 	return deletions
+}
+
+// holds says whether ns/name was sent and not deleted since (the ledger:
+// an unloaded namespace's deletions may still be on their way to the
+// store) and the informer's store has it at version.
+func (lw *ownedListWatch) holds(ns, name, version string) bool {
+	lw.mu.Lock()
+	_, sent := lw.ledger[ns][name]
+	lw.mu.Unlock()
+	if !sent {
+		return false
+	}
+	obj, exists, err := lw.indexer().GetByKey(ns + "/" + name)
+	if err != nil || !exists {
+		return false
+	}
+	m, err := meta.Accessor(obj)
+	return err == nil && m.GetResourceVersion() == version
 }
 
 // recordSent records a sent event in the ledger.
