@@ -3,9 +3,11 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -95,13 +97,11 @@ scrape_configs:
 	}, nil); err != nil {
 		t.Fatal(err)
 	}
-	query := func(expr string) []promSeries {
-		t.Helper()
-		resp, err := http.Get(base + "/api/v1/query?query=" + url.QueryEscape(expr))
-		if err != nil {
-			t.Fatalf("query %s: %v", expr, err)
-		}
-		defer resp.Body.Close()
+	// Prometheus answers 503 with a plain-text body while it starts
+	// and while its rule groups load: a reply that is not a successful
+	// JSON answer means "not yet", and each poll's deadline fails the
+	// test if it never becomes one.
+	query := func(expr string) ([]promSeries, error) {
 		var out struct {
 			Status string `json:"status"`
 			Error  string `json:"error"`
@@ -109,18 +109,19 @@ scrape_configs:
 				Result []promSeries `json:"result"`
 			} `json:"data"`
 		}
-		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || out.Status != "success" {
-			t.Fatalf("query %s: %v %s", expr, err, out.Error)
+		if err := promGet(base+"/api/v1/query?query="+url.QueryEscape(expr), &out); err != nil {
+			return nil, fmt.Errorf("query %s: %w", expr, err)
 		}
-		return out.Data.Result
+		if out.Status != "success" {
+			return nil, fmt.Errorf("query %s: status %q: %s", expr, out.Status, out.Error)
+		}
+		return out.Data.Result, nil
 	}
 	poll(ctx, t, "Prometheus to scrape every replica", 2*time.Minute, func() (bool, string) {
-		resp, err := http.Get(base + "/-/ready")
+		up, err := query(`up == 1`)
 		if err != nil {
 			return false, err.Error()
 		}
-		resp.Body.Close()
-		up := query(`up == 1`)
 		return len(up) == len(replicas), fmt.Sprintf("%d targets up", len(up))
 	})
 	// Rates need samples over their window: each expression below is
@@ -131,7 +132,10 @@ scrape_configs:
 		var got []promSeries
 		var covered []string
 		poll(ctx, t, "data for "+e.source, time.Minute, func() (bool, string) {
-			got = query(e.expr)
+			var err error
+			if got, err = query(e.expr); err != nil {
+				return false, err.Error()
+			}
 			covered = replicasIn(got, replicas)
 			if e.perReplica {
 				return len(covered) == len(replicas), fmt.Sprintf("%s: series for %v only", e.expr, covered)
@@ -149,7 +153,10 @@ scrape_configs:
 	killed := time.Now()
 	for _, alert := range []string{"FleetReplicaDown", "FleetMembersBelowDesired"} {
 		poll(ctx, t, alert+" to fire", 2*time.Minute, func() (bool, string) {
-			firing := firingAlerts(t, base)
+			firing, err := firingAlerts(base)
+			if err != nil {
+				return false, err.Error()
+			}
 			return firing[alert], fmt.Sprintf("firing: %v", firing)
 		})
 		t.Logf("%s firing %v after the kill", alert, time.Since(killed).Round(time.Second))
@@ -284,13 +291,7 @@ func ruleExprs(t *testing.T) []checkedExpr {
 	return out
 }
 
-func firingAlerts(t *testing.T, base string) map[string]bool {
-	t.Helper()
-	resp, err := http.Get(base + "/api/v1/alerts")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+func firingAlerts(base string) (map[string]bool, error) {
 	var out struct {
 		Data struct {
 			Alerts []struct {
@@ -299,8 +300,8 @@ func firingAlerts(t *testing.T, base string) map[string]bool {
 			} `json:"alerts"`
 		} `json:"data"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		t.Fatal(err)
+	if err := promGet(base+"/api/v1/alerts", &out); err != nil {
+		return nil, fmt.Errorf("alerts: %w", err)
 	}
 	firing := map[string]bool{}
 	for _, a := range out.Data.Alerts {
@@ -308,5 +309,23 @@ func firingAlerts(t *testing.T, base string) map[string]bool {
 			firing[a.Labels["alertname"]] = true
 		}
 	}
-	return firing
+	return firing, nil
+}
+
+// promGet decodes a 200 reply of Prometheus' HTTP API into out; any
+// other status is an error carrying the start of its body.
+func promGet(u string, out any) error {
+	resp, err := http.Get(u)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 200))
+		return fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(body))
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("decode: %w", err)
+	}
+	return nil
 }
