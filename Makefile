@@ -17,7 +17,7 @@ PROM_OPERATOR_VERSION := v0.80.1
 BIN           := $(CURDIR)/bin
 KUBE_BIN      := $(BIN)/kubernetes-$(KUBE_VERSION)
 ETCD_BIN      := $(BIN)/etcd-$(ETCD_VERSION)
-KWOK_BIN      := $(BIN)/kwok-$(KWOK_VERSION)
+KWOK_BIN      := $(BIN)/kwok-$(KWOK_VERSION)-resume
 CRD_BIN       := $(BIN)/prometheus-operator-crds-$(PROM_OPERATOR_VERSION)
 CRDS          := monitoring.coreos.com_servicemonitors.yaml monitoring.coreos.com_prometheusrules.yaml
 GO            ?= go
@@ -82,11 +82,20 @@ $(ETCD_BIN)/etcd:
 # pod stages) for test/localcluster to load.
 KWOK_STAGES := node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
                pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml
-$(KWOK_BIN)/kwok:
+
+# One file of kwok is replaced in a copy of its module before the build:
+# test/tools/testdata/kwok/event.go lets kwok's Pod watch resume from the
+# version it reached, as a kubelet's does, instead of at "0", which replays
+# every Pod after each watch the apiserver closes
+# (docs/benchmarks/kwok-resume/).
+KWOK_EVENT_GO := test/tools/testdata/kwok/event.go
+$(KWOK_BIN)/kwok: $(KWOK_EVENT_GO)
 	@mkdir -p $(KWOK_BIN)/stages
-	CGO_ENABLED=1 GOBIN=$(KWOK_BIN) GOFLAGS= $(GO) install -ldflags '-X sigs.k8s.io/kwok/pkg/consts.Version=$(patsubst v%,%,$(KWOK_VERSION))' sigs.k8s.io/kwok/cmd/kwok@$(KWOK_VERSION)
 	dir=$$(cd / && GOFLAGS= $(GO) mod download -json sigs.k8s.io/kwok@$(KWOK_VERSION) | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p') && \
-	  for s in $(KWOK_STAGES); do install -m 0644 $$dir/kustomize/stage/$$s $(KWOK_BIN)/stages/; done
+	  rm -rf $(KWOK_BIN)/src && cp -r $$dir $(KWOK_BIN)/src && chmod -R u+w $(KWOK_BIN)/src && \
+	  install -m 0644 $(KWOK_EVENT_GO) $(KWOK_BIN)/src/pkg/utils/informer/event.go && \
+	  cd $(KWOK_BIN)/src && CGO_ENABLED=1 GOFLAGS= GOWORK=off $(GO) build -ldflags '-X sigs.k8s.io/kwok/pkg/consts.Version=$(patsubst v%,%,$(KWOK_VERSION))' -o $@ ./cmd/kwok && \
+	  for s in $(KWOK_STAGES); do install -m 0644 kustomize/stage/$$s $(KWOK_BIN)/stages/; done
 
 # Keep the versioned binaries: they are intermediate files of the pattern
 # rules below, which make would otherwise delete after linking.
