@@ -48,7 +48,7 @@ var figureNames = []struct{ key, label string }{
 	{"terminated_watchers", "watchers the apiserver closed for not keeping up (all clients)"},
 	{"cm_cpus_busy_share", "the controller managers' CPUs: busy share over the workload (-cpus)"},
 	{"init_events", "events the apiserver replayed to watches resuming at an older version (all clients)"},
-	{"kwok_pod_watches", "kwok's Pod WATCH requests (audit; each resumes from the version kwok reached)"},
+	{"kwok_pod_watches", "kwok's Pod WATCH requests (audit)"},
 	{"kwok_pod_patches", "kwok's Pod status patches (audit)"},
 	{"kwok_pod_patches_refused", "kwok's Pod status patches refused (audit: a stage played again after its watch restarted)"},
 	{"m_converge_s", "memory workload: Deployments available (s)"},
