@@ -83,18 +83,20 @@ $(ETCD_BIN)/etcd:
 KWOK_STAGES := node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
                pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml
 
-# One file of kwok is replaced in a copy of its module before the build:
-# test/tools/testdata/kwok/event.go lets kwok's Pod watch resume from the
-# version it reached, as a kubelet's does, instead of at "0", which replays
-# every Pod after each watch the apiserver closes
-# (docs/benchmarks/kwok-resume/).
-KWOK_EVENT_GO := test/tools/testdata/kwok/event.go
-$(KWOK_BIN)/kwok: $(KWOK_EVENT_GO)
+# kwok is built from a copy of its module with test/tools/testdata/kwok/
+# resume-watch.patch applied: its Pod watch resumes from the version it
+# reached, as a kubelet's does, instead of at "0", which replays every Pod
+# after each watch the apiserver closes (docs/benchmarks/kwok-resume/).
+# git apply refuses a patch that no longer fits, so a new KWOK_VERSION fails
+# here instead of building an old file into it; GIT_CEILING_DIRECTORIES
+# keeps git from taking the copy for a folder of this repository.
+KWOK_PATCH := $(CURDIR)/test/tools/testdata/kwok/resume-watch.patch
+$(KWOK_BIN)/kwok: $(KWOK_PATCH)
 	@mkdir -p $(KWOK_BIN)/stages
 	dir=$$(cd / && GOFLAGS= $(GO) mod download -json sigs.k8s.io/kwok@$(KWOK_VERSION) | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p') && \
 	  rm -rf $(KWOK_BIN)/src && cp -r $$dir $(KWOK_BIN)/src && chmod -R u+w $(KWOK_BIN)/src && \
-	  install -m 0644 $(KWOK_EVENT_GO) $(KWOK_BIN)/src/pkg/utils/informer/event.go && \
-	  cd $(KWOK_BIN)/src && CGO_ENABLED=1 GOFLAGS= GOWORK=off $(GO) build -ldflags '-X sigs.k8s.io/kwok/pkg/consts.Version=$(patsubst v%,%,$(KWOK_VERSION))' -o $@ ./cmd/kwok && \
+	  cd $(KWOK_BIN)/src && GIT_CEILING_DIRECTORIES=$(KWOK_BIN) git apply $(KWOK_PATCH) && \
+	  CGO_ENABLED=1 GOFLAGS= GOWORK=off $(GO) build -ldflags '-X sigs.k8s.io/kwok/pkg/consts.Version=$(patsubst v%,%,$(KWOK_VERSION))' -o $@ ./cmd/kwok && \
 	  for s in $(KWOK_STAGES); do install -m 0644 kustomize/stage/$$s $(KWOK_BIN)/stages/; done
 
 # Keep the versioned binaries: they are intermediate files of the pattern
