@@ -127,6 +127,12 @@ func newPartitionSet(r *Runtime) *partitionSet {
 		table: map[int]*partitionEntry{}, expected: map[int]bool{},
 	}
 	s.deliverGain = s.scope.Gain
+	if r.owned != nil {
+		// The controllers see a namespace once the owned cache holds it,
+		// not when the Namespaces informer brings it.
+		s.scope.GateNamespaces()
+		r.owned.ReportTo(s.scope)
+	}
 	if r.ctx != nil {
 		go s.loop(r.ctx)
 	}

@@ -69,6 +69,27 @@ type OwnedCache struct {
 	// joining: namespaces created in loaded partitions, added together
 	// after a short wait so a burst of them shares a request.
 	joining []string
+	// held: namespaces of loaded partitions whose first list every
+	// informer holds, so that every later event of theirs reaches the
+	// informers. A namespace deleted stays held: the trunk keeps
+	// decoding its events, so one created again under its name is held
+	// from its first moment.
+	held map[string]bool
+	// reportMu orders the reports to reporter as held changes.
+	reportMu sync.Mutex
+	reporter HeldReporter
+}
+
+// HeldReporter hears which namespaces the cache holds: every object of
+// theirs that its lists carried, and every event since. A reader that
+// acts on a namespace only while it is held misses no event of it;
+// one that acted before could write into it while the write and what
+// follows were still to be folded into the namespace's first list.
+type HeldReporter interface {
+	// Held: namespaces now held.
+	Held(namespaces []string) int
+	// Dropped: namespaces no longer held (their partition unloaded).
+	Dropped(namespaces []string)
 }
 
 type ownedInformer struct {
@@ -97,7 +118,7 @@ func NewOwnedCache(c OwnedCacheConfig) (*OwnedCache, error) {
 		}
 	}
 	registerMetrics()
-	o := &OwnedCache{config: c, informers: map[reflect.Type]*ownedInformer{}, partitions: map[int]bool{}}
+	o := &OwnedCache{config: c, informers: map[reflect.Type]*ownedInformer{}, partitions: map[int]bool{}, held: map[string]bool{}}
 	if _, err := c.Namespaces.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: o.namespaceAdded}); err != nil {
 		return nil, fmt.Errorf("following namespaces: %w", err)
 	}
@@ -120,24 +141,104 @@ func (o *OwnedCache) namespaceAdded(obj any) {
 	}
 }
 
+// ReportTo makes the cache report to r which namespaces it holds, from
+// now on. Set it before the first Load or Include.
+func (o *OwnedCache) ReportTo(r HeldReporter) {
+	o.reportMu.Lock()
+	defer o.reportMu.Unlock()
+	o.reporter = r
+}
+
+// join loads the namespaces created in loaded partitions (and, for the
+// informers held everywhere, in any), then reports the former held once
+// every informer holds their first list.
 func (o *OwnedCache) join() {
 	o.mu.Lock()
-	defer o.mu.Unlock()
 	var namespaces []string
 	for _, ns := range o.joining {
-		if o.partitions[o.config.PartitionOf(ns)] {
+		if o.partitions[o.config.PartitionOf(ns)] && !o.held[ns] {
 			namespaces = append(namespaces, ns)
 		}
 	}
+	var lws []*ownedListWatch
 	for _, i := range o.informers {
+		i.lw.load(namespaces, true)
 		if i.everywhere > 0 {
 			i.lw.load(o.joining, false)
-		} else {
-			i.lw.load(namespaces, false)
 		}
+		lws = append(lws, i.lw)
 	}
 	o.joining = nil
+	stop := o.stop
+	o.mu.Unlock()
+	if len(namespaces) == 0 {
+		return
+	}
 	ownedNamespaces.Add(float64(len(namespaces)))
+	ctx, cancel := contextOf(stop)
+	defer cancel()
+	start := time.Now()
+	err := wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) {
+		return loadedInto(lws, namespaces), nil
+	})
+	if err != nil {
+		return // the cache stops
+	}
+	held := o.markHeld(namespaces)
+	klog.V(4).InfoS("Namespaces joined the owned cache", "namespaces", held, "took", time.Since(start).Round(time.Millisecond))
+}
+
+// markHeld records namespaces held whose partitions are still loaded
+// and reports those not held before.
+func (o *OwnedCache) markHeld(namespaces []string) []string {
+	o.reportMu.Lock()
+	defer o.reportMu.Unlock()
+	o.mu.Lock()
+	var added []string
+	for _, ns := range namespaces {
+		if o.partitions[o.config.PartitionOf(ns)] && !o.held[ns] {
+			o.held[ns] = true
+			added = append(added, ns)
+		}
+	}
+	o.mu.Unlock()
+	if o.reporter != nil && len(added) > 0 {
+		o.reporter.Held(added)
+	}
+	return added
+}
+
+// Holds says whether the cache holds namespace ns (HeldReporter).
+func (o *OwnedCache) Holds(ns string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.held[ns]
+}
+
+// loadedInto says whether every one of lws holds the first list of
+// namespaces.
+func loadedInto(lws []*ownedListWatch, namespaces []string) bool {
+	for _, lw := range lws {
+		if !lw.loadedInto(namespaces) {
+			return false
+		}
+	}
+	return true
+}
+
+// contextOf is a context that ends when stop closes (never, if nil).
+func contextOf(stop <-chan struct{}) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	if stop != nil {
+		go func() {
+			select {
+			case <-stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
+	return ctx, cancel
 }
 
 // heldEverywhere says whether some informer holds every namespace. Called
@@ -316,20 +417,17 @@ func (o *OwnedCache) load(ctx context.Context, partitions []int, await bool) err
 	o.mu.Unlock()
 	ownedNamespaces.Add(float64(len(namespaces)))
 	ownedPartitions.Add(float64(len(adding)))
-	if !await {
-		return nil
-	}
-	err := wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) {
-		for _, lw := range lws {
-			if !lw.loadedInto(namespaces) {
-				return false, nil
-			}
+	if await {
+		err := wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) {
+			return loadedInto(lws, namespaces), nil
+		})
+		if err != nil {
+			return fmt.Errorf("loading partitions %v: %w", partitions, err)
 		}
-		return true, nil
-	})
-	if err != nil {
-		return fmt.Errorf("loading partitions %v: %w", partitions, err)
 	}
+	// Included partitions are held from the informers' first list, which
+	// their controllers wait for.
+	o.markHeld(namespaces)
 	return nil
 }
 
@@ -337,12 +435,29 @@ func (o *OwnedCache) load(ctx context.Context, partitions []int, await bool) err
 // deletions their handlers see; scoped handlers drop them once p is out of
 // scope).
 func (o *OwnedCache) Unload(p int) {
+	o.reportMu.Lock()
+	defer o.reportMu.Unlock()
 	o.mu.Lock()
-	defer o.mu.Unlock()
+	dropped := o.unload(p)
+	o.mu.Unlock()
+	if o.reporter != nil && len(dropped) > 0 {
+		o.reporter.Dropped(dropped)
+	}
+}
+
+// unload removes p's namespaces and returns those that were held. Called
+// with mu held.
+func (o *OwnedCache) unload(p int) (dropped []string) {
 	if !o.partitions[p] {
-		return
+		return nil
 	}
 	delete(o.partitions, p)
+	for ns := range o.held {
+		if o.config.PartitionOf(ns) == p {
+			delete(o.held, ns)
+			dropped = append(dropped, ns)
+		}
+	}
 	var namespaces []string
 	for _, i := range o.informers {
 		for _, ns := range i.lw.namespaces() {
@@ -364,6 +479,7 @@ func (o *OwnedCache) Unload(p int) {
 	ownedNamespaces.Add(-float64(len(namespaces)))
 	ownedPartitions.Dec()
 	klog.V(4).InfoS("Unloaded a partition from the owned cache", "partition", p, "namespaces", len(namespaces))
+	return dropped
 }
 
 // Partitions lists the loaded partitions.

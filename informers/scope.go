@@ -15,9 +15,27 @@ import (
 // the running controllers pick them up or drop their state as a starting or
 // relisting informer would make them. The other partitions' objects are
 // never re-delivered and their controllers never pause.
+//
+// A gated scope (GateNamespaces) also hides each namespace of an owned
+// partition until the owned cache reports it held (Held): a controller
+// that saw a namespace before its cache held it would write into it (the
+// root-CA publisher creating kube-root-ca.crt) while the cache could
+// still fold that write and a deletion after it into the namespace's
+// first list, and never deliver either. Held then delivers the
+// namespace's objects as Gain does a partition's.
 type Scope struct {
 	partitionOf func(namespace string) int
 	owned       []atomic.Bool
+
+	// gainMu orders Gain, Lose, Held and Dropped, so that an object of a
+	// namespace that becomes visible is delivered once: by Gain when the
+	// namespace was held first, by Held when the partition was owned
+	// first.
+	gainMu sync.Mutex
+	// gated: HasNamespace also asks held (GateNamespaces).
+	gated  bool
+	heldMu sync.RWMutex
+	held   map[string]bool
 
 	mu       sync.Mutex
 	handlers map[*scopedHandler]struct{}
@@ -29,10 +47,60 @@ func NewScope(partitions int, partitionOf func(namespace string) int) *Scope {
 	return &Scope{partitionOf: partitionOf, owned: make([]atomic.Bool, partitions), handlers: map[*scopedHandler]struct{}{}}
 }
 
-// HasNamespace says whether namespace ns is in an owned partition.
+// GateNamespaces makes the scope show a namespace only once it has been
+// reported held (Held) and not dropped since. Call it before the scope is
+// used.
+func (s *Scope) GateNamespaces() {
+	s.gated = true
+	s.held = map[string]bool{}
+}
+
+// HasNamespace says whether namespace ns is in an owned partition and, in
+// a gated scope, held.
 func (s *Scope) HasNamespace(ns string) bool {
 	p := s.partitionOf(ns)
-	return p >= 0 && p < len(s.owned) && s.owned[p].Load()
+	return p >= 0 && p < len(s.owned) && s.owned[p].Load() && s.isHeld(ns)
+}
+
+func (s *Scope) isHeld(ns string) bool {
+	if !s.gated {
+		return true
+	}
+	s.heldMu.RLock()
+	defer s.heldMu.RUnlock()
+	return s.held[ns]
+}
+
+// Held records that the owned cache holds namespaces (their first list is
+// in every informer and their events flow), and delivers the cached
+// objects of those in owned partitions to every scoped handler as
+// additions, the Namespaces among them.
+func (s *Scope) Held(namespaces []string) (delivered int) {
+	s.gainMu.Lock()
+	defer s.gainMu.Unlock()
+	visible := map[string]bool{}
+	s.heldMu.Lock()
+	for _, ns := range namespaces {
+		if !s.held[ns] {
+			s.held[ns] = true
+			visible[ns] = s.Owns(s.partitionOf(ns))
+		}
+	}
+	s.heldMu.Unlock()
+	return s.deliver(func(ns string) bool { return visible[ns] }, func(h *scopedHandler, obj any) { h.handler.OnAdd(obj, false) }, true)
+}
+
+// Dropped records that the owned cache no longer holds namespaces (their
+// partition was unloaded): they stay hidden until held again. Their
+// partition has left the scope (Lose) already.
+func (s *Scope) Dropped(namespaces []string) {
+	s.gainMu.Lock()
+	defer s.gainMu.Unlock()
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	for _, ns := range namespaces {
+		delete(s.held, ns)
+	}
 }
 
 // Owns says whether partition p is owned.
@@ -41,8 +109,10 @@ func (s *Scope) Owns(p int) bool { return p >= 0 && p < len(s.owned) && s.owned[
 // Gain adds partition p and delivers the cached objects of its namespaces
 // to every scoped handler as additions. The caller serializes Gain and Lose.
 func (s *Scope) Gain(p int) (delivered int) {
+	s.gainMu.Lock()
+	defer s.gainMu.Unlock()
 	s.owned[p].Store(true)
-	return s.deliver(p, func(h *scopedHandler, obj any) { h.handler.OnAdd(obj, false) }, true)
+	return s.deliver(func(ns string) bool { return s.partitionOf(ns) == p && s.isHeld(ns) }, func(h *scopedHandler, obj any) { h.handler.OnAdd(obj, false) }, true)
 }
 
 // Lose removes partition p, so that no event of its namespaces reaches a
@@ -53,8 +123,10 @@ func (s *Scope) Gain(p int) (delivered int) {
 // keys still queued resolve to "not found". The caller serializes Gain and
 // Lose.
 func (s *Scope) Lose(p int) (delivered int) {
+	s.gainMu.Lock()
+	defer s.gainMu.Unlock()
 	s.owned[p].Store(false)
-	return s.deliver(p, func(h *scopedHandler, obj any) {
+	return s.deliver(func(ns string) bool { return s.partitionOf(ns) == p && s.isHeld(ns) }, func(h *scopedHandler, obj any) {
 		key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
 		if err != nil {
 			return
@@ -77,12 +149,13 @@ func IgnoreLosses(h cache.ResourceEventHandler) cache.ResourceEventHandler {
 
 type lossIgnoringHandler struct{ cache.ResourceEventHandler }
 
-// deliver calls call for every cached object of partition p, per handler,
-// reading each object from the store under the handler's lock: an object
-// the informer has deleted meanwhile is skipped (its deletion reaches the
-// handler through the informer), and no event of the informer interleaves
-// with the call.
-func (s *Scope) deliver(p int, call func(*scopedHandler, any), owned bool) int {
+// deliver calls call for every cached object of the namespaces selected,
+// per handler, reading each object from the store under the handler's
+// lock: an object the informer has deleted meanwhile is skipped (its
+// deletion reaches the handler through the informer), one whose namespace
+// is no longer (owned: now) in scope too, and no event of the informer
+// interleaves with the call. Called with gainMu held.
+func (s *Scope) deliver(selected func(namespace string) bool, call func(*scopedHandler, any), owned bool) int {
 	s.mu.Lock()
 	byIndexer := map[cache.Indexer][]*scopedHandler{}
 	for h := range s.handlers {
@@ -94,11 +167,12 @@ func (s *Scope) deliver(p int, call func(*scopedHandler, any), owned bool) int {
 	s.mu.Unlock()
 	var n int
 	for indexer, handlers := range byIndexer {
-		keys := s.keysOf(indexer, handlers[0].byName, p)
+		byName := handlers[0].byName
+		keys := s.keysOf(indexer, byName, selected)
 		for _, h := range handlers {
 			for _, key := range keys {
 				h.mu.Lock()
-				if obj, exists, err := indexer.GetByKey(key); err == nil && exists && s.Owns(p) == owned {
+				if obj, exists, err := indexer.GetByKey(key); err == nil && exists && s.HasNamespace(namespaceOfKey(key, byName)) == owned {
 					call(h, obj)
 					n++
 				}
@@ -109,13 +183,13 @@ func (s *Scope) deliver(p int, call func(*scopedHandler, any), owned bool) int {
 	return n
 }
 
-// keysOf lists the keys of partition p's objects in indexer, through the
-// namespace index where there is one.
-func (s *Scope) keysOf(indexer cache.Indexer, byName bool, p int) []string {
+// keysOf lists the keys of the selected namespaces' objects in indexer,
+// through the namespace index where there is one.
+func (s *Scope) keysOf(indexer cache.Indexer, byName bool, selected func(namespace string) bool) []string {
 	var keys []string
 	if _, indexed := indexer.GetIndexers()[cache.NamespaceIndex]; indexed && !byName {
 		for _, ns := range indexer.ListIndexFuncValues(cache.NamespaceIndex) {
-			if s.partitionOf(ns) != p {
+			if !selected(ns) {
 				continue
 			}
 			nsKeys, _ := indexer.IndexKeys(cache.NamespaceIndex, ns)
@@ -124,7 +198,7 @@ func (s *Scope) keysOf(indexer cache.Indexer, byName bool, p int) []string {
 		return keys
 	}
 	for _, key := range indexer.ListKeys() {
-		if s.partitionOf(namespaceOfKey(key, byName)) == p {
+		if selected(namespaceOfKey(key, byName)) {
 			keys = append(keys, key)
 		}
 	}
