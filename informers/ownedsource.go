@@ -193,6 +193,22 @@ func (s *source) delivered(ns string) string {
 	return s.version
 }
 
+// raiseFloor records that ns's events have been handed over through
+// version by another request (a feeder's list): if the source has not
+// reached it, it drops ns's events up to it. Without it, a trunk behind
+// the list (its watch waiting to resume) replayed the namespace's older
+// events after the list: objects went back to older versions, and the
+// deletion of one the list never had reached every handler.
+func (s *source) raiseFloor(ns, version string) {
+	if !newerVersion(version, s.delivered(ns)) {
+		return
+	}
+	if s.floors == nil {
+		s.floors = map[string]string{}
+	}
+	s.floors[ns] = version
+}
+
 // advance records that the source has delivered through version.
 func (s *source) advance(version string) {
 	s.version = version

@@ -145,8 +145,15 @@ func (s *ownedStream) emit(ctx context.Context, src *source, watched *uint64, ev
 		return false
 	}
 	var covered []string
+	// stale: namespaces a feeder handed over at a newer version than
+	// this list's (asked for before), which it must not take back.
+	stale := map[string]bool{}
 	if relist {
 		for ns := range listed {
+			if floor, ok := src.floors[ns]; ok && newerVersion(floor, version) {
+				stale[ns] = true
+				continue
+			}
 			if ns != "" && src.has(ns) {
 				covered = append(covered, ns)
 			}
@@ -167,6 +174,9 @@ func (s *ownedStream) emit(ctx context.Context, src *source, watched *uint64, ev
 			continue
 		}
 		ns := m.GetNamespace()
+		if stale[ns] {
+			continue
+		}
 		lw.mu.Lock()
 		loaded := lw.adopt(src, ns)
 		j, joining := src.joining[ns]
@@ -198,7 +208,12 @@ func (s *ownedStream) emit(ctx context.Context, src *source, watched *uint64, ev
 	}
 	lw.mu.Lock()
 	if relist {
-		src.floors = nil
+		// The list carries every other namespace from its version on.
+		for ns := range src.floors {
+			if !stale[ns] {
+				delete(src.floors, ns)
+			}
+		}
 	}
 	if version != "" {
 		src.advance(version)
@@ -325,6 +340,7 @@ func (s *ownedStream) feed(ctx context.Context, f *source, items []runtime.Objec
 			namespaces = append(namespaces, ns)
 			held[ns] = j.held
 			delete(trunk.joining, ns)
+			trunk.raiseFloor(ns, versions[ns])
 		}
 	}
 	sort.Strings(namespaces)

@@ -1,0 +1,473 @@
+package informers
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"hash/fnv"
+	"math/rand"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+)
+
+var (
+	ownedSimRuns = flag.Int("ownedsim.runs", 12, "number of random schedules of the owned cache simulation")
+	ownedSimSeed = flag.Int64("ownedsim.seed", 0, "run only this seed of the owned cache simulation")
+	// ownedSimUngated plants the bug the simulation exists for: the
+	// controllers see a namespace before the owned cache holds it.
+	ownedSimUngated = flag.Bool("ownedsim.ungated", false, "plant a bug: do not gate namespaces on the owned cache")
+	ownedSimDebug   = flag.String("ownedsim.debug", "", "print the schedule and every event of this namespace")
+)
+
+// simDebugf prints a line of the schedule when -ownedsim.debug is set,
+// and only of namespace ns when ns is not "".
+func simDebugf(ns string, format string, args ...any) {
+	if *ownedSimDebug == "" || ns != "" && ns != *ownedSimDebug {
+		return
+	}
+	fmt.Printf(time.Now().Format("15:04:05.000")+" "+format+"\n", args...)
+}
+
+// simPartitions: namespaces are placed in this many partitions.
+const simPartitions = 4
+
+// TestOwnedCacheSimulation drives the owned cache, its scope and a
+// controller written like the root-CA publisher against an in-memory
+// apiserver (apiServerModel) under a seeded random schedule of
+// namespaces created and deleted, ConfigMaps created, updated and
+// deleted (the publisher's own among them, the moment it appears),
+// partitions gained and lost, watches ended early and history
+// compacted (every watch resumes into 410 Gone and relists). At each
+// quiescent point:
+//
+//   - the informer holds exactly the model's ConfigMaps of the loaded
+//     partitions' namespaces, at the model's versions;
+//   - every handler's view (what its notifications left it knowing)
+//     equals the scope's: nothing the apiserver deleted is kept, nothing
+//     visible is missing;
+//   - no handler was told of an update or deletion of an object it did
+//     not know, nor of an object older than one it knew;
+//   - the publisher's ConfigMap exists in every namespace it sees.
+//
+// A failure prints its seed; -ownedsim.seed replays the schedule (the
+// goroutines' interleaving is the machine's), -ownedsim.ungated plants
+// the namespace-gate bug.
+func TestOwnedCacheSimulation(t *testing.T) {
+	seeds := []int64{}
+	if *ownedSimSeed != 0 {
+		seeds = append(seeds, *ownedSimSeed)
+	} else {
+		base := time.Now().UnixNano()
+		for i := range *ownedSimRuns {
+			seeds = append(seeds, base+int64(i))
+		}
+	}
+	totals := map[string]int{}
+	for _, seed := range seeds {
+		counts := runOwnedSim(t, seed)
+		if t.Failed() {
+			t.Fatalf("seed %d failed: replay with -ownedsim.seed=%d", seed, seed)
+		}
+		for k, v := range counts {
+			totals[k] += v
+		}
+	}
+	var keys []string
+	for k := range totals {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var summary []string
+	for _, k := range keys {
+		summary = append(summary, fmt.Sprintf("%s %d", k, totals[k]))
+	}
+	t.Logf("%d schedules: %s", len(seeds), strings.Join(summary, ", "))
+}
+
+// simHandler checks the notifications one handler receives. The scope
+// delivers a partition's or a namespace's objects from the informer's
+// store while the informer's own notifications of them may still be
+// queued for the handler: an object the handler knows can be added again
+// (at the version it knows or an older one, the newer following), and a
+// partition lost can be told as deletions with unknown final state of
+// objects whose addition was still queued. Upstream handlers only
+// enqueue keys for both; they are counted, not failed.
+type simHandler struct {
+	mu         sync.Mutex
+	known      map[string]string // key -> version
+	violations []string
+	readds     int
+	tombstones int
+}
+
+func (h *simHandler) handler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { h.note("add", obj, true) },
+		UpdateFunc: func(_, obj any) { h.note("update", obj, true) },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				h.note("tombstone", d.Obj, false)
+				return
+			}
+			h.note("delete", obj, false)
+		},
+	}
+}
+
+func (h *simHandler) note(what string, obj any, live bool) {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return
+	}
+	key := m.GetNamespace() + "/" + m.GetName()
+	simDebugf(m.GetNamespace(), "handler told %s of %s at %s", what, key, m.GetResourceVersion())
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	known, ok := h.known[key]
+	switch {
+	case what == "add" && ok:
+		h.readds++
+	case what == "tombstone" && !ok:
+		h.tombstones++
+	case what != "add" && !ok:
+		h.violations = append(h.violations, fmt.Sprintf("%s of %s at %s, never added", what, key, m.GetResourceVersion()))
+	case what == "update" && newerVersion(known, m.GetResourceVersion()):
+		h.violations = append(h.violations, fmt.Sprintf("update of %s to %s after %s", key, m.GetResourceVersion(), known))
+	}
+	if live {
+		h.known[key] = m.GetResourceVersion()
+	} else {
+		delete(h.known, key)
+	}
+}
+
+// simPublisher writes the ConfigMap "root" into every namespace it sees,
+// and again when it sees it deleted, reading its listers as the root-CA
+// publisher does.
+type simPublisher struct {
+	model      *apiServerModel
+	namespaces cache.SharedIndexInformer
+	configMaps cache.SharedIndexInformer
+	queue      chan string
+}
+
+func (p *simPublisher) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ns := <-p.queue:
+			_, nsExists, _ := p.namespaces.GetIndexer().GetByKey(ns)
+			_, cmExists, _ := p.configMaps.GetIndexer().GetByKey(ns + "/root")
+			simDebugf(ns, "publisher reads %s: namespace %v, ConfigMap %v", ns, nsExists, cmExists)
+			if nsExists && !cmExists {
+				p.model.writeConfigMap(ns, "root", false)
+			}
+		}
+	}
+}
+
+func (p *simPublisher) enqueue(ns string) {
+	select {
+	case p.queue <- ns:
+	default:
+		go func() { p.queue <- ns }()
+	}
+}
+
+func runOwnedSim(t *testing.T, seed int64) map[string]int {
+	rnd := rand.New(rand.NewSource(seed))
+	model := newAPIServerModel()
+	defer model.close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	config := &rest.Config{Host: model.server.URL, QPS: -1}
+	client, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	partitionOf := func(ns string) int {
+		h := fnv.New32a()
+		_, _ = h.Write([]byte(ns))
+		return int(h.Sum32() % simPartitions)
+	}
+	pool := NewPool(ctx, PoolConfig{Client: client})
+	namespaces, err := pool.ForResource(t, corev1.SchemeGroupVersion.WithResource("namespaces"), corev1.SchemeGroupVersion.WithKind("Namespace"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool.Start(t)
+	mapper := meta.NewDefaultRESTMapper(nil)
+	mapper.Add(schema.GroupVersionKind{Version: "v1", Kind: "Namespace"}, meta.RESTScopeRoot)
+	mapper.Add(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, meta.RESTScopeNamespace)
+	sharded := rnd.Intn(2) == 0
+	owned, err := NewOwnedCache(OwnedCacheConfig{Sharded: sharded, MaxTerms: 2, NamespaceWatchMax: rnd.Intn(3), RESTClients: NewRESTClients(config), Mapper: mapper, Namespaces: namespaces, PartitionOf: partitionOf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scope := NewScope(simPartitions, partitionOf)
+	if !*ownedSimUngated {
+		scope.GateNamespaces()
+		owned.ReportTo(scope)
+	}
+	factory, err := NewPieceFactory(PieceConfig{Shared: pool, SharedStop: ctx.Done(), Owned: owned, Mapper: mapper, Scopes: MapperScopes{mapper}, Scope: scope})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmInformer := factory.Core().V1().ConfigMaps().Informer()
+	nsInformer := factory.Core().V1().Namespaces().Informer()
+	checker := &simHandler{known: map[string]string{}}
+	if _, err := cmInformer.AddEventHandler(checker.handler()); err != nil {
+		t.Fatal(err)
+	}
+	publisher := &simPublisher{model: model, namespaces: nsInformer, configMaps: cmInformer, queue: make(chan string, 1000)}
+	if _, err := nsInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(obj any) { publisher.enqueue(obj.(*corev1.Namespace).Name) }}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cmInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: func(obj any) {
+		key, _ := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+		if ns, name, _ := cache.SplitMetaNamespaceKey(key); name == "root" {
+			publisher.enqueue(ns)
+		}
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	// The first partitions come with the informers' first list.
+	loaded := map[int]bool{0: true, 1: true}
+	for p := range loaded {
+		if err := owned.Include(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		scope.Gain(p)
+	}
+	factory.Start(ctx.Done())
+	owned.Start(ctx.Done())
+	factory.WaitForCacheSync(ctx.Done())
+	go publisher.run(ctx)
+
+	counts := map[string]int{}
+	// rootDeleted: when each namespace's publisher's ConfigMap was
+	// deleted the moment it appeared.
+	var rootDeleted sync.Map
+	gaining := map[int]chan struct{}{}
+	var live []string
+	next := 0
+	for round := range 4 {
+		for range 40 + rnd.Intn(40) {
+			switch op := rnd.Intn(100); {
+			case op < 20:
+				ns := fmt.Sprintf("ns-%d", next)
+				next++
+				model.createNamespace(ns)
+				live = append(live, ns)
+				counts["namespaces created"]++
+				if rnd.Intn(2) == 0 {
+					// The publisher's ConfigMap deleted the moment it
+					// appears, as upstream's conformance test does.
+					go func() {
+						_ = wait.PollUntilContextTimeout(ctx, time.Millisecond, 2*time.Second, true, func(context.Context) (bool, error) {
+							version := model.deleteConfigMap(ns, "root")
+							if version == 0 {
+								return false, nil
+							}
+							rootDeleted.Store(ns, version)
+							return true, nil
+						})
+					}()
+					counts["publisher's ConfigMap deleted as it appeared"]++
+				}
+			case op < 25 && len(live) > 0:
+				i := rnd.Intn(len(live))
+				model.deleteNamespace(live[i])
+				live = append(live[:i], live[i+1:]...)
+				counts["namespaces deleted"]++
+			case op < 70 && len(live) > 0:
+				ns := live[rnd.Intn(len(live))]
+				name := fmt.Sprintf("cm-%d", rnd.Intn(4))
+				switch {
+				case model.writeConfigMap(ns, name, false):
+					counts["ConfigMaps created"]++
+				case rnd.Intn(3) == 0 && model.deleteConfigMap(ns, name) != 0:
+					counts["ConfigMaps deleted"]++
+				case model.writeConfigMap(ns, name, true):
+					counts["ConfigMaps updated"]++
+				}
+			case op < 80:
+				p := rnd.Intn(simPartitions)
+				simDebugf("", "partition %d moves (loaded: %v)", p, loaded[p])
+				if gaining[p] != nil {
+					// The partition set serializes a partition's moves.
+					<-gaining[p]
+					delete(gaining, p)
+				}
+				if loaded[p] {
+					scope.Lose(p)
+					owned.Unload(p)
+					delete(loaded, p)
+					counts["partitions lost"]++
+				} else {
+					loaded[p] = true
+					done := make(chan struct{})
+					gaining[p] = done
+					go func() {
+						defer close(done)
+						// Gained as the partition set does: loaded, then
+						// in scope.
+						if owned.Load(ctx, p) == nil {
+							scope.Gain(p)
+						}
+					}()
+					counts["partitions gained"]++
+				}
+			case op < 86:
+				simDebugf("", "watches end")
+				model.closeWatches()
+				counts["watches ended early"]++
+			case op < 89:
+				simDebugf("", "compaction")
+				model.compact()
+				counts["compactions"]++
+			default:
+				time.Sleep(time.Duration(rnd.Intn(300)) * time.Millisecond)
+			}
+			if rnd.Intn(4) == 0 {
+				time.Sleep(time.Duration(rnd.Intn(30)) * time.Millisecond)
+			}
+		}
+		// A deletion compacted away before a watch streamed it reaches
+		// the informer folded into a relist, as a plain informer's would:
+		// the publisher never hears of it, under KCM too.
+		exempt := func(ns string) bool {
+			version, ok := rootDeleted.Load(ns)
+			return ok && model.wasFolded("configmaps", ns, version.(int64))
+		}
+		checkOwnedSim(ctx, t, seed, round, model, namespaces, scope, cmInformer, checker, loaded, partitionOf, exempt)
+		if t.Failed() {
+			break
+		}
+	}
+	checker.mu.Lock()
+	counts["additions of an object the handler knew (scope delivery beside a queued notification)"] += checker.readds
+	counts["deletions with unknown final state of an object the handler did not know yet"] += checker.tombstones
+	checker.mu.Unlock()
+	rootDeleted.Range(func(key, value any) bool {
+		if model.wasFolded("configmaps", key.(string), value.(int64)) {
+			counts["publisher's ConfigMaps deleted and compacted away before a watch streamed it (not checked)"]++
+		}
+		return true
+	})
+	return counts
+}
+
+// checkOwnedSim waits for quiescence and checks the invariants.
+func checkOwnedSim(ctx context.Context, t *testing.T, seed int64, round int, model *apiServerModel, namespaces cache.SharedIndexInformer, scope *Scope, informer cache.SharedIndexInformer, checker *simHandler, loaded map[int]bool, partitionOf func(string) int, exempt func(namespace string) bool) {
+	t.Helper()
+	// The Namespaces informer is a plain one: after watches ended again
+	// and again its reflector backs off, up to 30 s.
+	var why string
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 90*time.Second, true, func(context.Context) (bool, error) {
+		got := map[string]bool{}
+		for _, key := range namespaces.GetStore().ListKeys() {
+			got[key] = true
+		}
+		for _, ns := range model.namespaceNames() {
+			if !got[ns] {
+				why = fmt.Sprintf("namespace %s not in the Namespaces informer (at version %s; the apiserver's counts: %v)", ns, namespaces.LastSyncResourceVersion(), model.countsNow())
+				return false, nil
+			}
+			delete(got, ns)
+		}
+		for ns := range got {
+			why = "deleted namespace " + ns + " in the Namespaces informer"
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Errorf("seed %d, round %d: not quiescent: %s", seed, round, why)
+		return
+	}
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		why = ""
+		want := map[string]string{}
+		visible := map[string]string{}
+		for key, version := range model.configMapVersions() {
+			ns, _, _ := cache.SplitMetaNamespaceKey(key)
+			if loaded[partitionOf(ns)] {
+				want[key] = version
+				if scope.HasNamespace(ns) {
+					visible[key] = version
+				}
+			}
+		}
+		got := map[string]string{}
+		for _, obj := range informer.GetStore().List() {
+			m, _ := meta.Accessor(obj)
+			got[m.GetNamespace()+"/"+m.GetName()] = m.GetResourceVersion()
+		}
+		if d := diffVersions(got, want); d != "" {
+			why = "the informer's store against the model: " + d
+			return false, nil
+		}
+		checker.mu.Lock()
+		d := diffVersions(checker.known, visible)
+		checker.mu.Unlock()
+		if d != "" {
+			why = "the handler's view against the scope's: " + d
+			return false, nil
+		}
+		for p := range loaded {
+			if !scope.Owns(p) {
+				why = fmt.Sprintf("partition %d not gained yet", p)
+				return false, nil
+			}
+		}
+		for key := range visible {
+			ns, _, _ := cache.SplitMetaNamespaceKey(key)
+			if _, ok := visible[ns+"/root"]; !ok && model.hasNamespace(ns) && !exempt(ns) {
+				why = fmt.Sprintf("no publisher's ConfigMap in namespace %s (partition %d)", ns, partitionOf(ns))
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Errorf("seed %d, round %d: not quiescent: %s", seed, round, why)
+	}
+	checker.mu.Lock()
+	defer checker.mu.Unlock()
+	for _, v := range checker.violations {
+		t.Errorf("seed %d, round %d: a handler was told %s", seed, round, v)
+	}
+}
+
+// diffVersions says how got differs from want ("" if not).
+func diffVersions(got, want map[string]string) string {
+	var out []string
+	for key, version := range want {
+		if got[key] != version {
+			out = append(out, fmt.Sprintf("%s at %q, want %q", key, got[key], version))
+		}
+	}
+	for key, version := range got {
+		if _, ok := want[key]; !ok {
+			out = append(out, fmt.Sprintf("%s at %q, deleted", key, version))
+		}
+	}
+	sort.Strings(out)
+	if len(out) > 5 {
+		out = append(out[:5], fmt.Sprintf("and %d more", len(out)-5))
+	}
+	return strings.Join(out, "; ")
+}
