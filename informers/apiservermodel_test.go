@@ -3,6 +3,7 @@ package informers
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -36,6 +37,9 @@ type apiServerModel struct {
 	watchers map[chan struct{}]struct{}
 	changed  *sync.Cond
 	counts   map[string]int
+	// listLatency: a list's answer is on its way for up to this long
+	// after its snapshot. Set before serving.
+	listLatency time.Duration
 	// folded: the versions a client could not stream, per resource and
 	// namespace ("" all): from the version its watch was told 410 Gone
 	// for through the version of its next list, into which they fold.
@@ -269,6 +273,11 @@ func (m *apiServerModel) list(w http.ResponseWriter, resource, namespace string)
 	m.mu.Unlock()
 	if items == nil {
 		items = []json.RawMessage{}
+	}
+	// The answer takes a while on its way: what changes meanwhile reaches
+	// the client's watch before its list, newer than it.
+	if m.listLatency > 0 {
+		time.Sleep(time.Duration(rand.Int63n(int64(m.listLatency))))
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]any{"apiVersion": "v1", "kind": kind, "metadata": map[string]string{"resourceVersion": version}, "items": items})

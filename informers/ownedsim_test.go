@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"math/rand"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -22,7 +23,7 @@ import (
 )
 
 var (
-	ownedSimRuns = flag.Int("ownedsim.runs", 12, "number of random schedules of the owned cache simulation")
+	ownedSimRuns = flag.Int("ownedsim.runs", 6, "number of random schedules of the owned cache simulation")
 	ownedSimSeed = flag.Int64("ownedsim.seed", 0, "run only this seed of the owned cache simulation")
 	// ownedSimUngated plants the bug the simulation exists for: the
 	// controllers see a namespace before the owned cache holds it.
@@ -73,16 +74,26 @@ func TestOwnedCacheSimulation(t *testing.T) {
 			seeds = append(seeds, base+int64(i))
 		}
 	}
+	// A schedule mostly waits (watches resuming, quiescence): they run
+	// at once, -parallel at a time.
+	var mu sync.Mutex
 	totals := map[string]int{}
-	for _, seed := range seeds {
-		counts := runOwnedSim(t, seed)
-		if t.Failed() {
-			t.Fatalf("seed %d failed: replay with -ownedsim.seed=%d", seed, seed)
+	t.Run("schedules", func(t *testing.T) {
+		for _, seed := range seeds {
+			t.Run(strconv.FormatInt(seed, 10), func(t *testing.T) {
+				t.Parallel()
+				counts := runOwnedSim(t, seed)
+				if t.Failed() {
+					t.Fatalf("seed %d failed: replay with -ownedsim.seed=%d", seed, seed)
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				for k, v := range counts {
+					totals[k] += v
+				}
+			})
 		}
-		for k, v := range counts {
-			totals[k] += v
-		}
-	}
+	})
 	var keys []string
 	for k := range totals {
 		keys = append(keys, k)
@@ -189,6 +200,7 @@ func (p *simPublisher) enqueue(ns string) {
 func runOwnedSim(t *testing.T, seed int64) map[string]int {
 	rnd := rand.New(rand.NewSource(seed))
 	model := newAPIServerModel()
+	model.listLatency = time.Duration(rnd.Intn(150)) * time.Millisecond
 	defer model.close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -273,6 +285,24 @@ func runOwnedSim(t *testing.T, seed int64) map[string]int {
 				live = append(live, ns)
 				counts["namespaces created"]++
 				if rnd.Intn(2) == 0 {
+					// A tenant's objects in the namespace's first moments,
+					// while it joins the cache.
+					pauses := []time.Duration{time.Duration(rnd.Intn(250)) * time.Millisecond, time.Duration(rnd.Intn(250)) * time.Millisecond}
+					remove := rnd.Intn(3) == 0
+					go func() {
+						model.writeConfigMap(ns, "first", false)
+						time.Sleep(pauses[0])
+						model.writeConfigMap(ns, "first", true)
+						time.Sleep(pauses[1])
+						if remove {
+							model.deleteConfigMap(ns, "first")
+						} else {
+							model.writeConfigMap(ns, "first", true)
+						}
+					}()
+					counts["namespaces written in their first moments"]++
+				}
+				if rnd.Intn(2) == 0 {
 					// The publisher's ConfigMap deleted the moment it
 					// appears, as upstream's conformance test does.
 					go func() {
@@ -334,7 +364,7 @@ func runOwnedSim(t *testing.T, seed int64) map[string]int {
 				simDebugf("", "watches end")
 				model.closeWatches()
 				counts["watches ended early"]++
-			case op < 89:
+			case op < 87:
 				simDebugf("", "compaction")
 				model.compact()
 				counts["compactions"]++
