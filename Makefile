@@ -55,7 +55,14 @@ KUBE_TOOLS    := kube-apiserver kube-controller-manager kube-scheduler kubectl
 # Tests and the demo find every tool here.
 export FCM_BIN_DIR := $(BIN)
 
-.PHONY: all tools build image image-host push test test-long test-deps bench cluster run clean fuzz chaos
+.PHONY: all tools build image image-host push test test-long test-deps bench cluster run clean fuzz chaos conformance conformance-ci
+
+# Kubernetes' own end-to-end tests of the controllers (test/tools/e2e: the
+# apimachinery, apps, auth and network suites), at the controllers' version.
+E2E_TEST      := $(KUBE_BIN)/e2e.test
+# make conformance: which systems and which tests of test/conformance/selection.txt.
+CONFORMANCE_SYSTEMS ?= kcm,fleet3
+CONFORMANCE_SET     ?= all
 
 all: build
 
@@ -72,6 +79,19 @@ $(BIN)/crds: $(CRD_BIN)/.done
 $(KUBE_BIN)/%:
 	@mkdir -p $(KUBE_BIN)
 	cd test/tools && CGO_ENABLED=1 $(GO) build $(GOFLAGS_BUILD) -ldflags '$(KUBE_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/$*
+
+$(E2E_TEST):
+	@mkdir -p $(KUBE_BIN)
+	cd test/tools && CGO_ENABLED=1 $(GO) test -c $(GOFLAGS_BUILD) -ldflags '$(KUBE_LDFLAGS)' -o $@ ./e2e
+
+# Upstream's end-to-end tests under kube-controller-manager and a fleet of
+# three, side by side; fails if one passes under KCM and fails under the fleet.
+conformance: tools build $(E2E_TEST)
+	$(GO) run ./test/conformance -systems $(CONFORMANCE_SYSTEMS) -set $(CONFORMANCE_SET) $(CONFORMANCE_ARGS)
+
+# The tests of the controllers whose pieces move, against a fleet of three.
+conformance-ci: tools build $(E2E_TEST)
+	$(GO) run ./test/conformance -systems fleet3 -set ci
 
 $(ETCD_BIN)/etcd:
 	@mkdir -p $(ETCD_BIN)

@@ -1,0 +1,104 @@
+// Command conformance runs Kubernetes' own end-to-end tests of the
+// controllers (bin/kubernetes-<version>/e2e.test, built by `make
+// conformance` from test/tools/e2e) against a fresh local control plane
+// per system (kube-scheduler and kwok nodes, with upstream
+// kube-controller-manager or a fleet), and prints each test's outcome and
+// time side by side. It fails when a test passes under
+// kube-controller-manager and fails under a fleet, or, with one system,
+// when a test fails.
+//
+//	go run ./test/conformance -systems kcm,fleet3 -set all
+//	go run ./test/conformance -systems fleet3 -set ci
+//	go run ./test/conformance -systems fleet1 -focus 'kube-root-ca.crt exist' -repeat 10
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	var (
+		systems   = flag.String("systems", "kcm,fleet3", "comma-separated systems: kcm, or fleetN for a fleet of N replicas")
+		selection = flag.String("selection", "test/conformance/selection.txt", "the selection of tests")
+		set       = flag.String("set", "all", "which tests of the selection: all, or ci (those of the controllers whose pieces move, a few minutes)")
+		focus     = flag.String("focus", "", "run the tests matching this regular expression instead of the selection")
+		repeat    = flag.Int("repeat", 1, "run the tests this many times in a row on one control plane, stopping at the first failure")
+		binDir    = flag.String("bin", "bin", "where the fleet, the control plane's binaries and kubernetes-<version>/e2e.test are")
+		e2e       = flag.String("e2e", "", "the end-to-end test binary (default: the newest bin/kubernetes-*/e2e.test)")
+		keep      = flag.String("keep", "", "keep each system's control plane files and e2e output in this folder")
+		timeout   = flag.Duration("timeout", 2*time.Hour, "the whole run's limit")
+	)
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	if err := run(ctx, options{systems: strings.Split(*systems, ","), selection: *selection, set: *set, focus: *focus, repeat: *repeat, binDir: *binDir, e2e: *e2e, keep: *keep}); err != nil {
+		fmt.Fprintln(os.Stderr, "conformance:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	systems        []string
+	selection, set string
+	focus          string
+	repeat         int
+	binDir, e2e    string
+	keep           string
+}
+
+func run(ctx context.Context, o options) error {
+	bin, err := filepath.Abs(o.binDir)
+	if err != nil {
+		return fmt.Errorf("resolving -bin: %w", err)
+	}
+	if o.e2e == "" {
+		matches, _ := filepath.Glob(filepath.Join(bin, "kubernetes-*", "e2e.test"))
+		if len(matches) == 0 {
+			return fmt.Errorf("no %s: build it with make conformance", filepath.Join(bin, "kubernetes-<version>", "e2e.test"))
+		}
+		o.e2e = matches[len(matches)-1]
+	}
+	var focus []string
+	if o.focus != "" {
+		focus = []string{o.focus}
+	} else {
+		sel, err := readSelection(o.selection)
+		if err != nil {
+			return err
+		}
+		names, err := sel.names(o.set)
+		if err != nil {
+			return err
+		}
+		focus = focusOf(names)
+	}
+	var systems []system
+	for _, name := range o.systems {
+		s, err := parseSystem(name)
+		if err != nil {
+			return err
+		}
+		systems = append(systems, s)
+	}
+	results := map[string][]outcome{}
+	for _, s := range systems {
+		start := time.Now()
+		out, err := runSystem(ctx, s, bin, o.e2e, focus, o.repeat, o.keep)
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+		results[s.name] = out
+		fmt.Printf("%s: %d tests in %v\n", s.name, len(out), time.Since(start).Round(time.Second))
+	}
+	return report(os.Stdout, systems, results)
+}

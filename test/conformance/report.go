@@ -1,0 +1,133 @@
+package main
+
+import (
+	"encoding/xml"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// outcome is one test's result under one system.
+type outcome struct {
+	name   string
+	status string // passed, failed, skipped
+	took   time.Duration
+	note   string
+}
+
+// readJUnit reads ginkgo's JUnit report: the specs that ran or were
+// skipped by the test itself (not those the focus left out).
+func readJUnit(path string) ([]outcome, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading the JUnit report: %w", err)
+	}
+	var suites struct {
+		Suites []struct {
+			Cases []struct {
+				Name    string    `xml:"name,attr"`
+				Status  string    `xml:"status,attr"`
+				Time    float64   `xml:"time,attr"`
+				Skipped *struct{} `xml:"skipped"`
+				Failure *struct {
+					Message string `xml:"message,attr"`
+				} `xml:"failure"`
+			} `xml:"testcase"`
+		} `xml:"testsuite"`
+	}
+	if err := xml.Unmarshal(data, &suites); err != nil {
+		return nil, fmt.Errorf("reading the JUnit report: %w", err)
+	}
+	var out []outcome
+	for _, s := range suites.Suites {
+		for _, c := range s.Cases {
+			name := strings.TrimPrefix(c.Name, "[It] ")
+			if !strings.HasPrefix(c.Name, "[It] ") {
+				continue // suite setup and teardown
+			}
+			o := outcome{name: name, status: c.Status, took: time.Duration(c.Time * float64(time.Second))}
+			if o.status == "" {
+				o.status = "passed"
+				if c.Failure != nil {
+					o.status = "failed"
+				} else if c.Skipped != nil {
+					o.status = "skipped"
+				}
+			}
+			if o.status == "skipped" && o.took == 0 {
+				continue // left out by the focus
+			}
+			out = append(out, o)
+		}
+	}
+	return out, nil
+}
+
+// report prints every test's outcome per system and fails when a test
+// passed under kube-controller-manager and not under a fleet (with no
+// kube-controller-manager, when a test failed).
+func report(w io.Writer, systems []system, results map[string][]outcome) error {
+	byTest := map[string]map[string]outcome{}
+	for sys, outs := range results {
+		for _, o := range outs {
+			if byTest[o.name] == nil {
+				byTest[o.name] = map[string]outcome{}
+			}
+			byTest[o.name][sys] = o
+		}
+	}
+	var names []string
+	for n := range byTest {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	header := "test"
+	for _, s := range systems {
+		header += "\t" + s.name
+	}
+	fmt.Fprintln(tw, header)
+	var regressions []string
+	counts := map[string]map[string]int{}
+	for _, n := range names {
+		row := n
+		kcm, haveKCM := byTest[n]["kube-controller-manager"]
+		for _, s := range systems {
+			o, ok := byTest[n][s.name]
+			cell := "-"
+			if ok {
+				cell = fmt.Sprintf("%s %.1fs", o.status, o.took.Seconds())
+				if o.note != "" {
+					cell += " (" + o.note + ")"
+				}
+				if counts[s.name] == nil {
+					counts[s.name] = map[string]int{}
+				}
+				counts[s.name][o.status]++
+			}
+			row += "\t" + cell
+			if s.replicas == 0 || !ok || o.status != "failed" {
+				continue
+			}
+			if !haveKCM || kcm.status == "passed" {
+				regressions = append(regressions, fmt.Sprintf("%s under the %s", n, s.name))
+			}
+		}
+		fmt.Fprintln(tw, row)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, s := range systems {
+		c := counts[s.name]
+		fmt.Fprintf(w, "%s: %d passed, %d failed, %d skipped\n", s.name, c["passed"], c["failed"], c["skipped"])
+	}
+	if len(regressions) > 0 {
+		return fmt.Errorf("%d tests fail under a fleet that pass under kube-controller-manager (or with no kube-controller-manager beside it): %s", len(regressions), strings.Join(regressions, "; "))
+	}
+	return nil
+}

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestReportFailsOnRegression: a test failing under a fleet fails the run
+// only where it passed under kube-controller-manager, or where no
+// kube-controller-manager ran beside it.
+func TestReportFailsOnRegression(t *testing.T) {
+	kcm, fleet := system{name: "kube-controller-manager"}, system{name: "fleet of 3", replicas: 3}
+	for _, tc := range []struct {
+		name      string
+		systems   []system
+		kcm       string
+		fleet     string
+		wantError bool
+	}{
+		{"both pass", []system{kcm, fleet}, "passed", "passed", false},
+		{"fails under the fleet only", []system{kcm, fleet}, "passed", "failed", true},
+		{"fails under both", []system{kcm, fleet}, "failed", "failed", false},
+		{"fails under KCM only", []system{kcm, fleet}, "failed", "passed", false},
+		{"skipped under the fleet", []system{kcm, fleet}, "passed", "skipped", false},
+		{"fleet alone fails", []system{fleet}, "", "failed", true},
+		{"fleet alone passes", []system{fleet}, "", "passed", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			results := map[string][]outcome{}
+			if tc.kcm != "" {
+				results[kcm.name] = []outcome{{name: "[sig-x] a test", status: tc.kcm}}
+			}
+			results[fleet.name] = []outcome{{name: "[sig-x] a test", status: tc.fleet}}
+			var out bytes.Buffer
+			err := report(&out, tc.systems, results)
+			if (err != nil) != tc.wantError {
+				t.Errorf("report error %v, want an error: %v\n%s", err, tc.wantError, out.String())
+			}
+			if !strings.Contains(out.String(), "[sig-x] a test") {
+				t.Errorf("the table does not name the test:\n%s", out.String())
+			}
+		})
+	}
+}
+
+// TestReadSelection: sections, the sets they make, and a test left out
+// without a reason refused.
+func TestReadSelection(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		text     string
+		wantCI   int
+		wantAll  int
+		wantLeft int
+		wantErr  bool
+	}{
+		{"sections", "# comment\n[ci]\n[sig-a] one\n[long]\n[sig-a] two\n[sig-a] three\n[left out]\n[sig-a] four | needs a StorageClass\n", 1, 3, 1, false},
+		{"left out without why", "[left out]\n[sig-a] four\n", 0, 0, 0, true},
+		{"outside a section", "[sig-a] one\n", 0, 0, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "selection.txt")
+			if err := os.WriteFile(path, []byte(tc.text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			s, err := readSelection(path)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("error %v, want one: %v", err, tc.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			ci, _ := s.names("ci")
+			all, _ := s.names("all")
+			if len(ci) != tc.wantCI || len(all) != tc.wantAll || len(s.leftOut) != tc.wantLeft {
+				t.Errorf("ci %d, all %d, left out %d; want %d, %d, %d", len(ci), len(all), len(s.leftOut), tc.wantCI, tc.wantAll, tc.wantLeft)
+			}
+			if _, err := s.names("some"); err == nil {
+				t.Error("an unknown set was accepted")
+			}
+		})
+	}
+}
+
+// TestSelectionFileReads: the repository's selection parses and names no
+// test twice.
+func TestSelectionFileReads(t *testing.T) {
+	s, err := readSelection("selection.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, _ := s.names("all")
+	seen := map[string]bool{}
+	for _, n := range all {
+		if seen[n] {
+			t.Errorf("%q selected twice", n)
+		}
+		if _, left := s.leftOut[n]; left {
+			t.Errorf("%q both selected and left out", n)
+		}
+		seen[n] = true
+	}
+	if len(s.ci) == 0 {
+		t.Error("no test for CI")
+	}
+}
