@@ -200,6 +200,7 @@ test-long: tools build test-deps
 	set -o pipefail; PARTITION_MOVES=50 $(GO) test -count=1 -tags e2e -json -timeout 60m ./test/e2e/ -run '^TestPartitionMovesUnderLoad$$' | $(GO) run ./test/testsummary
 	set -o pipefail; $(GO) test -count=1 -tags 'e2e long' -json -timeout 20m ./test/e2e/ -run '^(TestKillServesVictimNamespacesWithinLease|TestRollingUpgradeAndRollback)$$' | $(GO) run ./test/testsummary
 	$(MAKE) chaos DURATION=20
+	$(MAKE) conformance
 
 cluster: tools
 	$(GO) run ./test/localcluster/cmd/localcluster --kubeconfig-out .local/kubeconfig --scheduler --kwok-nodes 3

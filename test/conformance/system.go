@@ -11,10 +11,8 @@ import (
 	"strings"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/fleet-controller-manager/fleet-controller-manager/membership"
 	"github.com/fleet-controller-manager/fleet-controller-manager/test/localcluster"
 )
 
@@ -134,26 +132,12 @@ func waitFleetRunning(ctx context.Context, cluster *localcluster.Cluster, replic
 	}
 	var why string
 	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
-		leases, err := client.CoordinationV1().Leases("kube-system").List(ctx, metav1.ListOptions{LabelSelector: membership.FleetLabel})
+		settled, reason, err := localcluster.FleetSettled(ctx, client, replicas)
+		why = reason
 		if err != nil {
 			why = err.Error()
-			return false, nil
 		}
-		members, partitions := 0, 0
-		for _, l := range leases.Items {
-			st, err := membership.ParseState(l.Annotations[membership.StateAnnotation])
-			if err != nil || st.Joining || st.Leaving {
-				continue
-			}
-			members++
-			for _, p := range st.Running {
-				if strings.HasPrefix(p, "partition/") {
-					partitions++
-				}
-			}
-		}
-		why = fmt.Sprintf("%d of %d members, %d partitions running", members, replicas, partitions)
-		return members == replicas && partitions == 64, nil
+		return settled, nil
 	})
 	if err != nil {
 		return fmt.Errorf("waiting for the fleet: %s: %w", why, err)

@@ -22,7 +22,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/fleet-controller-manager/fleet-controller-manager/membership"
 	"github.com/fleet-controller-manager/fleet-controller-manager/test/localcluster"
 )
 
@@ -171,31 +170,11 @@ func waitFleetRunning(ctx context.Context, t *testing.T, client kubernetes.Inter
 	t.Helper()
 	start := time.Now()
 	poll(ctx, t, "the fleet to settle", 4*time.Minute, func() (bool, string) {
-		leases, err := client.CoordinationV1().Leases("kube-system").List(ctx, metav1.ListOptions{LabelSelector: membership.FleetLabel})
+		settled, why, err := localcluster.FleetSettled(ctx, client, len(replicas))
 		if err != nil {
 			return false, err.Error()
 		}
-		members, pieces := 0, map[string]int{}
-		for _, l := range leases.Items {
-			st, err := membership.ParseState(l.Annotations[membership.StateAnnotation])
-			if err != nil || st.Joining || st.Leaving {
-				continue
-			}
-			members++
-			for _, p := range st.Running {
-				pieces[p]++
-			}
-		}
-		partitions := 0
-		for p, n := range pieces {
-			if n > 1 {
-				return false, p + " listed by two members"
-			}
-			if strings.HasPrefix(p, "partition/") {
-				partitions++
-			}
-		}
-		return members == len(replicas) && partitions == 64, fmt.Sprintf("%d members, %d partitions running", members, partitions)
+		return settled, why
 	})
 	return time.Since(start)
 }
