@@ -45,10 +45,10 @@ func readJUnit(path string) ([]outcome, error) {
 	var out []outcome
 	for _, s := range suites.Suites {
 		for _, c := range s.Cases {
-			name := strings.TrimPrefix(c.Name, "[It] ")
 			if !strings.HasPrefix(c.Name, "[It] ") {
 				continue // suite setup and teardown
 			}
+			name := withoutLabels(strings.TrimPrefix(c.Name, "[It] "))
 			o := outcome{name: name, status: c.Status, took: time.Duration(c.Time * float64(time.Second))}
 			if o.status == "" {
 				o.status = "passed"
@@ -65,6 +65,16 @@ func readJUnit(path string) ([]outcome, error) {
 		}
 	}
 	return out, nil
+}
+
+// withoutLabels drops the label list ginkgo appends to a spec's name in
+// its reports ("... [Conformance] [sig-auth, Conformance]"): every spec
+// here has one, its sig's at least.
+func withoutLabels(name string) string {
+	if i := strings.LastIndex(name, " ["); i > 0 && strings.HasSuffix(name, "]") {
+		return name[:i]
+	}
+	return name
 }
 
 // report prints every test's outcome per system and fails when a test
