@@ -14,12 +14,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -90,15 +92,30 @@ func run(ctx context.Context, o options) error {
 		}
 		systems = append(systems, s)
 	}
+	// The systems run at once, each on its own control plane: the tests
+	// mostly wait (for pods, rollouts, deletions), and one after another
+	// the selection took an hour.
 	results := map[string][]outcome{}
+	var mu sync.Mutex
+	var errs []error
+	var wg sync.WaitGroup
 	for _, s := range systems {
-		start := time.Now()
-		out, err := runSystem(ctx, s, bin, o.e2e, focus, o.repeat, o.keep)
-		if err != nil {
-			return fmt.Errorf("%s: %w", s.name, err)
-		}
-		results[s.name] = out
-		fmt.Printf("%s: %d tests in %v\n", s.name, len(out), time.Since(start).Round(time.Second))
+		wg.Go(func() {
+			start := time.Now()
+			out, err := runSystem(ctx, s, bin, o.e2e, focus, o.repeat, o.keep)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", s.name, err))
+				return
+			}
+			results[s.name] = out
+			fmt.Printf("%s: %d tests in %v\n", s.name, len(out), time.Since(start).Round(time.Second))
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
 	}
 	return report(os.Stdout, systems, results)
 }

@@ -111,7 +111,7 @@ func TestSelectionFileReads(t *testing.T) {
 func TestWithoutLabels(t *testing.T) {
 	for name, want := range map[string]string{
 		"[sig-auth] ServiceAccounts should guarantee kube-root-ca.crt exist in any namespace [Conformance] [sig-auth, Conformance]": "[sig-auth] ServiceAccounts should guarantee kube-root-ca.crt exist in any namespace [Conformance]",
-		"[sig-apps] Job should delete pods when suspended [sig-apps]": "[sig-apps] Job should delete pods when suspended",
+		"[sig-apps] Job should delete pods when suspended [sig-apps]":                                                               "[sig-apps] Job should delete pods when suspended",
 	} {
 		if got := withoutLabels(name); got != want {
 			t.Errorf("withoutLabels(%q) = %q, want %q", name, got, want)
