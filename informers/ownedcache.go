@@ -80,18 +80,6 @@ type OwnedCache struct {
 	reporter HeldReporter
 }
 
-// HeldReporter hears which namespaces the cache holds: every object of
-// theirs that its lists carried, and every event since. A reader that
-// acts on a namespace only while it is held misses no event of it;
-// one that acted before could write into it while the write and what
-// follows were still to be folded into the namespace's first list.
-type HeldReporter interface {
-	// Held: namespaces now held.
-	Held(namespaces []string) int
-	// Dropped: namespaces no longer held (their partition unloaded).
-	Dropped(namespaces []string)
-}
-
 type ownedInformer struct {
 	informer cache.SharedIndexInformer
 	lw       *ownedListWatch
@@ -139,106 +127,6 @@ func (o *OwnedCache) namespaceAdded(obj any) {
 	if len(o.joining) == 1 {
 		time.AfterFunc(joinDelay, o.join)
 	}
-}
-
-// ReportTo makes the cache report to r which namespaces it holds, from
-// now on. Set it before the first Load or Include.
-func (o *OwnedCache) ReportTo(r HeldReporter) {
-	o.reportMu.Lock()
-	defer o.reportMu.Unlock()
-	o.reporter = r
-}
-
-// join loads the namespaces created in loaded partitions (and, for the
-// informers held everywhere, in any), then reports the former held once
-// every informer holds their first list.
-func (o *OwnedCache) join() {
-	o.mu.Lock()
-	var namespaces []string
-	for _, ns := range o.joining {
-		if o.partitions[o.config.PartitionOf(ns)] && !o.held[ns] {
-			namespaces = append(namespaces, ns)
-		}
-	}
-	var lws []*ownedListWatch
-	for _, i := range o.informers {
-		i.lw.load(namespaces, true)
-		if i.everywhere > 0 {
-			i.lw.load(o.joining, false)
-		}
-		lws = append(lws, i.lw)
-	}
-	o.joining = nil
-	stop := o.stop
-	o.mu.Unlock()
-	if len(namespaces) == 0 {
-		return
-	}
-	ownedNamespaces.Add(float64(len(namespaces)))
-	ctx, cancel := contextOf(stop)
-	defer cancel()
-	start := time.Now()
-	err := wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) {
-		return loadedInto(lws, namespaces), nil
-	})
-	if err != nil {
-		return // the cache stops
-	}
-	held := o.markHeld(namespaces)
-	klog.V(4).InfoS("Namespaces joined the owned cache", "namespaces", held, "took", time.Since(start).Round(time.Millisecond))
-}
-
-// markHeld records namespaces held whose partitions are still loaded
-// and reports those not held before.
-func (o *OwnedCache) markHeld(namespaces []string) []string {
-	o.reportMu.Lock()
-	defer o.reportMu.Unlock()
-	o.mu.Lock()
-	var added []string
-	for _, ns := range namespaces {
-		if o.partitions[o.config.PartitionOf(ns)] && !o.held[ns] {
-			o.held[ns] = true
-			added = append(added, ns)
-		}
-	}
-	o.mu.Unlock()
-	if o.reporter != nil && len(added) > 0 {
-		o.reporter.Held(added)
-	}
-	return added
-}
-
-// Holds says whether the cache holds namespace ns (HeldReporter).
-func (o *OwnedCache) Holds(ns string) bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.held[ns]
-}
-
-// loadedInto says whether every one of lws holds the first list of
-// namespaces.
-func loadedInto(lws []*ownedListWatch, namespaces []string) bool {
-	for _, lw := range lws {
-		if !lw.loadedInto(namespaces) {
-			return false
-		}
-	}
-	return true
-}
-
-// contextOf is a context that ends when stop closes (never, if nil).
-func contextOf(stop <-chan struct{}) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(context.Background())
-	if stop != nil {
-		go func() {
-			select {
-			case <-stop:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
-	}
-	return ctx, cancel
 }
 
 // heldEverywhere says whether some informer holds every namespace. Called
