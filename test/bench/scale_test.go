@@ -114,3 +114,32 @@ func TestScaleReport(t *testing.T) {
 		}
 	}
 }
+
+// TestScaleTargetsNeedKCMGrowth: a slope of KCM's that is not positive
+// gives the slope targets no ratio ("not measured"), not a negative one
+// that reads as met.
+func TestScaleTargetsNeedKCMGrowth(t *testing.T) {
+	cell := func(system string, ns int, objects, rss float64) result {
+		m := map[string]float64{"s_objects": objects, "s_rss_median_mib": rss, "s_rss_largest_mib": rss, "s_rss_sum_mib": rss, "s_converge_s": 10}
+		return result{System: system, Namespaces: ns, Runs: []map[string]float64{m}, Median: m}
+	}
+	for _, tc := range []struct {
+		name           string
+		kcmFrom, kcmTo float64
+		want           string
+	}{
+		{"KCM grows", 200, 400, "| RSS slope, fleet x3 median replica <= 0.36x KCM's | 0.20 | met |"},
+		{"KCM shrinks", 400, 380, "| RSS slope, fleet x3 median replica <= 0.36x KCM's | not measured | |"},
+		{"KCM flat", 300, 300, "| RSS slope, fleet x3 median replica <= 0.36x KCM's | not measured | |"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := report{Mode: "scale", ScaleShape: &defaultScaleShape, Results: []result{
+				cell("kube-controller-manager", 10, 10000, tc.kcmFrom), cell("fleet x3", 10, 10000, 150),
+				cell("kube-controller-manager", 30, 30000, tc.kcmTo), cell("fleet x3", 30, 30000, 150+2*(tc.kcmTo-tc.kcmFrom)/10),
+			}}
+			if md := scaleMarkdown(rep, nil, 0); !strings.Contains(md, tc.want) {
+				t.Errorf("report lacks %q:\n%s", tc.want, md)
+			}
+		})
+	}
+}

@@ -219,8 +219,15 @@ func scaleTargets(rep report) string {
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s |\n", what, num(v), verdict(ok))
 	}
+	// A slope of KCM's that is not positive (its memory did not grow with
+	// the objects, or fell: noise across runs) makes no ratio: any fleet
+	// slope over it would read as met.
 	slopeRatio := func(system, key string) float64 {
-		return slopePer10k(rep, system, key) / slopePer10k(rep, "kube-controller-manager", key)
+		kcmSlope := slopePer10k(rep, "kube-controller-manager", key)
+		if !(kcmSlope > 0) {
+			return math.NaN()
+		}
+		return slopePer10k(rep, system, key) / kcmSlope
 	}
 	for _, t := range []struct {
 		system, key, what string
