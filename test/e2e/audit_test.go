@@ -5,6 +5,7 @@ package e2e
 import (
 	"bufio"
 	"encoding/json"
+	"math/big"
 	"net/url"
 	"os"
 	"regexp"
@@ -150,9 +151,8 @@ type auditedList struct {
 
 // relistAfterWatchEnd tells whether the list of resource received at at
 // is the cache listing the kind again because its watch ended: the first
-// list of it since its last watch ended before at (a reflector relists after
-// a backoff that grows to a minute under load, so no fixed window
-// bounds it). It returns when that watch ended.
+// list of it since its last watch ended before at, within
+// relistAfterWatchEndWithin of that end. It returns when that watch ended.
 func (r cacheRequests) relistAfterWatchEnd(resource string, at time.Time) (time.Time, bool) {
 	var ended time.Time
 	for _, e := range r.watchEnded[resource] {
@@ -160,7 +160,7 @@ func (r cacheRequests) relistAfterWatchEnd(resource string, at time.Time) (time.
 			ended = e
 		}
 	}
-	if ended.IsZero() {
+	if ended.IsZero() || at.Sub(ended) > relistAfterWatchEndWithin {
 		return ended, false
 	}
 	for _, l := range r.allListed {
@@ -183,18 +183,32 @@ func (r cacheRequests) firstList(resource string, at time.Time) bool {
 	return true
 }
 
-// shardRangeStartRE finds each namespace a shard selector names.
-var shardRangeStartRE = regexp.MustCompile(`shardRange\(object\.metadata\.namespace, '(0x[0-9a-f]+)'`)
+// relistAfterWatchEndWithin bounds how long after its watch ended a kind
+// is listed again for it: the owned cache resumes a watch after at most
+// 16 s (8 s doubled by jitter) when kube-apiserver ended it early, and
+// relists at once when told its version is gone; a minute more covers a
+// loaded machine.
+const relistAfterWatchEndWithin = 90 * time.Second
+
+// shardRangeRE finds each range of a shard selector.
+var shardRangeRE = regexp.MustCompile(`shardRange\(object\.metadata\.namespace, '0x([0-9a-f]+)', '0x([0-9a-f]+)'\)`)
 
 // selectorNamespaces are the namespace hashes a list's shard selector
-// names (none for a list without one).
+// names, one point range [h, h+1) each; none for a list without a
+// selector or with a range wider than one namespace (such a list reads
+// every namespace whose hash it covers, not namespaces it names).
 func selectorNamespaces(uri string) []string {
 	unescaped, err := url.QueryUnescape(uri)
 	if err != nil {
 		return nil
 	}
 	var out []string
-	for _, m := range shardRangeStartRE.FindAllStringSubmatch(unescaped, -1) {
+	for _, m := range shardRangeRE.FindAllStringSubmatch(unescaped, -1) {
+		start, ok1 := new(big.Int).SetString(m[1], 16)
+		end, ok2 := new(big.Int).SetString(m[2], 16)
+		if !ok1 || !ok2 || new(big.Int).Sub(end, start).Cmp(big.NewInt(1)) != 0 {
+			return nil
+		}
 		out = append(out, m[1])
 	}
 	return out
