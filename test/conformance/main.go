@@ -95,6 +95,9 @@ func run(ctx context.Context, o options) error {
 	// The systems run at once, each on its own control plane: the tests
 	// mostly wait (for pods, rollouts, deletions), and one after another
 	// the selection took an hour.
+	// One order of the tests for every system.
+	seed := time.Now().Unix()
+	fmt.Printf("ginkgo seed %d\n", seed)
 	results := map[string][]outcome{}
 	var mu sync.Mutex
 	var errs []error
@@ -102,7 +105,7 @@ func run(ctx context.Context, o options) error {
 	for _, s := range systems {
 		wg.Go(func() {
 			start := time.Now()
-			out, err := runSystem(ctx, s, bin, o.e2e, focus, o.repeat, o.keep)
+			out, err := runSystem(ctx, s, bin, o.e2e, focus, o.repeat, o.keep, seed)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {

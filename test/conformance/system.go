@@ -39,7 +39,7 @@ func parseSystem(name string) (system, error) {
 
 // runSystem starts a control plane with s, runs the focused tests
 // repeat times and returns their outcomes (of the last run).
-func runSystem(ctx context.Context, s system, bin, e2e string, focus []string, repeat int, keep string) ([]outcome, error) {
+func runSystem(ctx context.Context, s system, bin, e2e string, focus []string, repeat int, keep string, seed int64) ([]outcome, error) {
 	opts := localcluster.Options{BinDir: bin, Scheduler: true, KwokNodes: 3, KubeControllerManager: s.replicas == 0}
 	dir := ""
 	if keep != "" {
@@ -67,7 +67,7 @@ func runSystem(ctx context.Context, s system, bin, e2e string, focus []string, r
 	var out []outcome
 	passed := 0
 	for i := range repeat {
-		out, err = runE2E(ctx, s, cluster, e2e, focus, dir, i)
+		out, err = runE2E(ctx, s, cluster, e2e, focus, dir, i, seed)
 		if err != nil {
 			return nil, err
 		}
@@ -86,10 +86,10 @@ func runSystem(ctx context.Context, s system, bin, e2e string, focus []string, r
 }
 
 // runE2E runs e2e.test once against cluster.
-func runE2E(ctx context.Context, s system, cluster *localcluster.Cluster, e2e string, focus []string, dir string, run int) ([]outcome, error) {
+func runE2E(ctx context.Context, s system, cluster *localcluster.Cluster, e2e string, focus []string, dir string, run int, seed int64) ([]outcome, error) {
 	report := filepath.Join(dir, fmt.Sprintf("junit-%d.xml", run))
 	args := []string{"--kubeconfig=" + cluster.AdminKubeconfig, "--provider=local", "--ginkgo.junit-report=" + report,
-		"--ginkgo.no-color", "--ginkgo.timeout=2h", "--report-dir=" + dir}
+		"--ginkgo.no-color", "--ginkgo.timeout=2h", "--report-dir=" + dir, fmt.Sprintf("--ginkgo.seed=%d", seed)}
 	for _, f := range focus {
 		args = append(args, "--ginkgo.focus="+f)
 	}
