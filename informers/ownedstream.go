@@ -145,26 +145,10 @@ func (s *ownedStream) emit(ctx context.Context, src *source, watched *uint64, ev
 		return false
 	}
 	var covered []string
-	// stale: namespaces a feeder handed over at a newer version than
-	// this list's (asked for before), which it must not take back.
-	stale := map[string]bool{}
+	var stale map[string]bool
 	if relist {
-		for ns := range listed {
-			if floor, ok := src.floors[ns]; ok && newerVersion(floor, version) {
-				stale[ns] = true
-				continue
-			}
-			if ns != "" && src.has(ns) {
-				covered = append(covered, ns)
-			}
-		}
-		sort.Strings(covered)
+		covered, stale = lw.relistCovers(src, listed, version)
 		events = append(events, lw.deletionsAbsent(covered, events)...)
-		// The list carries them from its version on, as the trunk's
-		// watch will.
-		for _, ns := range covered {
-			delete(src.joining, ns)
-		}
 	}
 	lw.mu.Unlock()
 	var added []runtime.Object
@@ -206,9 +190,18 @@ func (s *ownedStream) emit(ctx context.Context, src *source, watched *uint64, ev
 			added = append(added, e.Object)
 		}
 	}
+	s.emitted(src, version, relist, covered, stale, added)
+	return s.bookmark()
+}
+
+// emitted records that src has delivered through version and, after a
+// list, what it handed over: every namespace it covered is carried from
+// its version on, the namespaces it did not cover get a feeder. Called
+// with sendMu held.
+func (s *ownedStream) emitted(src *source, version string, relist bool, covered []string, stale map[string]bool, added []runtime.Object) {
+	lw := s.lw
 	lw.mu.Lock()
 	if relist {
-		// The list carries every other namespace from its version on.
 		for ns := range src.floors {
 			if !stale[ns] {
 				delete(src.floors, ns)
@@ -227,7 +220,29 @@ func (s *ownedStream) emit(ctx context.Context, src *source, watched *uint64, ev
 	if version != "" && newerVersion(version, lw.highest) {
 		lw.highest = version
 	}
-	return s.bookmark()
+}
+
+// relistCovers splits the namespaces a list of src's (at version) covered
+// into those it hands over, which stop joining (the list carries them
+// from its version on, as the trunk's watch will), and the stale ones: a
+// feeder handed them over at a newer version than this list's (asked for
+// before), which it must not take back. Called with mu held.
+func (lw *ownedListWatch) relistCovers(src *source, listed map[string]string, version string) (covered []string, stale map[string]bool) {
+	stale = map[string]bool{}
+	for ns := range listed {
+		if floor, ok := src.floors[ns]; ok && newerVersion(floor, version) {
+			stale[ns] = true
+			continue
+		}
+		if ns != "" && src.has(ns) {
+			covered = append(covered, ns)
+		}
+	}
+	sort.Strings(covered)
+	for _, ns := range covered {
+		delete(src.joining, ns)
+	}
+	return covered, stale
 }
 
 // deletionsAbsent are deletions of the objects the informer holds in

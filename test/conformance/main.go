@@ -43,13 +43,13 @@ func main() {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	if err := run(ctx, options{systems: strings.Split(*systems, ","), selection: *selection, set: *set, focus: *focus, repeat: *repeat, binDir: *binDir, e2e: *e2e, keep: *keep}); err != nil {
+	if err := run(ctx, runOptions{systems: strings.Split(*systems, ","), selection: *selection, set: *set, focus: *focus, repeat: *repeat, binDir: *binDir, e2e: *e2e, keep: *keep}); err != nil {
 		fmt.Fprintln(os.Stderr, "conformance:", err)
 		os.Exit(1)
 	}
 }
 
-type options struct {
+type runOptions struct {
 	systems        []string
 	selection, set string
 	focus          string
@@ -58,7 +58,7 @@ type options struct {
 	keep           string
 }
 
-func run(ctx context.Context, o options) error {
+func run(ctx context.Context, o runOptions) error {
 	bin, err := filepath.Abs(o.binDir)
 	if err != nil {
 		return fmt.Errorf("resolving -bin: %w", err)
@@ -70,21 +70,11 @@ func run(ctx context.Context, o options) error {
 		}
 		o.e2e = matches[len(matches)-1]
 	}
-	var focus []string
-	if o.focus != "" {
-		focus = []string{o.focus}
-	} else {
-		sel, err := readSelection(o.selection)
-		if err != nil {
-			return err
-		}
-		names, err := sel.names(o.set)
-		if err != nil {
-			return err
-		}
-		focus = focusOf(names)
+	focus, err := o.focusList()
+	if err != nil {
+		return err
 	}
-	var systems []system
+	var systems []controllerManager
 	for _, name := range o.systems {
 		s, err := parseSystem(name)
 		if err != nil {
@@ -98,7 +88,7 @@ func run(ctx context.Context, o options) error {
 	// One order of the tests for every system.
 	seed := time.Now().Unix()
 	fmt.Printf("ginkgo seed %d\n", seed)
-	results := map[string][]outcome{}
+	results := map[string][]testOutcome{}
 	var mu sync.Mutex
 	var errs []error
 	var wg sync.WaitGroup
@@ -121,4 +111,20 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	return report(os.Stdout, systems, results)
+}
+
+// focusList is one ginkgo focus per selected test, or -focus alone.
+func (o runOptions) focusList() ([]string, error) {
+	if o.focus != "" {
+		return []string{o.focus}, nil
+	}
+	sel, err := readSelection(o.selection)
+	if err != nil {
+		return nil, err
+	}
+	names, err := sel.names(o.set)
+	if err != nil {
+		return nil, err
+	}
+	return focusOf(names), nil
 }

@@ -11,8 +11,8 @@ import (
 	"time"
 )
 
-// outcome is one test's result under one system.
-type outcome struct {
+// testOutcome is one test's result under one controller manager.
+type testOutcome struct {
 	name   string
 	status string // passed, failed, skipped
 	took   time.Duration
@@ -21,7 +21,7 @@ type outcome struct {
 
 // readJUnit reads ginkgo's JUnit report: the specs that ran or were
 // skipped by the test itself (not those the focus left out).
-func readJUnit(path string) ([]outcome, error) {
+func readJUnit(path string) ([]testOutcome, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading the JUnit report: %w", err)
@@ -42,14 +42,14 @@ func readJUnit(path string) ([]outcome, error) {
 	if err := xml.Unmarshal(data, &suites); err != nil {
 		return nil, fmt.Errorf("reading the JUnit report: %w", err)
 	}
-	var out []outcome
+	var out []testOutcome
 	for _, s := range suites.Suites {
 		for _, c := range s.Cases {
 			if !strings.HasPrefix(c.Name, "[It] ") {
 				continue // suite setup and teardown
 			}
 			name := withoutLabels(strings.TrimPrefix(c.Name, "[It] "))
-			o := outcome{name: name, status: c.Status, took: time.Duration(c.Time * float64(time.Second))}
+			o := testOutcome{name: name, status: c.Status, took: time.Duration(c.Time * float64(time.Second))}
 			if o.status == "" {
 				o.status = "passed"
 				if c.Failure != nil {
@@ -80,21 +80,8 @@ func withoutLabels(name string) string {
 // report prints every test's outcome per system and fails when a test
 // passed under kube-controller-manager and not under a fleet (with no
 // kube-controller-manager, when a test failed).
-func report(w io.Writer, systems []system, results map[string][]outcome) error {
-	byTest := map[string]map[string]outcome{}
-	for sys, outs := range results {
-		for _, o := range outs {
-			if byTest[o.name] == nil {
-				byTest[o.name] = map[string]outcome{}
-			}
-			byTest[o.name][sys] = o
-		}
-	}
-	var names []string
-	for n := range byTest {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+func report(w io.Writer, systems []controllerManager, results map[string][]testOutcome) error {
+	byTest, names := byTestName(results)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	header := "test"
 	for _, s := range systems {
@@ -140,4 +127,24 @@ func report(w io.Writer, systems []system, results map[string][]outcome) error {
 		return fmt.Errorf("%d tests fail under a fleet that pass under kube-controller-manager (or with no kube-controller-manager beside it): %s", len(regressions), strings.Join(regressions, "; "))
 	}
 	return nil
+}
+
+// byTestName turns outcomes per system into outcomes per test, and the
+// tests' names, sorted.
+func byTestName(results map[string][]testOutcome) (map[string]map[string]testOutcome, []string) {
+	byTest := map[string]map[string]testOutcome{}
+	for sys, outs := range results {
+		for _, o := range outs {
+			if byTest[o.name] == nil {
+				byTest[o.name] = map[string]testOutcome{}
+			}
+			byTest[o.name][sys] = o
+		}
+	}
+	names := make([]string, 0, len(byTest))
+	for n := range byTest {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return byTest, names
 }

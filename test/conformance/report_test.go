@@ -12,28 +12,28 @@ import (
 // only where it passed under kube-controller-manager, or where no
 // kube-controller-manager ran beside it.
 func TestReportFailsOnRegression(t *testing.T) {
-	kcm, fleet := system{name: "kube-controller-manager"}, system{name: "fleet of 3", replicas: 3}
+	kcm, fleet := controllerManager{name: "kube-controller-manager"}, controllerManager{name: "fleet of 3", replicas: 3}
 	for _, tc := range []struct {
 		name      string
-		systems   []system
+		systems   []controllerManager
 		kcm       string
 		fleet     string
 		wantError bool
 	}{
-		{"both pass", []system{kcm, fleet}, "passed", "passed", false},
-		{"fails under the fleet only", []system{kcm, fleet}, "passed", "failed", true},
-		{"fails under both", []system{kcm, fleet}, "failed", "failed", false},
-		{"fails under KCM only", []system{kcm, fleet}, "failed", "passed", false},
-		{"skipped under the fleet", []system{kcm, fleet}, "passed", "skipped", false},
-		{"fleet alone fails", []system{fleet}, "", "failed", true},
-		{"fleet alone passes", []system{fleet}, "", "passed", false},
+		{"both pass", []controllerManager{kcm, fleet}, "passed", "passed", false},
+		{"fails under the fleet only", []controllerManager{kcm, fleet}, "passed", "failed", true},
+		{"fails under both", []controllerManager{kcm, fleet}, "failed", "failed", false},
+		{"fails under KCM only", []controllerManager{kcm, fleet}, "failed", "passed", false},
+		{"skipped under the fleet", []controllerManager{kcm, fleet}, "passed", "skipped", false},
+		{"fleet alone fails", []controllerManager{fleet}, "", "failed", true},
+		{"fleet alone passes", []controllerManager{fleet}, "", "passed", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			results := map[string][]outcome{}
+			results := map[string][]testOutcome{}
 			if tc.kcm != "" {
-				results[kcm.name] = []outcome{{name: "[sig-x] a test", status: tc.kcm}}
+				results[kcm.name] = []testOutcome{{name: "[sig-x] a test", status: tc.kcm}}
 			}
-			results[fleet.name] = []outcome{{name: "[sig-x] a test", status: tc.fleet}}
+			results[fleet.name] = []testOutcome{{name: "[sig-x] a test", status: tc.fleet}}
 			var out bytes.Buffer
 			err := report(&out, tc.systems, results)
 			if (err != nil) != tc.wantError {

@@ -16,30 +16,30 @@ import (
 	"github.com/fleet-controller-manager/fleet-controller-manager/test/localcluster"
 )
 
-// system is a controller manager the tests run against: upstream
+// controllerManager is what the tests run against: upstream
 // kube-controller-manager, or a fleet of replicas.
-type system struct {
+type controllerManager struct {
 	name     string
 	replicas int // 0: kube-controller-manager
 }
 
 var fleetName = regexp.MustCompile(`^fleet([1-9][0-9]?)$`)
 
-func parseSystem(name string) (system, error) {
+func parseSystem(name string) (controllerManager, error) {
 	if name == "kcm" {
-		return system{name: "kube-controller-manager"}, nil
+		return controllerManager{name: "kube-controller-manager"}, nil
 	}
 	m := fleetName.FindStringSubmatch(name)
 	if m == nil {
-		return system{}, fmt.Errorf("system %q: want kcm or fleetN", name)
+		return controllerManager{}, fmt.Errorf("system %q: want kcm or fleetN", name)
 	}
 	n, _ := strconv.Atoi(m[1])
-	return system{name: fmt.Sprintf("fleet of %d", n), replicas: n}, nil
+	return controllerManager{name: fmt.Sprintf("fleet of %d", n), replicas: n}, nil
 }
 
 // runSystem starts a control plane with s, runs the focused tests
 // repeat times and returns their outcomes (of the last run).
-func runSystem(ctx context.Context, s system, bin, e2e string, focus []string, repeat int, keep string, seed int64) ([]outcome, error) {
+func runSystem(ctx context.Context, s controllerManager, bin, e2e string, focus []string, repeat int, keep string, seed int64) ([]testOutcome, error) {
 	opts := localcluster.Options{BinDir: bin, Scheduler: true, KwokNodes: 3, KubeControllerManager: s.replicas == 0}
 	dir := ""
 	if keep != "" {
@@ -64,7 +64,7 @@ func runSystem(ctx context.Context, s system, bin, e2e string, focus []string, r
 			return nil, err
 		}
 	}
-	var out []outcome
+	var out []testOutcome
 	passed := 0
 	for i := range repeat {
 		out, err = runE2E(ctx, s, cluster, e2e, focus, dir, i, seed)
@@ -86,7 +86,7 @@ func runSystem(ctx context.Context, s system, bin, e2e string, focus []string, r
 }
 
 // runE2E runs e2e.test once against cluster.
-func runE2E(ctx context.Context, s system, cluster *localcluster.Cluster, e2e string, focus []string, dir string, run int, seed int64) ([]outcome, error) {
+func runE2E(ctx context.Context, s controllerManager, cluster *localcluster.Cluster, e2e string, focus []string, dir string, run int, seed int64) ([]testOutcome, error) {
 	report := filepath.Join(dir, fmt.Sprintf("junit-%d.xml", run))
 	args := []string{"--kubeconfig=" + cluster.AdminKubeconfig, "--provider=local", "--ginkgo.junit-report=" + report,
 		"--ginkgo.no-color", "--ginkgo.timeout=2h", "--report-dir=" + dir, fmt.Sprintf("--ginkgo.seed=%d", seed)}
@@ -114,7 +114,7 @@ func runE2E(ctx context.Context, s system, cluster *localcluster.Cluster, e2e st
 	return out, nil
 }
 
-func failed(out []outcome) bool {
+func failed(out []testOutcome) bool {
 	for _, o := range out {
 		if o.status == "failed" {
 			return true
