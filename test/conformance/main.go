@@ -36,19 +36,21 @@ func main() {
 		binDir    = flag.String("bin", "bin", "where the fleet, the control plane's binaries and kubernetes-<version>/e2e.test are")
 		e2e       = flag.String("e2e", "", "the end-to-end test binary (default: the newest bin/kubernetes-*/e2e.test)")
 		keep      = flag.String("keep", "", "keep each system's control plane files and e2e output in this folder")
-		timeout   = flag.Duration("timeout", 2*time.Hour, "the whole run's limit")
+		timeout   = flag.Duration("timeout", 3*time.Hour, "the whole run's limit")
+		suite     = flag.Duration("suite-timeout", 2*time.Hour, "each run of e2e.test's limit: ginkgo then stops and reports the tests it ran")
 	)
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	if err := run(ctx, runOptions{systems: strings.Split(*systems, ","), selection: *selection, set: *set, focus: *focus, repeat: *repeat, binDir: *binDir, e2e: *e2e, keep: *keep}); err != nil {
+	if err := run(ctx, runOptions{systems: strings.Split(*systems, ","), selection: *selection, set: *set, focus: *focus, repeat: *repeat, binDir: *binDir, e2e: *e2e, keep: *keep, suiteTimeout: *suite}); err != nil {
 		fmt.Fprintln(os.Stderr, "conformance:", err)
 		os.Exit(1)
 	}
 }
 
+// runOptions are the command's flags.
 type runOptions struct {
 	systems        []string
 	selection, set string
@@ -56,6 +58,7 @@ type runOptions struct {
 	repeat         int
 	binDir, e2e    string
 	keep           string
+	suiteTimeout   time.Duration
 }
 
 func run(ctx context.Context, o runOptions) error {
@@ -95,7 +98,7 @@ func run(ctx context.Context, o runOptions) error {
 	for _, s := range systems {
 		wg.Go(func() {
 			start := time.Now()
-			out, err := runSystem(ctx, s, bin, o.e2e, focus, o.repeat, o.keep, seed)
+			out, err := runSystem(ctx, s, bin, o, focus, seed)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {

@@ -39,7 +39,8 @@ func parseSystem(name string) (controllerManager, error) {
 
 // runSystem starts a control plane with s, runs the focused tests
 // repeat times and returns their outcomes (of the last run).
-func runSystem(ctx context.Context, s controllerManager, bin, e2e string, focus []string, repeat int, keep string, seed int64) ([]testOutcome, error) {
+func runSystem(ctx context.Context, s controllerManager, bin string, o runOptions, focus []string, seed int64) ([]testOutcome, error) {
+	e2e, repeat, keep := o.e2e, o.repeat, o.keep
 	opts := localcluster.Options{BinDir: bin, Scheduler: true, KwokNodes: 3, KubeControllerManager: s.replicas == 0}
 	dir := ""
 	if keep != "" {
@@ -67,7 +68,7 @@ func runSystem(ctx context.Context, s controllerManager, bin, e2e string, focus 
 	var out []testOutcome
 	passed := 0
 	for i := range repeat {
-		out, err = runE2E(ctx, s, cluster, e2e, focus, dir, i, seed)
+		out, err = runE2E(ctx, s, cluster, e2e, focus, dir, i, seed, o.suiteTimeout)
 		if err != nil {
 			return nil, err
 		}
@@ -86,10 +87,10 @@ func runSystem(ctx context.Context, s controllerManager, bin, e2e string, focus 
 }
 
 // runE2E runs e2e.test once against cluster.
-func runE2E(ctx context.Context, s controllerManager, cluster *localcluster.Cluster, e2e string, focus []string, dir string, run int, seed int64) ([]testOutcome, error) {
+func runE2E(ctx context.Context, s controllerManager, cluster *localcluster.Cluster, e2e string, focus []string, dir string, run int, seed int64, suiteTimeout time.Duration) ([]testOutcome, error) {
 	report := filepath.Join(dir, fmt.Sprintf("junit-%d.xml", run))
 	args := []string{"--kubeconfig=" + cluster.AdminKubeconfig, "--provider=local", "--ginkgo.junit-report=" + report,
-		"--ginkgo.no-color", "--ginkgo.timeout=2h", "--report-dir=" + dir, fmt.Sprintf("--ginkgo.seed=%d", seed)}
+		"--ginkgo.no-color", "--ginkgo.timeout=" + suiteTimeout.String(), "--report-dir=" + dir, fmt.Sprintf("--ginkgo.seed=%d", seed)}
 	for _, f := range focus {
 		args = append(args, "--ginkgo.focus="+f)
 	}
