@@ -13,6 +13,11 @@ var (
 		Help:           "Namespaces whose objects the replica's owned cache holds (those of the partitions it has loaded).",
 		StabilityLevel: metrics.ALPHA,
 	})
+	namespacesHeldLate = metrics.NewCounter(&metrics.CounterOpts{
+		Namespace: "fleet", Name: "owned_cache_namespaces_held_late_total",
+		Help:           "Namespaces shown to the partition controllers before every informer of the owned cache held their first list, after waiting a minute for it (each is logged with the resources missing).",
+		StabilityLevel: metrics.ALPHA,
+	})
 	ownedPartitions = metrics.NewGauge(&metrics.GaugeOpts{
 		Namespace: "fleet", Name: "owned_cache_partitions",
 		Help:           "Partitions loaded into the replica's owned cache.",
@@ -64,6 +69,6 @@ var registerOnce sync.Once
 
 func registerMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(ownedNamespaces, ownedPartitions, ownedSources, ownedWideSources, selectorIgnored, sourceRelists, watchesClosedEarly, eventsSkipped, selectedWatchOpens, sharedInformers)
+		legacyregistry.MustRegister(ownedNamespaces, namespacesHeldLate, ownedPartitions, ownedSources, ownedWideSources, selectorIgnored, sourceRelists, watchesClosedEarly, eventsSkipped, selectedWatchOpens, sharedInformers)
 	})
 }

@@ -89,8 +89,13 @@ type ownedInformer struct {
 	everywhere int
 }
 
-// joinDelay gathers namespaces created together into one list.
-const joinDelay = 200 * time.Millisecond
+// joinDelay gathers namespaces created together into one list. It is
+// short: a new namespace is shown to the partition controllers only once
+// it has joined (ownedheld.go), so its kube-root-ca.crt and default
+// ServiceAccount wait for it, and a quota created with the namespace
+// counts its ConfigMaps before them if they come late
+// (docs/benchmarks/namespace-gate).
+const joinDelay = 5 * time.Millisecond
 
 // NewOwnedCache makes an empty cache (no partition loaded).
 func NewOwnedCache(c OwnedCacheConfig) (*OwnedCache, error) {

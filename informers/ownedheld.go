@@ -23,6 +23,11 @@ type HeldReporter interface {
 	Dropped(namespaces []string)
 }
 
+// heldPollInterval: how often a join looks whether every informer holds
+// its namespaces' first list; what the controllers write into a new
+// namespace waits for it.
+const heldPollInterval = 5 * time.Millisecond
+
 // ReportTo makes the cache report to r which namespaces it holds, from
 // now on. Set it before the first Load or Include.
 func (o *OwnedCache) ReportTo(r HeldReporter) {
@@ -60,14 +65,41 @@ func (o *OwnedCache) join() {
 	ctx, cancel := contextOf(stop)
 	defer cancel()
 	start := time.Now()
-	err := wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) {
+	waitCtx, cancelWait := context.WithTimeout(ctx, heldWaitMax)
+	defer cancelWait()
+	err := wait.PollUntilContextCancel(waitCtx, heldPollInterval, true, func(context.Context) (bool, error) {
 		return loadedInto(lws, namespaces), nil
 	})
-	if err != nil {
+	if ctx.Err() != nil {
 		return // the cache stops
+	}
+	if err != nil {
+		// Shown unheld rather than never: a namespace the controllers
+		// never see is never served.
+		namespacesHeldLate.Add(float64(len(namespaces)))
+		klog.ErrorS(err, "Namespaces joining the owned cache were not held in time; shown to the controllers anyway", "namespaces", namespaces, "waiting", notLoadedInto(lws, namespaces), "after", heldWaitMax)
 	}
 	held := o.markHeld(namespaces)
 	klog.V(4).InfoS("Namespaces joined the owned cache", "namespaces", held, "took", time.Since(start).Round(time.Millisecond))
+}
+
+// heldWaitMax bounds how long a join waits for its namespaces' first
+// lists (a list failing keeps being retried meanwhile).
+const heldWaitMax = time.Minute
+
+// notLoadedInto names the resources of lws that do not hold the first
+// list of namespaces yet.
+func notLoadedInto(lws []*ownedListWatch, namespaces []string) []string {
+	var out []string
+	for _, lw := range lws {
+		if lw.loadedInto(namespaces) {
+			continue
+		}
+		if t, err := lw.target(); err == nil {
+			out = append(out, t.resource)
+		}
+	}
+	return out
 }
 
 // markHeld records namespaces held whose partitions are still loaded

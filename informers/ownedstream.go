@@ -238,6 +238,15 @@ func (lw *ownedListWatch) relistCovers(src *source, listed map[string]string, ve
 			covered = append(covered, ns)
 		}
 	}
+	if src.adopts {
+		// An adopting source lists every namespace: those it took while
+		// the list was on its way are covered too.
+		for _, ns := range src.namespaces {
+			if _, ok := listed[ns]; !ok && !stale[ns] {
+				covered = append(covered, ns)
+			}
+		}
+	}
 	sort.Strings(covered)
 	for _, ns := range covered {
 		delete(src.joining, ns)
