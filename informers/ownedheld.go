@@ -62,8 +62,7 @@ func (o *OwnedCache) join() {
 		return
 	}
 	ownedNamespaces.Add(float64(len(namespaces)))
-	ctx, cancel := contextOf(stop)
-	defer cancel()
+	ctx := wait.ContextForChannel(stop)
 	start := time.Now()
 	waitCtx, cancelWait := context.WithTimeout(ctx, heldWaitMax)
 	defer cancelWait()
@@ -131,19 +130,4 @@ func loadedInto(lws []*ownedListWatch, namespaces []string) bool {
 		}
 	}
 	return true
-}
-
-// contextOf is a context that ends when stop closes (never, if nil).
-func contextOf(stop <-chan struct{}) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(context.Background())
-	if stop != nil {
-		go func() {
-			select {
-			case <-stop:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
-	}
-	return ctx, cancel
 }

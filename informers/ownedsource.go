@@ -195,10 +195,10 @@ func (s *source) delivered(ns string) string {
 
 // raiseFloor records that ns's events have been handed over through
 // version by another request (a feeder's list): if the source has not
-// reached it, it drops ns's events up to it. Without it, a trunk behind
-// the list (its watch waiting to resume) replayed the namespace's older
-// events after the list: objects went back to older versions, and the
-// deletion of one the list never had reached every handler.
+// reached it, it drops ns's events up to it. A trunk behind the list (its
+// watch waiting to resume) would otherwise replay the namespace's older
+// events after the list: objects would go back to older versions, and the
+// deletion of one the list never had would reach every handler.
 func (s *source) raiseFloor(ns, version string) {
 	if !newerVersion(version, s.delivered(ns)) {
 		return
