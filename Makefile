@@ -134,10 +134,16 @@ $(BIN)/kwok: $(KWOK_BIN)/kwok
 build: $(BIN)/fleet-controller-manager
 
 # Always handed to go build: the Go cache decides what is stale.
-.PHONY: $(BIN)/fleet-controller-manager
+.PHONY: $(BIN)/fleet-controller-manager $(BIN)/fleet-recording-replica
 $(BIN)/fleet-controller-manager:
 	@mkdir -p $(BIN)
 	$(GO) build $(GOFLAGS_BUILD) -ldflags '$(FCM_LDFLAGS)' -o $@ ./cmd/fleet-controller-manager
+
+# The handover tests' replica: the product's command with recording pieces
+# in place of controllers (test/recordingpieces).
+$(BIN)/fleet-recording-replica:
+	@mkdir -p $(BIN)
+	$(GO) build $(GOFLAGS_BUILD) -ldflags '$(FCM_LDFLAGS)' -o $@ ./test/recordingpieces/cmd/fleet-recording-replica
 
 # One image for every platform in IMAGE_PLATFORMS under build/image: an OCI
 # layout (oci/), the same as one tar (podman load, ctr import, docker load)
@@ -180,7 +186,7 @@ test-deps:
 # -v would and ends with the slowest tests and the time per package. The
 # e2e tests run at once, in lanes sized to the machine
 # (test/e2e/lanes_test.go); -parallel only has to let every lane fill.
-test: tools build image-host test-deps
+test: tools build $(BIN)/fleet-recording-replica image-host test-deps
 	$(GO) vet -tags e2e ./...
 	$(GO) vet -tags 'e2e long' ./test/e2e/
 	cd deploy/image && $(GO) vet ./... && $(GO) test -count=1 ./...
@@ -193,7 +199,7 @@ test: tools build image-host test-deps
 # bound on time) and a rolling upgrade and rollback of three replicas (two
 # minutes of a heavy lane): the long build tag keeps both out of make test,
 # which vets them; and a 20-minute chaos soak with a random seed (printed).
-test-long: tools build test-deps
+test-long: tools build $(BIN)/fleet-recording-replica test-deps
 	set -o pipefail; CGO_ENABLED=1 $(GO) test -count=1 -race -json ./... | $(GO) run ./test/testsummary
 	set -o pipefail; $(GO) test -count=1 -json ./shard/ -run '^TestProtocolSimulation' -args -sim.runs=1000 | $(GO) run ./test/testsummary
 	set -o pipefail; $(GO) test -count=1 -json -parallel 16 -timeout 60m ./informers/ -run '^TestOwnedCacheSimulation$$' -args -ownedsim.runs=300 | $(GO) run ./test/testsummary
@@ -210,10 +216,10 @@ cluster: tools
 run: tools build
 	$(GO) run ./test/localcluster/cmd/localcluster --kubeconfig-out .local/kubeconfig --scheduler --kwok-nodes 3 --fleet-replicas 3 --sample-workload
 
-# Fleet vs upstream kube-controller-manager, side by side (docs/benchmarks/).
+# Fleet vs upstream kube-controller-manager, side by side (docs/benchmarks/matrix/).
 # QUICK=1: a smaller workload at default limits, under 10 minutes.
 bench: tools build test-deps
-	$(GO) run ./test/bench -out docs/benchmarks $(if $(QUICK),-quick) $(BENCH_ARGS)
+	$(GO) run ./test/bench -out docs/benchmarks/matrix $(if $(QUICK),-quick) $(BENCH_ARGS)
 
 # The chaos soak (TestChaos in test/e2e): DURATION minutes (default 20) of
 # seeded faults on a fleet of three running the real controllers, under a

@@ -13,6 +13,7 @@ import (
 	"k8s.io/controller-manager/pkg/clientbuilder"
 	"k8s.io/klog/v2"
 
+	"github.com/fleet-controller-manager/fleet-controller-manager/membership"
 	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
 )
 
@@ -26,10 +27,10 @@ import (
 // replica identity (for audit) and refuses writes once the replica's
 // authority has run out. The builder of partition pieces (partitions set)
 // also refuses writes into namespaces of partitions this replica does not
-// run.
+// serve.
 type sharedLimiterBuilder struct {
 	*limiterPool
-	partitions *partitionFence
+	partitions namespaceGates
 	// perClient: every client built gets its own rate limiter, as in KCM
 	// (client-go makes one per NewForConfig when a config carries none).
 	// For singleton pieces, which run once in the fleet: nothing to share,
@@ -37,12 +38,13 @@ type sharedLimiterBuilder struct {
 	// node-lifecycle both build "node-controller" clients).
 	perClient bool
 	// run, for a singleton piece's clients: writes end with the run (see
-	// runSingleton).
-	run *partitionFence
+	// startSingleton).
+	run *writeGate
 }
 
 // limiterPool is what the builders of one replica share.
 type limiterPool struct {
+	logger   klog.Logger
 	inner    clientbuilder.ControllerClientBuilder
 	identity string
 	fence    shard.Authority
@@ -70,18 +72,19 @@ type budgetKey struct {
 	burst int
 }
 
-func newSharedLimiterBuilder(inner clientbuilder.ControllerClientBuilder, identity string, fence shard.Authority) *sharedLimiterBuilder {
-	pool := &limiterPool{inner: inner, identity: identity, fence: fence}
+func newSharedLimiterBuilder(logger klog.Logger, inner clientbuilder.ControllerClientBuilder, identity string, fence shard.Authority) *sharedLimiterBuilder {
+	pool := &limiterPool{logger: logger, inner: inner, identity: identity, fence: fence}
 	if fence != nil {
-		pool.writes = newWriteTransports(fence)
+		pool.writes = newWriteTransports(logger, fence)
 	}
 	return &sharedLimiterBuilder{limiterPool: pool}
 }
 
-// forPartitions is the same builder (same limiters) with the partition
-// write fence.
-func (b *sharedLimiterBuilder) forPartitions(f *partitionFence) *sharedLimiterBuilder {
-	return &sharedLimiterBuilder{limiterPool: b.limiterPool, partitions: f}
+// forPartitions is the same builder (same limiters) whose clients write
+// into a namespace through the gate of its partition's run (the partition
+// table).
+func (b *sharedLimiterBuilder) forPartitions(gates namespaceGates) *sharedLimiterBuilder {
+	return &sharedLimiterBuilder{limiterPool: b.limiterPool, partitions: gates}
 }
 
 // forSingletons is the same builder giving every client its own limiter.
@@ -91,7 +94,7 @@ func (b *sharedLimiterBuilder) forSingletons() *sharedLimiterBuilder {
 
 // forSingletonRun is the singleton builder whose clients write only while
 // run is open.
-func (b *sharedLimiterBuilder) forSingletonRun(run *partitionFence) *sharedLimiterBuilder {
+func (b *sharedLimiterBuilder) forSingletonRun(run *writeGate) *sharedLimiterBuilder {
 	return &sharedLimiterBuilder{limiterPool: b.limiterPool, perClient: b.perClient, run: run}
 }
 
@@ -129,7 +132,7 @@ func (b *sharedLimiterBuilder) Config(name string) (*restclient.Config, error) {
 		budget = &clientBudget{pool: b.limiterPool, name: name, config: cfg}
 		cfg.RateLimiter = budget
 	}
-	cfg.UserAgent = "fleet-controller-manager/" + b.identity + "/" + name
+	cfg.UserAgent = membership.UserAgent(b.identity, name)
 	fence, partitions, run := b.fence, b.partitions, b.run
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		// Called once per client built from cfg (or a copy of it), after
@@ -249,7 +252,8 @@ func (c *clientBudget) Stop() {}
 func (b *sharedLimiterBuilder) ConfigOrDie(name string) *restclient.Config {
 	cfg, err := b.Config(name)
 	if err != nil {
-		klog.Fatalf("building client config for %s: %v", name, err)
+		b.logger.Error(err, "Building a client config", "controller", name)
+		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
 	}
 	return cfg
 }
@@ -296,7 +300,8 @@ func (b *sharedLimiterBuilder) Client(name string) (kubernetes.Interface, error)
 func (b *sharedLimiterBuilder) ClientOrDie(name string) kubernetes.Interface {
 	c, err := b.Client(name)
 	if err != nil {
-		klog.Fatalf("building client for %s: %v", name, err)
+		b.logger.Error(err, "Building a client", "controller", name)
+		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
 	}
 	return c
 }
@@ -315,7 +320,8 @@ func (b *sharedLimiterBuilder) DiscoveryClient(name string) (discovery.Discovery
 func (b *sharedLimiterBuilder) DiscoveryClientOrDie(name string) discovery.DiscoveryInterface {
 	c, err := b.DiscoveryClient(name)
 	if err != nil {
-		klog.Fatalf("building discovery client for %s: %v", name, err)
+		b.logger.Error(err, "Building a discovery client", "controller", name)
+		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
 	}
 	return c
 }

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"k8s.io/klog/v2"
 	"maps"
 	"net/http"
 	"net/http/httptest"
@@ -75,7 +76,7 @@ func TestRaisedClientBudgets(t *testing.T) {
 			for _, g := range tc.gates {
 				featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, g, true)
 			}
-			builder := newSharedLimiterBuilder(clientbuilder.SimpleControllerClientBuilder{
+			builder := newSharedLimiterBuilder(klog.Background(), clientbuilder.SimpleControllerClientBuilder{
 				ClientConfig: &restclient.Config{Host: discoveryServer(t), QPS: qps, Burst: burst},
 			}, "test", nil).forSingletons()
 			c, err := Descriptors()[tc.controller].BuildController(t.Context(), testControllerContext(t, builder))
@@ -161,7 +162,7 @@ func TestClientBudgetIsShared(t *testing.T) {
 	defer server.Close()
 	// A burst of 2 and a QPS too small to refill during the test: exactly
 	// two requests pass at once per bucket.
-	builder := newSharedLimiterBuilder(clientbuilder.SimpleControllerClientBuilder{
+	builder := newSharedLimiterBuilder(klog.Background(), clientbuilder.SimpleControllerClientBuilder{
 		ClientConfig: &restclient.Config{Host: server.URL, QPS: 0.001, Burst: 2},
 	}, "test", nil)
 	build := func(raise bool) kubernetes.Interface {

@@ -84,15 +84,15 @@ type OwnedCacheStatus struct {
 
 // CacheHandler serves CachePath.
 func (r *Runtime) CacheHandler() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		status := OwnedCacheStatus{Mode: string(r.mode), Served: r.partitionSet.served()}
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		status := OwnedCacheStatus{Mode: string(r.mode), Served: r.table.served()}
 		if r.owned != nil {
 			status.Partitions, status.Everywhere, status.Keys = r.owned.Partitions(), r.owned.Everywhere(), r.owned.Keys()
 			status.FieldSelectors = r.owned.FieldSelectors()
 		}
 		w.Header().Set("Content-Type", "application/json")
 		if err := json.NewEncoder(w).Encode(status); err != nil {
-			klog.ErrorS(err, "Writing the cache status")
+			klog.FromContext(req.Context()).Error(err, "Writing the cache status")
 		}
 	})
 }
@@ -105,10 +105,10 @@ const InformersPath = "/debug/fleet/informers"
 
 // InformersHandler serves InformersPath.
 func (r *Runtime) InformersHandler() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		if err := json.NewEncoder(w).Encode(r.Census()); err != nil {
-			klog.ErrorS(err, "Writing the informer census")
+			klog.FromContext(req.Context()).Error(err, "Writing the informer census")
 		}
 	})
 }

@@ -75,8 +75,8 @@ func abandonAtDeadline(req *http.Request, fence shard.Authority, next http.Round
 		if conn != nil {
 			resetConn(conn)
 		}
-		klog.InfoS("Write still in flight when this replica's authority ran out: its connection was reset, so what the apiserver has not received of it yet never arrives",
-			"method", req.Method, "path", req.URL.Path, "admitted", admitted.UTC().Format(time.RFC3339Nano), "deadline", until.UTC().Format(time.RFC3339Nano))
+		klog.FromContext(req.Context()).Info("Write still in flight when this replica's authority ran out: its connection was reset, so what the apiserver has not received of it yet never arrives",
+			"method", req.Method, "path", req.URL.Path, "admittedAgo", time.Since(admitted).Round(time.Millisecond), "authorityEndedAgo", -time.Until(until).Round(time.Millisecond))
 	}
 	_, until := fence.Authority()
 	mu.Lock()

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"k8s.io/klog/v2"
 	"maps"
 	"reflect"
 	"slices"
@@ -35,7 +36,7 @@ func TestOwnedSelectionReaders(t *testing.T) {
 			for _, gate := range descriptor.GetRequiredFeatureGates() {
 				featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, gate, true)
 			}
-			builder := newSharedLimiterBuilder(clientbuilder.SimpleControllerClientBuilder{
+			builder := newSharedLimiterBuilder(klog.Background(), clientbuilder.SimpleControllerClientBuilder{
 				ClientConfig: &restclient.Config{Host: discoveryServer(t)},
 			}, "test", nil).forSingletons()
 			cc := testControllerContext(t, builder)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"sort"
 	"sync"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	"k8s.io/client-go/metadata"
 	restclient "k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
+	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/component-base/metrics/prometheus/controllers"
 	"k8s.io/controller-manager/pkg/clientbuilder"
 	"k8s.io/klog/v2"
@@ -28,37 +28,37 @@ import (
 	"k8s.io/kubernetes/pkg/features"
 
 	"github.com/fleet-controller-manager/fleet-controller-manager/informers"
+	"github.com/fleet-controller-manager/fleet-controller-manager/membership"
 	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
 )
 
-// Runtime runs pieces with Kubernetes' own controllers (it is the
-// shard.Runner of a replica). One Runtime per process.
+// Runtime runs pieces with Kubernetes' own controllers: it is the
+// shard.Runner of a replica. Partition pieces are rows of its partition
+// table, singleton pieces runs of their own (singletonRuns). One Runtime
+// per process.
 type Runtime struct {
 	config      *kcmconfig.CompletedConfig
-	identity    string
 	descriptors map[string]*kcmapp.ControllerDescriptor
-	ring        shard.RingConfig
 	mode        informers.Mode
 
-	rootBuilder *sharedLimiterBuilder
 	// singletonBuilder: singleton pieces' clients, each with its own
 	// limiter as in KCM.
 	singletonBuilder *sharedLimiterBuilder
 	// Partition controllers build their clients here: same limiters, plus
-	// the partition write fence.
-	partitions *partitionFence
-	// singletonRuns: each running singleton piece's write gate
-	// (shard.Piece -> *partitionFence with one slot), for Revoke.
-	singletonRuns sync.Map
+	// the partition table's write gates.
+	partitionRootBuilder, partitionBuilder *sharedLimiterBuilder
+	// table holds the partition pieces; singletons the singleton pieces
+	// that run. Both report to ended.
+	table      *partitionTable
+	singletons singletonRuns
+	ended      chan shard.Ended
 	// factories: the informer factory of each running singleton piece
 	// (by piece name) and of the partition controllers ("partition"),
 	// for Census.
-	factories                              sync.Map
-	partitionRootBuilder, partitionBuilder *sharedLimiterBuilder
-	restClients                            *informers.RESTClients
-	plainClient                            kubernetes.Interface
-	metadataClient                         metadata.Interface
-	restMapper                             *restmapper.DeferredDiscoveryRESTMapper
+	factories      sync.Map
+	restClients    *informers.RESTClients
+	metadataClient metadata.Interface
+	restMapper     *restmapper.DeferredDiscoveryRESTMapper
 	// kindScopes: which kinds are cluster-scoped, from the same discovery.
 	kindScopes informers.KindScopes
 	// shared is the replica's one cluster-wide cache, typed and
@@ -71,8 +71,6 @@ type Runtime struct {
 	sharedStop <-chan struct{}
 	// ctx is the replica's lifetime.
 	ctx context.Context
-	// partitionSet runs the partition controllers.
-	partitionSet *partitionSet
 	// replicas: RuntimeConfig.Replicas.
 	replicas func() int
 	metrics  *controllers.ControllerManagerMetrics
@@ -125,12 +123,12 @@ type runtimeClients struct {
 // limiter per controller across all pieces (so a fleet of one spends
 // exactly what kube-controller-manager spends), and the informers' and
 // discovery's clients.
-func newRuntimeClients(cfg RuntimeConfig) (*runtimeClients, error) {
+func newRuntimeClients(logger klog.Logger, cfg RuntimeConfig) (*runtimeClients, error) {
 	c := cfg.KCM
-	root := newSharedLimiterBuilder(clientbuilder.SimpleControllerClientBuilder{ClientConfig: c.Kubeconfig}, cfg.Identity, cfg.Authority)
+	root := newSharedLimiterBuilder(logger, clientbuilder.SimpleControllerClientBuilder{ClientConfig: c.Kubeconfig}, cfg.Identity, cfg.Authority)
 	clients := &runtimeClients{root: root, controllers: root}
 	if c.ComponentConfig.KubeCloudShared.UseServiceAccountCredentials {
-		clients.controllers = newSharedLimiterBuilder(clientbuilder.NewDynamicClientBuilder(restclient.AnonymousClientConfig(c.Kubeconfig), c.Client.CoreV1(), "kube-system"), cfg.Identity, cfg.Authority)
+		clients.controllers = newSharedLimiterBuilder(logger, clientbuilder.NewDynamicClientBuilder(restclient.AnonymousClientConfig(c.Kubeconfig), c.Client.CoreV1(), "kube-system"), cfg.Identity, cfg.Authority)
 	}
 	informerConfig, err := root.Config("shared-informers")
 	if err != nil {
@@ -140,7 +138,7 @@ func newRuntimeClients(cfg RuntimeConfig) (*runtimeClients, error) {
 	// apiserver's audit log tells them from the pool's; it shares the
 	// informers' client budget.
 	clients.ownedCache = restclient.CopyConfig(informerConfig)
-	clients.ownedCache.UserAgent = "fleet-controller-manager/" + cfg.Identity + "/owned-cache"
+	clients.ownedCache.UserAgent = membership.UserAgent(cfg.Identity, "owned-cache")
 	if clients.plain, err = kubernetes.NewForConfig(informerConfig); err != nil {
 		return nil, fmt.Errorf("client for informers: %w", err)
 	}
@@ -169,7 +167,7 @@ func NewRuntime(ctx context.Context, cfg RuntimeConfig) (*Runtime, error) {
 	if err := Check(descriptors); err != nil {
 		return nil, err
 	}
-	clients, err := newRuntimeClients(cfg)
+	clients, err := newRuntimeClients(klog.FromContext(ctx), cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -179,15 +177,13 @@ func NewRuntime(ctx context.Context, cfg RuntimeConfig) (*Runtime, error) {
 	controllers.Register()
 	registerMetrics()
 	memberInfo.WithLabelValues(cfg.Identity, string(cfg.Mode)).Set(1)
-	partitions := newPartitionFence(cfg.Ring.NamespacePartition)
 	r := &Runtime{
-		config: c, identity: cfg.Identity, descriptors: descriptors, ring: cfg.Ring, mode: cfg.Mode,
-		rootBuilder: clients.root, singletonBuilder: clients.controllers.forSingletons(),
-		partitions:           partitions,
-		partitionRootBuilder: clients.root.forPartitions(partitions),
-		partitionBuilder:     clients.controllers.forPartitions(partitions),
-		restClients:          informers.NewRESTClients(clients.ownedCache),
-		plainClient:          clients.plain, metadataClient: clients.metadata, restMapper: restMapper,
+		config: c, descriptors: descriptors, mode: cfg.Mode,
+		singletonBuilder: clients.controllers.forSingletons(),
+		// Every piece is reported once per run: room for all of them.
+		ended:          make(chan shard.Ended, cfg.Ring.Partitions+len(Catalog)),
+		restClients:    informers.NewRESTClients(clients.ownedCache),
+		metadataClient: clients.metadata, restMapper: restMapper,
 		kindScopes: informers.DiscoveryScopes{Discovery: clients.discovery},
 		shared: informers.NewPool(ctx, informers.PoolConfig{
 			Client: clients.plain, Metadata: clients.metadata, Resync: kcmapp.ResyncPeriod(c)(), Transform: trimManagedFields,
@@ -210,13 +206,34 @@ func NewRuntime(ctx context.Context, cfg RuntimeConfig) (*Runtime, error) {
 		if r.owned, err = informers.NewOwnedCache(informers.OwnedCacheConfig{
 			Sharded: cfg.Mode == informers.ModeShardedWatch, MaxTerms: cfg.SelectorTerms, NamespaceWatchMax: cfg.NamespaceWatchMax, RESTClients: r.restClients, Mapper: restMapper,
 			Namespaces: namespaces, PartitionOf: cfg.Ring.NamespacePartition, FieldSelectors: ownedFieldSelectors(), SelectedWatches: sets.New(cfg.SelectedWatches...),
-			Resync: kcmapp.ResyncPeriod(c)(), Transform: trimManagedFields,
+			Resync: kcmapp.ResyncPeriod(c)(), Transform: trimManagedFields, Logger: klog.FromContext(ctx),
 		}); err != nil {
 			return nil, fmt.Errorf("owned cache: %w", err)
 		}
 	}
-	r.partitionSet = newPartitionSet(r)
+	r.table = r.newPartitionTable(cfg.Ring)
+	r.partitionRootBuilder = clients.root.forPartitions(r.table)
+	r.partitionBuilder = clients.controllers.forPartitions(r.table)
+	go r.table.loop(ctx)
 	return r, nil
+}
+
+// newPartitionTable is the replica's partition table over ring's
+// partitions, acting through the owned cache when the mode has one.
+func (r *Runtime) newPartitionTable(ring shard.RingConfig) *partitionTable {
+	t := &partitionTable{
+		scope: informers.NewScope(ring.Partitions, ring.NamespacePartition), owned: r.owned, partitionOf: ring.NamespacePartition,
+		startControllers: r.startPartitionControllers, drain: newQueueDrain(legacyregistry.DefaultGatherer),
+		ended: r.ended, wake: make(chan struct{}, 1), rows: map[int]*partitionRow{},
+	}
+	t.deliverGain = t.scope.Gain
+	if r.owned != nil {
+		// The controllers see a namespace once the owned cache holds it,
+		// not when the Namespaces informer brings it.
+		t.scope.GateNamespaces()
+		r.owned.ReportTo(t.scope)
+	}
+	return t
 }
 
 // resetEvery forgets the RESTMapper's discovery every period until ctx
@@ -249,7 +266,7 @@ func (r *Runtime) Singletons() []string {
 			// piece of its own it would get none and panic on its first
 			// migration, on every replica that took it over. Without the
 			// gate its constructor builds nothing, as in KCM.
-			klog.ErrorS(nil, "Not running the storage-version-migrator: the fleet cannot give it the garbage collector's graph yet (docs/controllers.md)", "controller", name)
+			klog.FromContext(r.ctx).Error(nil, "Not running the storage-version-migrator: the fleet cannot give it the garbage collector's graph yet (docs/controllers.md)", "controller", name)
 			continue
 		}
 		out = append(out, name)
@@ -284,92 +301,46 @@ func trimManagedFields(obj any) (any, error) {
 	return obj, nil
 }
 
-// Run runs one piece until ctx is cancelled and returns once the piece can
-// no longer act: a singleton once its controllers have returned; a
-// partition once its write fence is closed and the writes already sent are
-// answered (its controllers, fenced, may still be winding down).
-// Run ignores the authority it is handed: every piece's clients check the
-// one NewRuntime was given, the same replica's.
-func (r *Runtime) Run(ctx context.Context, piece shard.Piece, _ shard.Authority) error {
-	ctx = klog.NewContext(ctx, withoutReregistrationErrors(klog.FromContext(ctx)))
-	if !piece.IsPartition() {
-		return r.runSingleton(ctx, piece)
+// Start starts pieces (shard.Runner): the partitions as one set, gained
+// together by the partition table, each singleton as a run of its own.
+func (r *Runtime) Start(pieces []shard.Piece) {
+	partitions, singletons := split(pieces)
+	for _, piece := range singletons {
+		r.startSingleton(piece)
 	}
-	return r.partitionSet.run(ctx, piece)
+	if len(partitions) > 0 {
+		r.table.Start(partitions)
+	}
 }
 
-// Prepare tells the partition set which partition pieces a step starts
-// together (shard.Preparer), so that it gains them in one reconcile, all
-// loaded into the owned cache at once.
-func (r *Runtime) Prepare(pieces []shard.Piece) {
-	var partitions []int
+// Stop stops pieces (shard.Runner): their write gates are shut before it
+// returns, so that no write of theirs is sent after the Manager logs the
+// stop, even if the replica's authority comes back meanwhile; each is
+// reported on Ended once its writes in flight are answered (its
+// controllers may still be winding down, their writes refused).
+func (r *Runtime) Stop(pieces []shard.Piece) {
+	partitions, singletons := split(pieces)
+	for _, piece := range singletons {
+		r.singletons.stop(piece)
+	}
+	if len(partitions) > 0 {
+		r.table.Stop(partitions)
+	}
+}
+
+// Ended reports each piece once it can no longer act (shard.Runner).
+func (r *Runtime) Ended() <-chan shard.Ended { return r.ended }
+
+// split divides pieces into partitions and singletons.
+func split(pieces []shard.Piece) (partitions []int, singletons []shard.Piece) {
 	for _, piece := range pieces {
 		if piece.IsPartition() {
 			partitions = append(partitions, piece.Partition())
+		} else {
+			singletons = append(singletons, piece)
 		}
 	}
-	if len(partitions) > 0 {
-		r.partitionSet.prepare(partitions)
-	}
-}
-
-// Revoke refuses the stopped piece's new writes at once (shard.Revoker):
-// its Run closes the same gate and waits for the writes in flight, but only
-// once its goroutine gets there, and a replica whose authority came back
-// in between could otherwise send a stopped piece's write.
-func (r *Runtime) Revoke(piece shard.Piece) {
-	if piece.IsPartition() {
-		r.partitions.Revoke(piece.Partition())
-		return
-	}
-	if run, ok := r.singletonRuns.Load(piece); ok {
-		run.(*partitionFence).Revoke(0)
-	}
-}
-
-// partitionControllers are the partition controllers the flags enable,
-// but for the token controller, which KCM builds by hand
-// (newTokensController).
-func (r *Runtime) partitionControllers() map[string]*kcmapp.ControllerDescriptor {
-	descriptors := map[string]*kcmapp.ControllerDescriptor{}
-	for name, e := range Catalog {
-		if e.Kind == Partition && name != names.ServiceAccountTokenController {
-			descriptors[name] = r.descriptors[name]
-		}
-	}
-	return descriptors
-}
-
-// buildPartitionControllers builds the partition controllers on cc, the
-// token controller first, as KCM starts it. They are built one at a time,
-// so that factory's census says which controller asked for which
-// informer.
-func (r *Runtime) buildPartitionControllers(ctx context.Context, cc kcmapp.ControllerContext, factory *informers.PieceFactory) ([]kcmapp.Controller, error) {
-	defer factory.Building("")
-	var built []kcmapp.Controller
-	if r.enabled(names.ServiceAccountTokenController) {
-		factory.Building(names.ServiceAccountTokenController)
-		tokens, err := r.newTokensController(ctx, cc)
-		if err != nil {
-			return nil, err
-		}
-		built = append(built, tokens)
-	}
-	descriptors := r.partitionControllers()
-	order := make([]string, 0, len(descriptors))
-	for name := range descriptors {
-		order = append(order, name)
-	}
-	sort.Strings(order)
-	for _, name := range order {
-		factory.Building(name)
-		one, err := kcmapp.BuildControllers(ctx, cc, map[string]*kcmapp.ControllerDescriptor{name: descriptors[name]}, nil, ignoreHealthChecks{})
-		if err != nil {
-			return nil, err
-		}
-		built = append(built, one...)
-	}
-	return built, nil
+	return partitions, singletons
 }
 
 // controllerContext is the part of a ControllerContext every piece shares.
@@ -403,16 +374,18 @@ func observeInformerSync(ctx context.Context, kind string, cc kcmapp.ControllerC
 		}
 	}
 	informerSync.WithLabelValues(kind).Observe(time.Since(start).Seconds())
-	klog.V(2).InfoS("Informers synced", "for", kind, "took", time.Since(start).Round(time.Millisecond))
+	klog.FromContext(ctx).V(2).Info("Informers synced", "for", kind, "took", time.Since(start).Round(time.Millisecond))
 }
 
-type controllerFunc struct {
+// controllerLoop is KCM's controllerLoop (unexported there): a controller
+// that is a function of its context.
+type controllerLoop struct {
 	name string
 	run  func(context.Context)
 }
 
-func (c controllerFunc) Name() string            { return c.name }
-func (c controllerFunc) Run(ctx context.Context) { c.run(ctx) }
+func (l controllerLoop) Name() string            { return l.name }
+func (l controllerLoop) Run(ctx context.Context) { l.run(ctx) }
 
 // ignoreHealthChecks: per-controller health checks of pieces come and go
 // with the pieces; /healthz reports the replica's own health instead.
@@ -420,4 +393,4 @@ type ignoreHealthChecks struct{}
 
 func (ignoreHealthChecks) AddHealthChecker(...healthz.HealthChecker) {}
 
-var _ shard.Revoker = (*Runtime)(nil)
+var _ shard.Runner = (*Runtime)(nil)

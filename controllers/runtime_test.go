@@ -21,7 +21,7 @@ func TestStorageVersionMigratorNotRunWithoutTheGraph(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &Runtime{config: (&kcmconfig.Config{ComponentConfig: componentConfig}).Complete(), descriptors: Descriptors()}
+	r := &Runtime{config: (&kcmconfig.Config{ComponentConfig: componentConfig}).Complete(), descriptors: Descriptors(), ctx: t.Context()}
 	for _, gate := range []bool{false, true} {
 		featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.StorageVersionMigrator, gate)
 		if got := slices.Contains(r.Singletons(), names.StorageVersionMigratorController); got == gate {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -21,41 +22,93 @@ import (
 	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
 )
 
-// runSingleton runs a singleton piece's controller on the replica's shared
-// informers until ctx ends, and returns once it can no longer act: its
-// clients write only until then (the run's fence), and closing the fence
-// waits for the writes already sent to be answered. An upstream
-// controller's event broadcaster sends asynchronously and can outlive the
-// controller, and the chaos soak caught one (node-lifecycle's Event POSTed
-// 3.5 ms after its 16 ms run ended, answered after another replica had
-// started the piece). Its event handlers leave the shared informers with
-// it.
+// singletonRuns are the singleton pieces that run on this replica, each
+// with the write gate of its run.
+type singletonRuns struct {
+	mu   sync.Mutex
+	runs map[shard.Piece]*singletonRun
+}
+
+type singletonRun struct {
+	cancel context.CancelFunc
+	gate   *writeGate
+}
+
+func (s *singletonRuns) add(piece shard.Piece, run *singletonRun) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.runs == nil {
+		s.runs = map[shard.Piece]*singletonRun{}
+	}
+	s.runs[piece] = run
+}
+
+// stop shuts the gate of piece's run at once and cancels it.
+func (s *singletonRuns) stop(piece shard.Piece) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if run := s.runs[piece]; run != nil {
+		run.gate.Shut()
+		run.cancel()
+	}
+}
+
+func (s *singletonRuns) remove(piece shard.Piece, run *singletonRun) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.runs[piece] == run {
+		delete(s.runs, piece)
+	}
+}
+
+// startSingleton runs a singleton piece until it is stopped, and reports
+// it ended once it can no longer act: its clients write only while the
+// run's gate is open, and the report waits for the writes already sent to
+// be answered. An upstream controller's event broadcaster sends
+// asynchronously and can outlive the controller; the chaos soak caught
+// node-lifecycle's Event POSTed 3.5 ms after its run ended, answered after
+// another replica had started the piece.
 //
 // It does not wait for the controller's goroutines to end, as a partition
-// piece does not: the garbage collector took 1.2 s to return after its
-// context ended, and every replica's gains under the view that moved it
-// waited for that (rule 1: a view is applied once what it takes away has
-// stopped), leaving pieces without an owner for 1.3 s in a rolling
-// restart of five (docs/benchmarks/rolling-restart-x5). The controller
-// winds down on its own, its writes refused.
-func (r *Runtime) runSingleton(ctx context.Context, piece shard.Piece) error {
-	run := newPartitionFence(func(string) int { return 0 })
-	r.singletonRuns.Store(piece, run)
-	defer r.singletonRuns.Delete(piece)
-	run.Open(ctx, 0)
-	defer run.Close(context.Background(), 0) //nolint:errcheck // a background context never ends
-	cc := r.controllerContext(r.singletonBuilder.forSingletonRun(run))
+// does not: the garbage collector takes over a second to return after its
+// context ends, and every replica's gains under the view that moved it
+// would wait for that (rule 1: a view is applied once what it takes away
+// has stopped). The controller winds down on its own, its writes refused.
+func (r *Runtime) startSingleton(piece shard.Piece) {
+	ctx, cancel := context.WithCancel(r.ctx)
+	ctx = klog.NewContext(ctx, withoutReregistrationErrors(klog.FromContext(ctx)))
+	run := &singletonRun{cancel: cancel, gate: newWriteGate()}
+	run.gate.Open()
+	r.singletons.add(piece, run)
+	go func() {
+		defer cancel()
+		err := r.runSingleton(ctx, piece, run.gate)
+		if err == nil && ctx.Err() == nil {
+			err = fmt.Errorf("the controllers of %s returned", piece)
+		}
+		run.gate.Shut()
+		<-run.gate.Drained()
+		r.singletons.remove(piece, run)
+		if ctx.Err() != nil {
+			err = nil // stopped
+		}
+		r.ended <- shard.Ended{Piece: piece, Err: err}
+	}()
+}
+
+// runSingleton runs a singleton piece's controller on the replica's shared
+// informers, its clients' writes through gate, until ctx ends or the
+// controller returns. Its event handlers leave the shared informers with
+// it.
+func (r *Runtime) runSingleton(ctx context.Context, piece shard.Piece, gate *writeGate) error {
 	held, err := r.holdEverywhere(ctx, piece.Name())
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil // stopped while loading
-		}
 		return fmt.Errorf("informers of %s: %w", piece, err)
 	}
 	defer r.releaseEverywhere(held)
 	factory, err := informers.NewPieceFactory(informers.PieceConfig{
 		Shared: r.shared, SharedStop: r.sharedStop, PieceStop: ctx.Done(), Mapper: r.restMapper, Scopes: r.kindScopes, Held: held,
-		Resync: cc.ResyncPeriod(), Transform: trimManagedFields,
+		Resync: kcmapp.ResyncPeriod(r.config)(), Transform: trimManagedFields, Logger: klog.FromContext(ctx),
 	})
 	if err != nil {
 		return fmt.Errorf("informers of %s: %w", piece, err)
@@ -64,42 +117,7 @@ func (r *Runtime) runSingleton(ctx context.Context, piece shard.Piece) error {
 	factory.Building(piece.Name())
 	r.factories.Store(piece.Name(), factory)
 	defer r.factories.Delete(piece.Name())
-	cc.InformerFactory = factory
-	// With the owned cache, typed only where a reader needs the objects
-	// or the replica holds them anyway: resourcequota's evaluators read
-	// Services, ResourceClaims and its own ResourceQuotas, and the kinds
-	// held everywhere (Pods, PVCs) are typed for the colocated
-	// singletons, the garbage collector included, as in KCM's typed-first
-	// factory. Everything else the garbage collector and resourcequota
-	// watch is cached as metadata rather than in full, cluster-wide, in
-	// informers the two share. In filtered-watch the typed informers are
-	// cached anyway, and sharing them is what KCM does.
-	var typed clientinformers.SharedInformerFactory = factory
-	if r.owned != nil {
-		var needed []schema.GroupResource
-		if piece.Name() == names.ResourceQuotaController {
-			needed = append(needed, quotaTypedResources...)
-		}
-		for _, kind := range heldEverywhere {
-			if _, ok := held[reflect.TypeOf(kind.obj)]; ok {
-				needed = append(needed, kind.resource)
-			}
-		}
-		typed = factory.TypedWhereNeeded(needed...)
-	}
-	cc.ObjectOrMetadataInformerFactory = informerfactory.NewInformerFactory(typed, factory.Metadata())
-	if piece.Name() == names.ResourceQuotaController {
-		cc.InformerFactory = quotaEvaluatorFactory{SharedInformerFactory: factory, monitors: cc.ObjectOrMetadataInformerFactory}
-	}
-	if piece.Name() == names.GarbageCollectorController && cc.ComponentConfig.GarbageCollectorController.EnableGarbageCollector {
-		// The garbage collector's own graph, as KCM builds it before the
-		// controllers (ControllerContext.GraphBuilder).
-		ignored := map[schema.GroupResource]struct{}{}
-		for _, gr := range cc.ComponentConfig.GarbageCollectorController.GCIgnoredResources {
-			ignored[schema.GroupResource{Group: gr.Group, Resource: gr.Resource}] = struct{}{}
-		}
-		cc.GraphBuilder = garbagecollector.NewDependencyGraphBuilder(ctx, r.metadataClient, r.restMapper, ignored, cc.ObjectOrMetadataInformerFactory, cc.InformersStarted)
-	}
+	cc := r.singletonContext(ctx, piece.Name(), r.singletonBuilder.forSingletonRun(gate), factory, held)
 	built, err := buildSingleton(ctx, cc, r.descriptors[piece.Name()])
 	if err != nil {
 		return fmt.Errorf("building controllers of %s: %w", piece, err)
@@ -121,6 +139,50 @@ func (r *Runtime) runSingleton(ctx context.Context, piece shard.Piece) error {
 	case <-ctx.Done():
 	}
 	return nil
+}
+
+// singletonContext is the ControllerContext of singleton name, its
+// informers from factory.
+//
+// With the owned cache, informers are typed only where a reader needs the
+// objects or the replica holds them anyway: resourcequota's evaluators
+// read Services, ResourceClaims and its own ResourceQuotas, and the kinds
+// held everywhere (Pods, PVCs) are typed for the colocated singletons, the
+// garbage collector included, as in KCM's typed-first factory. Everything
+// else the garbage collector and resourcequota watch is cached as metadata
+// rather than in full, cluster-wide, in informers the two share. In
+// filtered-watch the typed informers are cached anyway, and sharing them
+// is what KCM does.
+func (r *Runtime) singletonContext(ctx context.Context, name string, builder *sharedLimiterBuilder, factory *informers.PieceFactory, held map[reflect.Type]cache.SharedIndexInformer) kcmapp.ControllerContext {
+	cc := r.controllerContext(builder)
+	cc.InformerFactory = factory
+	var typed clientinformers.SharedInformerFactory = factory
+	if r.owned != nil {
+		var needed []schema.GroupResource
+		if name == names.ResourceQuotaController {
+			needed = append(needed, quotaTypedResources...)
+		}
+		for _, kind := range heldEverywhere {
+			if _, ok := held[reflect.TypeOf(kind.obj)]; ok {
+				needed = append(needed, kind.resource)
+			}
+		}
+		typed = factory.TypedWhereNeeded(needed...)
+	}
+	cc.ObjectOrMetadataInformerFactory = informerfactory.NewInformerFactory(typed, factory.Metadata())
+	if name == names.ResourceQuotaController {
+		cc.InformerFactory = quotaEvaluatorFactory{SharedInformerFactory: factory, monitors: cc.ObjectOrMetadataInformerFactory}
+	}
+	if name == names.GarbageCollectorController && cc.ComponentConfig.GarbageCollectorController.EnableGarbageCollector {
+		// The garbage collector's own graph, as KCM builds it before the
+		// controllers (ControllerContext.GraphBuilder).
+		ignored := map[schema.GroupResource]struct{}{}
+		for _, gr := range cc.ComponentConfig.GarbageCollectorController.GCIgnoredResources {
+			ignored[schema.GroupResource{Group: gr.Group, Resource: gr.Resource}] = struct{}{}
+		}
+		cc.GraphBuilder = garbagecollector.NewDependencyGraphBuilder(ctx, r.metadataClient, r.restMapper, ignored, cc.ObjectOrMetadataInformerFactory, cc.InformersStarted)
+	}
+	return cc
 }
 
 // buildSingleton builds a singleton's controller as KCM's BuildControllers

@@ -56,7 +56,7 @@ func (r *Runtime) newTokensController(ctx context.Context, cc kcmapp.ControllerC
 		return nil, fmt.Errorf("creating the tokens controller: %w", err)
 	}
 	workers := int(cc.ComponentConfig.SAController.ConcurrentSATokenSyncs)
-	return controllerFunc{name: names.ServiceAccountTokenController, run: func(ctx context.Context) { tc.Run(ctx, workers) }}, nil
+	return controllerLoop{name: names.ServiceAccountTokenController, run: func(ctx context.Context) { tc.Run(ctx, workers) }}, nil
 }
 
 // lossIgnoringSecrets is the token controller's Secret informer: its

@@ -73,16 +73,6 @@ func newValidatingAdmissionPolicyStatusController(ctx context.Context, controlle
 	}}, nil
 }
 
-// controllerLoop is KCM's controllerLoop (unexported there): a controller
-// that is a function run until its context ends.
-type controllerLoop struct {
-	name string
-	run  func(context.Context)
-}
-
-func (l controllerLoop) Name() string            { return l.name }
-func (l controllerLoop) Run(ctx context.Context) { l.run(ctx) }
-
 // idleDroppedResolver builds a schema resolver at its first use and drops
 // it once unused for idle, to build it again at the next use.
 type idleDroppedResolver struct {

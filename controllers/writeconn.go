@@ -37,7 +37,8 @@ import (
 // settings shares one (HTTP/2) connection, whatever its token, as all
 // clients do in KCM.
 type writeTransports struct {
-	fence shard.Authority
+	fence  shard.Authority
+	logger klog.Logger
 
 	mu sync.Mutex
 	// dials: the gated dialer made for each dialer a config brings (nil:
@@ -46,8 +47,8 @@ type writeTransports struct {
 	dials map[*transport.DialHolder]*transport.DialHolder
 }
 
-func newWriteTransports(fence shard.Authority) *writeTransports {
-	return &writeTransports{fence: fence, dials: map[*transport.DialHolder]*transport.DialHolder{}}
+func newWriteTransports(logger klog.Logger, fence shard.Authority) *writeTransports {
+	return &writeTransports{logger: logger, fence: fence, dials: map[*transport.DialHolder]*transport.DialHolder{}}
 }
 
 // forConfig is the transport the writes of clients built from cfg go out
@@ -86,7 +87,7 @@ func (w *writeTransports) gatedDial(inner *transport.DialHolder) *transport.Dial
 	if inner != nil {
 		dial = inner.Dial
 	}
-	fence := w.fence
+	fence, logger := w.fence, w.logger
 	h := &transport.DialHolder{Dial: func(ctx context.Context, network, address string) (net.Conn, error) {
 		if !fence.Valid() {
 			return nil, fmt.Errorf("dialing %s for a write: %w", address, ErrNoAuthority)
@@ -95,7 +96,7 @@ func (w *writeTransports) gatedDial(inner *transport.DialHolder) *transport.Dial
 		if err != nil {
 			return nil, err
 		}
-		return &authorityConn{Conn: conn, fence: fence}, nil
+		return &authorityConn{Conn: conn, fence: fence, logger: logger}, nil
 	}}
 	w.dials[inner] = h
 	return h
@@ -106,14 +107,15 @@ func (w *writeTransports) gatedDial(inner *transport.DialHolder) *transport.Dial
 // whatever the kernel still holds of earlier writes is dropped too.
 type authorityConn struct {
 	net.Conn
-	fence shard.Authority
-	once  sync.Once
+	fence  shard.Authority
+	logger klog.Logger
+	once   sync.Once
 }
 
 func (c *authorityConn) Write(b []byte) (int, error) {
 	if !c.fence.Valid() {
 		c.once.Do(func() {
-			klog.InfoS("Write connection reset: this replica's authority ran out with bytes still to send", "remote", c.RemoteAddr().String(), "bytes", len(b))
+			c.logger.Info("Write connection reset: this replica's authority ran out with bytes still to send", "remote", c.RemoteAddr().String(), "bytes", len(b))
 			resetConn(c.Conn)
 		})
 		return 0, fmt.Errorf("sending %d bytes to %s: %w", len(b), c.RemoteAddr(), ErrNoAuthority)

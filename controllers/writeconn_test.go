@@ -3,6 +3,7 @@ package controllers
 import (
 	"encoding/pem"
 	"io"
+	"k8s.io/klog/v2"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -23,7 +24,7 @@ func controllerHTTPClient(t *testing.T, server *httptest.Server, authority *movi
 	if wrap != nil {
 		root.Wrap(wrap)
 	}
-	builder := newSharedLimiterBuilder(clientbuilder.SimpleControllerClientBuilder{ClientConfig: root}, "replica-a", authority)
+	builder := newSharedLimiterBuilder(klog.Background(), clientbuilder.SimpleControllerClientBuilder{ClientConfig: root}, "replica-a", authority)
 	cfg, err := builder.Config("writer")
 	if err != nil {
 		t.Fatal(err)
@@ -139,7 +140,7 @@ func TestBodyAfterAuthorityNeverArrives(t *testing.T) {
 // TLS settings gets its own.
 func TestWriteConnectionsShared(t *testing.T) {
 	authority := &movingAuthority{until: time.Now().Add(time.Hour)}
-	writes := newWriteTransports(authority)
+	writes := newWriteTransports(klog.Background(), authority)
 	tests := []struct {
 		name     string
 		a, b     *restclient.Config

@@ -79,6 +79,8 @@ type PieceConfig struct {
 	Held      map[reflect.Type]cache.SharedIndexInformer
 	Resync    time.Duration
 	Transform cache.TransformFunc
+	// Logger is the piece's (default: klog.Background()).
+	Logger klog.Logger
 }
 
 // PieceFactory is the informer factory of a singleton piece, or of the
@@ -132,7 +134,7 @@ func (f *PieceFactory) goLive() {
 		h, err := f.addNow(p.informer, p.add)
 		if err != nil {
 			// Only a stopped shared informer refuses: the replica is ending.
-			klog.ErrorS(err, "Adding a piece's handler to a shared informer")
+			f.Logger.Error(err, "Adding a piece's handler to a shared informer")
 			close(p.handle.registered)
 			continue
 		}
@@ -167,6 +169,9 @@ type registration struct {
 // NewPieceFactory builds the factory of a singleton or of the replica's
 // partition controller set.
 func NewPieceFactory(c PieceConfig) (*PieceFactory, error) {
+	if c.Logger.GetSink() == nil {
+		c.Logger = klog.Background()
+	}
 	if c.Owned != nil && c.Scope == nil {
 		return nil, errors.New("an owned cache serves the partition view (Scope) only")
 	}
@@ -188,7 +193,7 @@ func (f *PieceFactory) clusterScoped(obj runtime.Object) bool {
 	if err != nil || len(gvks) == 0 {
 		return false
 	}
-	return clusterScopedKind(f.Scopes, gvks[0], f.stop())
+	return clusterScopedKind(f.Logger, f.Scopes, gvks[0], f.stop())
 }
 
 // stop closes when the piece or the replica stops (one channel per

@@ -71,14 +71,14 @@ var scopeRetry = wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitte
 
 // clusterScopedKind asks scopes about gvk until it answers, or stop
 // closes (see clusterScopedWhenKnown).
-func clusterScopedKind(scopes KindScopes, gvk schema.GroupVersionKind, stop <-chan struct{}) bool {
-	return clusterScopedWhenKnown(func() (bool, error) { return scopes.ClusterScoped(gvk) }, gvk.String(), stop)
+func clusterScopedKind(logger klog.Logger, scopes KindScopes, gvk schema.GroupVersionKind, stop <-chan struct{}) bool {
+	return clusterScopedWhenKnown(logger, func() (bool, error) { return scopes.ClusterScoped(gvk) }, gvk.String(), stop)
 }
 
 // clusterScopedResource asks scopes about gvr until it answers, or stop
 // closes (see clusterScopedWhenKnown).
-func clusterScopedResource(scopes KindScopes, gvr schema.GroupVersionResource, stop <-chan struct{}) bool {
-	return clusterScopedWhenKnown(func() (bool, error) { return scopes.ClusterScopedResource(gvr) }, gvr.String(), stop)
+func clusterScopedResource(logger klog.Logger, scopes KindScopes, gvr schema.GroupVersionResource, stop <-chan struct{}) bool {
+	return clusterScopedWhenKnown(logger, func() (bool, error) { return scopes.ClusterScopedResource(gvr) }, gvr.String(), stop)
 }
 
 // clusterScopedWhenKnown asks until it answers, or stop closes. A kind
@@ -86,7 +86,7 @@ func clusterScopedResource(scopes KindScopes, gvr schema.GroupVersionResource, s
 // list wherever it is placed, as in KCM, and a partition view filters it
 // rather than leak other namespaces. After stop closes the answer is
 // "namespaced" unasked: the replica is ending.
-func clusterScopedWhenKnown(ask func() (bool, error), what string, stop <-chan struct{}) bool {
+func clusterScopedWhenKnown(logger klog.Logger, ask func() (bool, error), what string, stop <-chan struct{}) bool {
 	backoff := scopeRetry
 	for {
 		clusterScoped, err := ask()
@@ -94,11 +94,11 @@ func clusterScopedWhenKnown(ask func() (bool, error), what string, stop <-chan s
 		case err == nil:
 			return clusterScoped
 		case errors.Is(err, ErrNotServed):
-			klog.V(2).InfoS("Kind not served by the apiserver; placed as namespaced", "kind", what, "reason", err)
+			logger.V(2).Info("Kind not served by the apiserver; placed as namespaced", "kind", what, "reason", err)
 			return false
 		}
 		delay := backoff.Step()
-		klog.ErrorS(err, "Cannot tell whether a kind is namespaced; asking discovery again", "kind", what, "retryIn", delay.Round(time.Millisecond))
+		logger.Error(err, "Cannot tell whether a kind is namespaced; asking discovery again", "kind", what, "retryIn", delay.Round(time.Millisecond))
 		select {
 		case <-stop:
 			return false

@@ -2,6 +2,7 @@ package informers
 
 import (
 	"errors"
+	"k8s.io/klog/v2"
 	"sync"
 	"testing"
 	"time"
@@ -79,11 +80,11 @@ func TestScopeIsNeverDecidedByAFailedDiscovery(t *testing.T) {
 			stop := make(chan struct{})
 			defer close(stop)
 			byKind := DiscoveryScopes{Discovery: memory.NewMemCacheClient(&flakyDiscovery{failures: tc.failures})}
-			if got := clusterScopedKind(byKind, tc.gvk, stop); got != tc.want {
+			if got := clusterScopedKind(klog.Background(), byKind, tc.gvk, stop); got != tc.want {
 				t.Errorf("kind %s: cluster-scoped %v, want %v", tc.gvk, got, tc.want)
 			}
 			byResource := DiscoveryScopes{Discovery: memory.NewMemCacheClient(&flakyDiscovery{failures: tc.failures})}
-			if got := clusterScopedResource(byResource, tc.gvr, stop); got != tc.want {
+			if got := clusterScopedResource(klog.Background(), byResource, tc.gvr, stop); got != tc.want {
 				t.Errorf("resource %s: cluster-scoped %v, want %v", tc.gvr, got, tc.want)
 			}
 		})
@@ -96,7 +97,7 @@ func TestScopeLookupEndsWithTheReplica(t *testing.T) {
 	stop := make(chan struct{})
 	done := make(chan bool)
 	go func() {
-		done <- clusterScopedKind(DiscoveryScopes{Discovery: memory.NewMemCacheClient(&flakyDiscovery{failures: 1 << 30})}, schema.GroupVersionKind{Version: "v1", Kind: "Node"}, stop)
+		done <- clusterScopedKind(klog.Background(), DiscoveryScopes{Discovery: memory.NewMemCacheClient(&flakyDiscovery{failures: 1 << 30})}, schema.GroupVersionKind{Version: "v1", Kind: "Node"}, stop)
 	}()
 	select {
 	case <-done:

@@ -40,7 +40,7 @@ func (m *metadataView) clusterScoped(gvr schema.GroupVersionResource) bool {
 	if m.factory.Scope == nil {
 		return true
 	}
-	return clusterScopedResource(m.factory.Scopes, gvr, m.factory.stop())
+	return clusterScopedResource(m.factory.Logger, m.factory.Scopes, gvr, m.factory.stop())
 }
 
 // Start starts the piece's shared informers and puts its handlers live

@@ -59,7 +59,7 @@ func Resolve(ctx context.Context, mode Mode, config *rest.Config) (Mode, error) 
 		case err == nil:
 			return ModeShardedWatch, nil
 		case mode == ModeAuto && errors.Is(err, ErrShardedWatchUnsupported):
-			klog.InfoS("The apiserver does not shard lists; the replica watches each namespace it owns", "informerMode", ModeNamespaceWatch, "reason", err.Error())
+			klog.FromContext(ctx).Info("The apiserver does not shard lists; the replica watches each namespace it owns", "informerMode", ModeNamespaceWatch, "reason", err.Error())
 			return ModeNamespaceWatch, nil
 		default:
 			return "", fmt.Errorf("informer mode %s: %w", mode, err)

@@ -23,6 +23,8 @@ import (
 
 // OwnedCacheConfig is what an OwnedCache is made from.
 type OwnedCacheConfig struct {
+	// Logger is the replica's (default: klog.Background()).
+	Logger klog.Logger
 	// Sharded: list loaded namespaces with shard selectors (the
 	// apiserver serves ShardedListAndWatch); else one namespace-scoped
 	// list per namespace, up to NamespaceWatchMax at once.
@@ -109,6 +111,9 @@ func NewOwnedCache(c OwnedCacheConfig) (*OwnedCache, error) {
 		if selector == nil || selector.Empty() {
 			return nil, fmt.Errorf("field selector of %v is empty: leave the kind out to cache all its objects", t)
 		}
+	}
+	if c.Logger.GetSink() == nil {
+		c.Logger = klog.Background()
 	}
 	registerMetrics()
 	o := &OwnedCache{config: c, informers: map[reflect.Type]*ownedInformer{}, partitions: map[int]bool{}, held: map[string]bool{}}
@@ -371,7 +376,7 @@ func (o *OwnedCache) unload(p int) (dropped []string) {
 	}
 	ownedNamespaces.Add(-float64(len(namespaces)))
 	ownedPartitions.Dec()
-	klog.V(4).InfoS("Unloaded a partition from the owned cache", "partition", p, "namespaces", len(namespaces))
+	o.config.Logger.V(4).Info("Unloaded a partition from the owned cache", "partition", p, "namespaces", len(namespaces))
 	return dropped
 }
 

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/klog/v2"
 )
 
 // Which namespaces the owned cache holds, reported to the scope that
@@ -76,10 +75,10 @@ func (o *OwnedCache) join() {
 		// Shown unheld rather than never: a namespace the controllers
 		// never see is never served.
 		namespacesHeldLate.Add(float64(len(namespaces)))
-		klog.ErrorS(err, "Namespaces joining the owned cache were not held in time; shown to the controllers anyway", "namespaces", namespaces, "waiting", notLoadedInto(lws, namespaces), "after", heldWaitMax)
+		o.config.Logger.Error(err, "Namespaces joining the owned cache were not held in time; shown to the controllers anyway", "namespaces", namespaces, "waiting", notLoadedInto(lws, namespaces), "after", heldWaitMax)
 	}
 	held := o.markHeld(namespaces)
-	klog.V(4).InfoS("Namespaces joined the owned cache", "namespaces", held, "took", time.Since(start).Round(time.Millisecond))
+	o.config.Logger.V(4).Info("Namespaces joined the owned cache", "namespaces", held, "took", time.Since(start).Round(time.Millisecond))
 }
 
 // heldWaitMax bounds how long a join waits for its namespaces' first

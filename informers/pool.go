@@ -40,6 +40,7 @@ type PoolConfig struct {
 // stopped alone and that ForResource keeps client-go's mapping of
 // resources to informers.
 type Pool struct {
+	logger klog.Logger
 	config PoolConfig
 	// done is the replica's lifetime: every informer stops with it.
 	done <-chan struct{}
@@ -88,7 +89,7 @@ func (e *poolEntry) start() {
 // NewPool makes an empty pool whose informers all stop when ctx ends.
 func NewPool(ctx context.Context, c PoolConfig) *Pool {
 	registerMetrics()
-	p := &Pool{config: c, done: ctx.Done(), entries: map[poolKey]*poolEntry{}, started: map[any]bool{}}
+	p := &Pool{config: c, logger: klog.FromContext(ctx), done: ctx.Done(), entries: map[poolKey]*poolEntry{}, started: map[any]bool{}}
 	go func() {
 		<-ctx.Done()
 		p.mu.Lock()
@@ -108,7 +109,7 @@ func (p *Pool) entry(user any, key poolKey, build func(*poolEntry)) *poolEntry {
 		build(e)
 		p.entries[key] = e
 		sharedInformers.Inc()
-		klog.V(2).InfoS("Shared informer made", "informer", key)
+		p.logger.V(2).Info("Shared informer made", "informer", key)
 	}
 	e.users[user] = struct{}{}
 	if p.started[user] && !p.ending() {
@@ -236,7 +237,7 @@ func (p *Pool) remove(key poolKey, e *poolEntry) {
 	delete(p.entries, key)
 	close(e.stop)
 	sharedInformers.Dec()
-	klog.V(2).InfoS("Shared informer stopped: no piece uses it", "informer", key)
+	p.logger.V(2).Info("Shared informer stopped: no piece uses it", "informer", key)
 	// Shutdown waits for the informer's goroutines.
 	go func() {
 		if e.typed != nil {

@@ -20,16 +20,16 @@ const MaxSelectorTerms = 1176
 const DefaultSelectorTerms = 64
 
 // DefaultNamespaceWatchMax bounds namespace-watch's watches per namespace
-// and kind: measured at 1,000 namespaces (docs/benchmarks/memory-1000ns-informer-mode-namespace-watch.md),
-// each costs kube-apiserver 115-129 KiB and the replica about 42 KiB,
+// and kind: every watch holds memory in kube-apiserver and the replica,
 // so past 16 namespaces one cluster-wide watch per kind, filtered on the
-// client, costs both sides less.
+// client, costs both sides less (docs/benchmarks/informer-modes).
 const DefaultNamespaceWatchMax = 16
 
 // DefaultSelectedWatches are the resources whose owned cache watch names
 // the loaded namespaces in a shard selector: Pods, the kind with the most
-// events, whose unfiltered watches kube-apiserver closed for falling
-// behind (docs/benchmarks/memory-closes).
+// events, whose unfiltered watches kube-apiserver closes for falling
+// behind when it decodes every event for every replica
+// (docs/benchmarks/memory-closes).
 var DefaultSelectedWatches = []string{"pods"}
 
 // namespaceSelector is the shard selector that matches exactly the objects

@@ -59,7 +59,7 @@ func (m *Member) renew(ctx context.Context) {
 	if err != nil {
 		renewals.WithLabelValues("failure").Inc()
 		m.renewFails++
-		m.logger.Error(err, "Renewing lease failed", "lease", m.cfg.Identity, "failures", m.renewFails, "authorityUntil", m.deadline)
+		m.logger.Error(err, "Renewing lease failed", "lease", m.cfg.Identity, "failures", m.renewFails, "authorityLeft", timeLeft(m.deadline, answered))
 		return
 	}
 	if m.renewFails > 0 {
@@ -224,4 +224,15 @@ func (m *Member) Leave(ctx context.Context) error {
 		return m.leader.leave(ctx)
 	}
 	return nil
+}
+
+// timeLeft is how long until deadline, on this replica's clock (negative:
+// since when it passed; 0 when there is none). A deadline is an instant
+// of the observer's clock: printed as a date it misleads a reader
+// comparing it with another machine's logs.
+func timeLeft(deadline, now time.Time) time.Duration {
+	if deadline.IsZero() {
+		return 0
+	}
+	return deadline.Sub(now).Round(time.Millisecond)
 }

@@ -40,9 +40,10 @@ const StateVersion = 2
 // StateVersions are the encodings this release reads, oldest first.
 var StateVersions = []int{1, 2}
 
-// partitionPrefix names the pieces version 2 writes as a bitmap (the
-// names package shard gives partitions).
-const partitionPrefix = "partition/"
+// PartitionPrefix begins the name of every partition piece (package
+// shard names them); version 2 of the state writes those pieces as a
+// bitmap.
+const PartitionPrefix = "partition/"
 
 // Bounds on what a State may hold. The apiserver allows 256 KiB of
 // annotations in all; anything near that is not one of ours.
@@ -271,7 +272,7 @@ func decodeParts(parts string) ([]string, error) {
 	for i, b := range bitmap {
 		for bit := range 8 {
 			if b&(1<<bit) != 0 {
-				out = append(out, partitionPrefix+strconv.Itoa(i*8+bit))
+				out = append(out, PartitionPrefix+strconv.Itoa(i*8+bit))
 			}
 		}
 	}
@@ -281,7 +282,7 @@ func decodeParts(parts string) ([]string, error) {
 // partitionNumber reads "partition/N" (N in canonical decimal, below
 // maxRunning); anything else is written by name.
 func partitionNumber(piece string) (int, bool) {
-	digits, ok := strings.CutPrefix(piece, partitionPrefix)
+	digits, ok := strings.CutPrefix(piece, PartitionPrefix)
 	if !ok {
 		return 0, false
 	}

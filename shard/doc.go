@@ -25,10 +25,10 @@
 // and every piece it may be running. Decide, a pure function shared by the
 // runtime and the simulation, applies four rules:
 //
-//  1. Apply a view only after every piece it takes away has stopped (its
-//     Run has returned); then bump the epoch and publish.
+//  1. Apply a view only after every piece it takes away has ended (the
+//     Runner reported it on Ended); then bump the epoch and publish.
 //  2. List a piece as running before starting it (intent, confirmed by a
-//     successful write), and unlist it only after it stopped.
+//     successful write), and unlist it only after it ended.
 //  3. Start a piece only when the ring of the applied view gives it to this
 //     member, and every other participant publishes the same view, has
 //     acknowledged this member's current epoch, and does not list the

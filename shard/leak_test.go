@@ -2,6 +2,7 @@ package shard
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,12 +12,45 @@ import (
 	"github.com/fleet-controller-manager/fleet-controller-manager/membership"
 )
 
-// runnerFunc runs a piece as the function says.
-type runnerFunc func(ctx context.Context, piece Piece, authority Authority) error
-
-func (f runnerFunc) Run(ctx context.Context, piece Piece, authority Authority) error {
-	return f(ctx, piece, authority)
+// funcRunner runs each piece as run says, in a goroutine of its own, and
+// reports it ended once run returns.
+type funcRunner struct {
+	run     func(ctx context.Context, piece Piece) error
+	ended   chan Ended
+	mu      sync.Mutex
+	cancels map[Piece]context.CancelFunc
 }
+
+func newFuncRunner(run func(ctx context.Context, piece Piece) error) *funcRunner {
+	return &funcRunner{run: run, ended: make(chan Ended), cancels: map[Piece]context.CancelFunc{}}
+}
+
+func (r *funcRunner) Start(pieces []Piece) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range pieces {
+		ctx, cancel := context.WithCancel(context.Background())
+		r.cancels[p] = cancel
+		go func() {
+			err := r.run(ctx, p)
+			r.mu.Lock()
+			delete(r.cancels, p)
+			r.mu.Unlock()
+			cancel()
+			r.ended <- Ended{Piece: p, Err: err}
+		}()
+	}
+}
+
+func (r *funcRunner) Stop(pieces []Piece) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range pieces {
+		r.cancels[p]()
+	}
+}
+
+func (r *funcRunner) Ended() <-chan Ended { return r.ended }
 
 // TestManagerRunEndsWithItsContext: a Manager that ran every piece, and
 // its Member, leave no goroutine behind once their contexts end (the
@@ -32,7 +66,7 @@ func TestManagerRunEndsWithItsContext(t *testing.T) {
 	}
 	ring := RingConfig{Partitions: 4, ReplicationFactor: 16, Load: 1.25, NamespaceHash: HashXX, Placement: PlacementColocatedShare}
 	pieces := AllPieces(ring.Partitions, []string{"s"})
-	manager, err := NewManager(member, runnerFunc(func(ctx context.Context, _ Piece, _ Authority) error {
+	manager, err := NewManager(member, newFuncRunner(func(ctx context.Context, _ Piece) error {
 		<-ctx.Done()
 		return nil
 	}), ring, pieces)

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/fleet-controller-manager/fleet-controller-manager/membership"
 )
 
 // Piece names one unit of work that exactly one member runs:
@@ -15,7 +17,9 @@ import (
 type Piece string
 
 const (
-	partitionPrefix = "partition/"
+	// partitionPrefix is membership's: its state encodes partition pieces
+	// by it.
+	partitionPrefix = membership.PartitionPrefix
 	singletonPrefix = "singleton/"
 )
 

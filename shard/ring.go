@@ -58,17 +58,16 @@ const (
 	HashFNV = "fnv"
 )
 
-// DefaultRingConfig is measured in ring_test.go (TestRingBalanceAndMovement,
-// run with -v): with 64 partitions max/avg owned partitions stays at or
-// under 1.31 for 2..10 members and one join or leave moves at most 1.72x the
-// ideal 1/N of them. 32 partitions balance as well but a join from 10 to 11
-// members moves 4x the ideal (bounded loads reshuffle when P/N is small);
-// 16 balance worse (up to 1.5). More partitions cost more controller sets
-// per replica, so we stop at 64.
+// DefaultRingConfig: 64 partitions keep the busiest member at or under
+// 1.31x the average for 2..10 members, and a join or leave moves at most
+// 1.72x the ideal 1/N of them (TestRingBalanceAndMovement, run with -v);
+// fewer partitions balance worse or reshuffle more when P/N is small, and
+// more make each handover's lists and the Lease state larger.
 var DefaultRingConfig = RingConfig{Partitions: 64, ReplicationFactor: 64, Load: 1.25, NamespaceHash: HashXX, ColocatedShare: DefaultColocatedShare, Placement: PlacementColocatedShare}
 
-// DefaultColocatedShare is measured with the memory benchmark
-// (docs/design.md, "The ring").
+// DefaultColocatedShare: the colocated singletons cache every Pod and
+// every resource's metadata, about as much as half a share of partitions
+// (docs/design.md, "Pieces and the ring").
 const DefaultColocatedShare = 0.5
 
 // Validate reports a configuration the ring cannot work with.

@@ -14,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/fleet-controller-manager/fleet-controller-manager/membership"
 )
@@ -48,9 +47,9 @@ type LeaderLeaseStatus struct {
 
 // ReadLeaderLease reads kube-controller-manager's leader Lease
 // namespace/name and says whether fleet (in fleetNamespace) holds it.
-func ReadLeaderLease(ctx context.Context, client kubernetes.Interface, namespace, name, fleetNamespace, fleet string) (*LeaderLeaseStatus, error) {
+func ReadLeaderLease(ctx context.Context, store membership.LeaseStore, namespace, name, fleetNamespace, fleet string) (*LeaderLeaseStatus, error) {
 	out := &LeaderLeaseStatus{Namespace: namespace, Name: name}
-	lease, err := client.CoordinationV1().Leases(namespace).Get(ctx, name, metav1.GetOptions{})
+	lease, err := store.Get(ctx, namespace, name)
 	if apierrors.IsNotFound(err) {
 		out.Missing = true
 		return out, nil
@@ -107,9 +106,12 @@ type MemberStatus struct {
 	Problem     string        `json:"problem,omitempty"`
 }
 
-// ReadFleet lists the fleet's Leases and summarises them.
-func ReadFleet(ctx context.Context, client kubernetes.Interface, namespace, fleet string, partitions int) (FleetStatus, error) {
-	leases, err := client.CoordinationV1().Leases(namespace).List(ctx, metav1.ListOptions{
+// ReadFleet lists the fleet's Leases and summarises them. One read has no
+// history to judge expiry by the observer's clock, as membership does: a
+// member counts as expired once its writer's renew time is a lease
+// duration old, which clock skew between machines can shift.
+func ReadFleet(ctx context.Context, store membership.LeaseStore, namespace, fleet string, partitions int) (FleetStatus, error) {
+	leases, err := store.List(ctx, namespace, metav1.ListOptions{
 		LabelSelector: labels.SelectorFromSet(labels.Set{membership.FleetLabel: fleet}).String(),
 	})
 	if err != nil {

@@ -20,14 +20,14 @@ func FleetPage(read func(context.Context) (FleetStatus, error), local func() Sta
 		defer cancel()
 		fleet, err := read(ctx)
 		if err != nil {
-			klog.ErrorS(err, "Serving /debug/fleet")
+			klog.FromContext(ctx).Error(err, "Serving /debug/fleet")
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
 		page := newFleetPageData(fleet, local())
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		if err := fleetPageTemplate.Execute(w, page); err != nil {
-			klog.ErrorS(err, "Rendering /debug/fleet")
+			klog.FromContext(ctx).Error(err, "Rendering /debug/fleet")
 		}
 	})
 }

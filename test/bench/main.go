@@ -6,7 +6,7 @@
 // kube-scheduler and kwok tuned not to be the bottleneck) so every system
 // meets the same empty cluster; figures are medians over runs, and each
 // fleet figure is also given as a ratio to KCM's from the same invocation.
-// Results: docs/benchmarks/<mode>.md and .json, charts as PNG (drawn as
+// Results: docs/benchmarks/matrix/<mode>.md and .json, charts as PNG (drawn as
 // SVG, rendered by headless Chromium). The full matrix takes hours on a
 // small machine: every finished system and limit is saved at once in
 // <mode>.partial.json, and -resume runs only what is missing (each result
@@ -99,7 +99,7 @@ func main() {
 	var runs int
 	var only string
 	flag.BoolVar(&quick, "quick", false, "Quick mode: workloads (a), (c), (g) and (f) only, smaller, at default limits, for KCM and fleets of 1 and 3; under 10 minutes.")
-	flag.StringVar(&out, "out", "docs/benchmarks", "Folder for the results.")
+	flag.StringVar(&out, "out", "docs/benchmarks/matrix", "Folder for the results.")
 	flag.IntVar(&runs, "runs", 3, "Runs per system and limits; figures are medians.")
 	flag.StringVar(&only, "only", "", "Comma-separated system names and limit names (default, raised) to run, for experiments; empty runs the mode's full matrix.")
 	var workloads, keep, profile string

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/fleet-controller-manager/fleet-controller-manager/membership"
 	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
 	"github.com/fleet-controller-manager/fleet-controller-manager/test/localcluster"
 )
@@ -322,7 +323,7 @@ func probeNamespaces(ring shard.RingConfig) []string {
 
 func (b *bench) waitFleetSettled(members int) error {
 	return wait.PollUntilContextTimeout(b.ctx, 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		st, err := shard.ReadFleet(ctx, b.client, "kube-system", "fleet-controller-manager", shard.DefaultRingConfig.Partitions)
+		st, err := shard.ReadFleet(ctx, membership.NewLeaseStore(b.client), "kube-system", "fleet-controller-manager", shard.DefaultRingConfig.Partitions)
 		if err != nil {
 			return false, nil
 		}

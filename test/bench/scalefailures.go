@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/fleet-controller-manager/fleet-controller-manager/membership"
 	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
 )
 
@@ -70,7 +71,7 @@ func (sc *scaleCell) victim() (int, []string, error) {
 // ownedBy is the namespaces of the partitions fleet replica i runs, as
 // its Lease says.
 func (sc *scaleCell) ownedBy(i int) ([]string, error) {
-	st, err := shard.ReadFleet(sc.ctx, sc.client, "kube-system", "fleet-controller-manager", shard.DefaultRingConfig.Partitions)
+	st, err := shard.ReadFleet(sc.ctx, membership.NewLeaseStore(sc.client), "kube-system", "fleet-controller-manager", shard.DefaultRingConfig.Partitions)
 	if err != nil {
 		return nil, err
 	}
@@ -122,7 +123,7 @@ func (sc *scaleCell) ownerBack(victim int) (func() (time.Time, error), error) {
 		}, nil
 	}
 	name := sc.procs[victim].Name
-	st, err := shard.ReadFleet(sc.ctx, sc.client, "kube-system", "fleet-controller-manager", shard.DefaultRingConfig.Partitions)
+	st, err := shard.ReadFleet(sc.ctx, membership.NewLeaseStore(sc.client), "kube-system", "fleet-controller-manager", shard.DefaultRingConfig.Partitions)
 	if err != nil {
 		return nil, err
 	}
@@ -135,7 +136,7 @@ func (sc *scaleCell) ownerBack(victim int) (func() (time.Time, error), error) {
 	return func() (time.Time, error) {
 		var at time.Time
 		err := wait.PollUntilContextTimeout(sc.ctx, 100*time.Millisecond, workloadTimeout, true, func(ctx context.Context) (bool, error) {
-			st, err := shard.ReadFleet(ctx, sc.client, "kube-system", "fleet-controller-manager", shard.DefaultRingConfig.Partitions)
+			st, err := shard.ReadFleet(ctx, membership.NewLeaseStore(sc.client), "kube-system", "fleet-controller-manager", shard.DefaultRingConfig.Partitions)
 			if err != nil {
 				return false, nil
 			}

@@ -20,6 +20,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
+	"github.com/fleet-controller-manager/fleet-controller-manager/membership"
 	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
 )
 
@@ -196,7 +197,7 @@ func (b *bench) failover() error {
 	owned, other := "", ""
 	if b.system.Fleet {
 		victim = len(b.procs) - 1
-		st, err := shard.ReadFleet(b.ctx, b.client, "kube-system", "fleet-controller-manager", shard.DefaultRingConfig.Partitions)
+		st, err := shard.ReadFleet(b.ctx, membership.NewLeaseStore(b.client), "kube-system", "fleet-controller-manager", shard.DefaultRingConfig.Partitions)
 		if err != nil {
 			return err
 		}
@@ -354,7 +355,7 @@ func (g *ownershipGaps) watch() func() float64 {
 			now := time.Now()
 			var unowned []string
 			if g.b.system.Fleet {
-				st, err := shard.ReadFleet(ctx, g.b.client, "kube-system", "fleet-controller-manager", shard.DefaultRingConfig.Partitions)
+				st, err := shard.ReadFleet(ctx, membership.NewLeaseStore(g.b.client), "kube-system", "fleet-controller-manager", shard.DefaultRingConfig.Partitions)
 				if err != nil {
 					continue
 				}

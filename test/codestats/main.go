@@ -1,11 +1,31 @@
 // Command codestats prints the figures a reader of this codebase feels
 // first, so a change that claims to make it easier to read can show them
-// before and after: non-test functions over 60 lines, non-test files over
-// 500 lines, global klog calls in membership (a logger should come from
-// the context), and types defined under the same name in more than one
-// package of the project.
+// before and after. It parses every non-test Go file of the repository
+// (go/ast only: nothing is built or type-checked, so it runs in well under
+// a second) and splits the code into the product (every directory outside
+// test/: cmd/, controllers/, shard/, informers/, membership/, deploy/ ...)
+// and the test/ tree (harnesses, benchmarks, tools). It prints:
 //
-//	go run ./test/codestats [-root .]
+//   - functions over 60 lines and files over 500 lines, for the product
+//     (targets: at most 3 functions, no file) and for test/ apart, because
+//     a long function or file is where a reader loses the thread;
+//   - the calls to klog's global logging functions (klog.InfoS,
+//     klog.V(n).InfoS, klog.Fatalf ...) per product package, because a
+//     logger should come from the context (klog.FromContext), so that its
+//     name and values say which piece or partition logged; -v lists each
+//     call's file:line;
+//   - product files importing a package of the module's test/ tree, because
+//     test code linked into the product is code a reader of the product
+//     does not expect;
+//   - where the partition state lives: a fixed list of (package, type,
+//     field) homes checked for presence, and every product struct field
+//     named like partition state, so a restructuring that moves or renames
+//     it shows where the state went;
+//   - type names defined in more than one package of the repository.
+//
+// Usage:
+//
+//	go run ./test/codestats [-root .] [-v]
 package main
 
 import (
@@ -14,6 +34,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -24,87 +45,166 @@ import (
 const (
 	longFunc = 60
 	longFile = 500
+
+	// The product's targets, shown in the headings.
+	targetLongFuncs = 3
+	targetLongFiles = 0
 )
+
+// area is the part of the repository a file belongs to.
+type area int
+
+const (
+	product  area = iota // everything outside test/
+	testTree             // test/
+)
+
+func (a area) String() string {
+	if a == product {
+		return "product"
+	}
+	return "test/"
+}
 
 // stats is what codestats counts.
 type stats struct {
-	longFuncs   []string // "file:line name (n lines)"
-	longFiles   []string // "file (n lines)"
-	globalKlog  []string // "file:line klog.X"
-	typeHomes   map[string][]string
-	funcs, srcs int
+	module      string                      // the module path, from go.mod
+	funcs, srcs [2]int                      // per area
+	longFuncs   [2][]string                 // per area: "file:line name (n lines)"
+	longFiles   [2][]string                 // per area: "file (n lines)"
+	klogCalls   map[string][]string         // product package -> "file:line klog.X"
+	testImports []string                    // "file -> import path"
+	structs     map[string]map[string]field // product package -> "Type.field" -> field
+	typeHomes   map[string][]string         // type name -> packages
 }
 
 func main() {
 	root := flag.String("root", ".", "the repository's root")
+	verbose := flag.Bool("v", false, "list the file:line of each global klog call")
 	flag.Parse()
 	s, err := collect(*root)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "codestats:", err)
 		os.Exit(1)
 	}
-	s.print(os.Stdout)
+	s.print(os.Stdout, *verbose)
 }
 
-// collect parses every non-test Go file of the project (the tools module
-// under test/tools is not the project's code).
+// collect parses every non-test Go file of the repository (the tools module
+// under test/tools, bin/ and hidden directories are not the project's code).
 func collect(root string) (*stats, error) {
-	s := &stats{typeHomes: map[string][]string{}}
+	module, err := modulePath(filepath.Join(root, "go.mod"))
+	if err != nil {
+		return nil, err
+	}
+	s := &stats{
+		module:    module,
+		klogCalls: map[string][]string{},
+		structs:   map[string]map[string]field{},
+		typeHomes: map[string][]string{},
+	}
 	fset := token.NewFileSet()
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
 		rel, _ := filepath.Rel(root, path)
+		rel = filepath.ToSlash(rel)
 		if d.IsDir() {
-			if rel == filepath.Join("test", "tools") || strings.HasPrefix(d.Name(), ".") && rel != "." || d.Name() == "bin" {
+			if skipDir(rel, d.Name()) {
 				return filepath.SkipDir
 			}
 			return nil
 		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+		if !strings.HasSuffix(rel, ".go") || strings.HasSuffix(rel, "_test.go") {
 			return nil
 		}
-		f, err := parser.ParseFile(fset, path, nil, 0)
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
 		if err != nil {
 			return fmt.Errorf("parsing %s: %w", rel, err)
 		}
-		s.srcs++
-		if n := fset.File(f.Pos()).LineCount(); n > longFile {
-			s.longFiles = append(s.longFiles, fmt.Sprintf("%s (%d lines)", rel, n))
-		}
-		pkg := filepath.Dir(rel)
-		for _, decl := range f.Decls {
-			switch decl := decl.(type) {
-			case *ast.FuncDecl:
-				s.funcs++
-				start, end := fset.Position(decl.Pos()).Line, fset.Position(decl.End()).Line
-				if n := end - start + 1; n > longFunc {
-					s.longFuncs = append(s.longFuncs, fmt.Sprintf("%s:%d %s (%d lines)", rel, start, funcName(decl), n))
-				}
-			case *ast.GenDecl:
-				for _, spec := range decl.Specs {
-					if ts, ok := spec.(*ast.TypeSpec); ok && pkg != "." {
-						s.typeHomes[ts.Name.Name] = append(s.typeHomes[ts.Name.Name], pkg)
-					}
-				}
-			}
-		}
-		if strings.HasPrefix(rel, "membership"+string(filepath.Separator)) {
-			ast.Inspect(f, func(n ast.Node) bool {
-				sel, ok := n.(*ast.SelectorExpr)
-				if !ok {
-					return true
-				}
-				if id, ok := sel.X.(*ast.Ident); ok && id.Name == "klog" && sel.Sel.Name != "FromContext" && sel.Sel.Name != "Logger" && sel.Sel.Name != "KObj" && sel.Sel.Name != "KRef" && sel.Sel.Name != "NewContext" && sel.Sel.Name != "LoggerWithValues" && sel.Sel.Name != "LoggerWithName" && sel.Sel.Name != "Background" {
-					s.globalKlog = append(s.globalKlog, fmt.Sprintf("%s:%d klog.%s", rel, fset.Position(sel.Pos()).Line, sel.Sel.Name))
-				}
-				return true
-			})
-		}
+		s.add(fset, rel, f)
 		return nil
 	})
 	return s, err
+}
+
+func skipDir(rel, name string) bool {
+	return rel == "test/tools" || name == "bin" || strings.HasPrefix(name, ".") && rel != "."
+}
+
+// modulePath reads the module path from go.mod's module directive.
+func modulePath(gomod string) (string, error) {
+	b, err := os.ReadFile(gomod)
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "module "); ok {
+			return strings.Trim(strings.TrimSpace(rest), `"`), nil
+		}
+	}
+	return "", fmt.Errorf("%s: no module directive", gomod)
+}
+
+// areaOf tells the product from the test/ tree.
+func areaOf(rel string) area {
+	if rel == "test" || strings.HasPrefix(rel, "test/") {
+		return testTree
+	}
+	return product
+}
+
+// add counts one parsed file.
+func (s *stats) add(fset *token.FileSet, rel string, f *ast.File) {
+	a, pkg := areaOf(rel), filepath.ToSlash(filepath.Dir(rel))
+	s.srcs[a]++
+	if n := fset.File(f.Pos()).LineCount(); n > longFile {
+		s.longFiles[a] = append(s.longFiles[a], fmt.Sprintf("%s (%d lines)", rel, n))
+	}
+	s.addDecls(fset, rel, a, pkg, f)
+	if a != product {
+		return
+	}
+	if _, ok := s.klogCalls[pkg]; !ok {
+		s.klogCalls[pkg] = nil // every product package gets a line, even at 0
+	}
+	s.klogCalls[pkg] = append(s.klogCalls[pkg], globalKlogCalls(fset, rel, f)...)
+	s.testImports = append(s.testImports, s.importsOfTestTree(rel, f)...)
+	addStructFields(s.structs, fset, rel, pkg, f)
+}
+
+// addDecls counts functions, long functions and the packages' type names.
+func (s *stats) addDecls(fset *token.FileSet, rel string, a area, pkg string, f *ast.File) {
+	for _, decl := range f.Decls {
+		switch decl := decl.(type) {
+		case *ast.FuncDecl:
+			s.funcs[a]++
+			start, end := fset.Position(decl.Pos()).Line, fset.Position(decl.End()).Line
+			if n := end - start + 1; n > longFunc {
+				s.longFuncs[a] = append(s.longFuncs[a], fmt.Sprintf("%s:%d %s (%d lines)", rel, start, funcName(decl), n))
+			}
+		case *ast.GenDecl:
+			for _, spec := range decl.Specs {
+				if ts, ok := spec.(*ast.TypeSpec); ok && pkg != "." {
+					s.typeHomes[ts.Name.Name] = append(s.typeHomes[ts.Name.Name], pkg)
+				}
+			}
+		}
+	}
+}
+
+// importsOfTestTree lists the imports of the module's test/ tree in f.
+func (s *stats) importsOfTestTree(rel string, f *ast.File) []string {
+	testRoot := s.module + "/test"
+	var out []string
+	for _, imp := range f.Imports {
+		path := strings.Trim(imp.Path.Value, "`\"")
+		if path == testRoot || strings.HasPrefix(path, testRoot+"/") {
+			out = append(out, fmt.Sprintf("%s -> %s", rel, path))
+		}
+	}
+	return out
 }
 
 func funcName(d *ast.FuncDecl) string {
@@ -115,7 +215,10 @@ func funcName(d *ast.FuncDecl) string {
 	if star, ok := t.(*ast.StarExpr); ok {
 		t = star.X
 	}
-	if idx, ok := t.(*ast.IndexExpr); ok {
+	switch idx := t.(type) {
+	case *ast.IndexExpr:
+		t = idx.X
+	case *ast.IndexListExpr:
 		t = idx.X
 	}
 	if id, ok := t.(*ast.Ident); ok {
@@ -145,16 +248,34 @@ func (s *stats) twins() []string {
 	return out
 }
 
-func (s *stats) print(w *os.File) {
-	section := func(title string, lines []string) {
-		fmt.Fprintf(w, "== %s: %d\n", title, len(lines))
-		for _, l := range lines {
-			fmt.Fprintf(w, "   %s\n", l)
-		}
+// section prints a heading with its count and the lines under it.
+func section(w io.Writer, title string, count int, lines []string) {
+	fmt.Fprintf(w, "== %s: %d\n", title, count)
+	for _, l := range lines {
+		fmt.Fprintf(w, "   %s\n", l)
 	}
-	sort.Strings(s.longFiles)
-	section(fmt.Sprintf("non-test functions over %d lines (of %d)", longFunc, s.funcs), s.longFuncs)
-	section(fmt.Sprintf("non-test files over %d lines (of %d)", longFile, s.srcs), s.longFiles)
-	section("global klog calls in membership", s.globalKlog)
-	section("type names defined in more than one package", s.twins())
+}
+
+func (s *stats) print(w io.Writer, verbose bool) {
+	s.printSizes(w)
+	s.printKlog(w, verbose)
+	sort.Strings(s.testImports)
+	section(w, "product non-test files importing the module's test/ tree (file -> import)", len(s.testImports), s.testImports)
+	s.printStateHomes(w)
+	section(w, "type names defined in more than one package", len(s.twins()), s.twins())
+}
+
+// printSizes prints the long functions and files, the product's first.
+func (s *stats) printSizes(w io.Writer) {
+	targets := map[area][2]string{
+		product:  {fmt.Sprintf("; target at most %d", targetLongFuncs), fmt.Sprintf("; target %d", targetLongFiles)},
+		testTree: {"", ""},
+	}
+	for _, a := range []area{product, testTree} {
+		sort.Strings(s.longFiles[a])
+		section(w, fmt.Sprintf("%s non-test functions over %d lines (of %d%s)", a, longFunc, s.funcs[a], targets[a][0]),
+			len(s.longFuncs[a]), s.longFuncs[a])
+		section(w, fmt.Sprintf("%s non-test files over %d lines (of %d%s)", a, longFile, s.srcs[a], targets[a][1]),
+			len(s.longFiles[a]), s.longFiles[a])
+	}
 }

@@ -28,8 +28,12 @@ type pieceRecord = recordingpieces.PieceRecord
 
 var dummySingletons = []string{"garbagecollector", "namespace", "nodelifecycle", "podgc"}
 
-// fleet is a set of fleet-controller-manager processes in --dummy-pieces
-// mode on one local control plane.
+// recordingReplica is the test binary that runs recording pieces in place
+// of controllers (test/recordingpieces/cmd/fleet-recording-replica).
+const recordingReplica = "fleet-recording-replica"
+
+// fleet is a set of recording replicas (recordingReplica) on one local
+// control plane.
 type fleet struct {
 	t          *testing.T
 	cluster    *localcluster.Cluster
@@ -78,12 +82,11 @@ func (f *fleet) start(name string) {
 		"--identity=" + name,
 		"--fleet-namespace=kube-system",
 		"--secure-port=0",
-		"--dummy-pieces",
-		"--dummy-record-file=" + filepath.Join(f.dir, name+".jsonl"),
-		"--dummy-singletons=" + strings.Join(dummySingletons, ","),
+		"--record-file=" + filepath.Join(f.dir, name+".jsonl"),
+		"--singletons=" + strings.Join(dummySingletons, ","),
 		"-v=2",
 	}, f.args...)
-	p, err := f.cluster.StartProcess(name, filepath.Join(binDir(f.t), "fleet-controller-manager"), args, nil)
+	p, err := f.cluster.StartProcess(name, filepath.Join(binDir(f.t), recordingReplica), args, nil)
 	if err != nil {
 		f.t.Fatalf("starting %s: %v", name, err)
 	}

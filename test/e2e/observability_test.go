@@ -26,12 +26,13 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/fleet-controller-manager/fleet-controller-manager/membership"
 	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
 	"github.com/fleet-controller-manager/fleet-controller-manager/test/localcluster"
 	"github.com/fleet-controller-manager/fleet-controller-manager/test/recordingpieces"
 )
 
-// observedFleet is three replicas in --dummy-pieces mode with their secure
+// observedFleet is three recording replicas (recordingReplica) with their secure
 // ports: membership, ring, Manager, metrics and pages are the real ones;
 // only the controllers are replaced.
 type observedFleet struct {
@@ -49,7 +50,7 @@ func startObservedFleet(ctx context.Context, t *testing.T, replicas []string) *o
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &observedFleet{cluster: cluster, bin: filepath.Join(binDir(t), "fleet-controller-manager"),
+	f := &observedFleet{cluster: cluster, bin: filepath.Join(binDir(t), recordingReplica),
 		ports: map[string]int{}, procs: map[string]*localcluster.Process{}}
 	if f.http, err = cluster.AdminHTTPClient(); err != nil {
 		t.Fatal(err)
@@ -63,9 +64,9 @@ func startObservedFleet(ctx context.Context, t *testing.T, replicas []string) *o
 
 func (f *observedFleet) start(ctx context.Context, t *testing.T, name string) {
 	t.Helper()
-	p, port, err := f.cluster.StartFleetReplica(ctx, f.bin, name, "--dummy-pieces",
-		"--dummy-record-file="+filepath.Join(f.cluster.Dir, name+".jsonl"),
-		"--dummy-singletons="+strings.Join(dummySingletons, ","))
+	p, port, err := f.cluster.StartFleetReplica(ctx, f.bin, name,
+		"--record-file="+filepath.Join(f.cluster.Dir, name+".jsonl"),
+		"--singletons="+strings.Join(dummySingletons, ","))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +262,7 @@ func TestReadinessMeansTookShare(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	st, err := shard.ReadFleet(ctx, client, "kube-system", "fleet-controller-manager", shard.DefaultRingConfig.Partitions)
+	st, err := shard.ReadFleet(ctx, membership.NewLeaseStore(client), "kube-system", "fleet-controller-manager", shard.DefaultRingConfig.Partitions)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,9 +1,9 @@
 // Package recordingpieces runs pieces that do nothing but check their
 // authority every tick and record, one JSON line per event, when they
-// start and stop. The binary runs them instead of controllers with
-// --dummy-pieces, so the handover tests can prove from the records that no
-// piece ran on two replicas at once; the tests read the records back with
-// Read.
+// start and stop. The handover tests' own replica binary
+// (cmd/fleet-recording-replica) runs them instead of controllers, so the
+// tests can prove from the records that no piece ran on two replicas at
+// once; they read the records back with Read.
 package recordingpieces
 
 import (
@@ -35,22 +35,67 @@ type PieceRecord struct {
 	ActedUntil int64 `json:"actedUntil,omitempty"`
 }
 
-// Recorder runs recording pieces: it is the shard.Runner of --dummy-pieces.
+// Recorder runs recording pieces, each in a goroutine of its own: it is
+// the shard.Runner of the recording replica.
 type Recorder struct {
 	member, incarnation string
+	authority           shard.Authority
 	tick                time.Duration
-	mu                  sync.Mutex
-	out                 *os.File
+	ended               chan shard.Ended
+
+	mu      sync.Mutex
+	out     *os.File
+	cancels map[shard.Piece]context.CancelFunc
 }
 
-// NewRecorder appends the records of member's incarnation to the file at path.
-func NewRecorder(path, member, incarnation string) (*Recorder, error) {
+// NewRecorder appends the records of member's incarnation to the file at
+// path; its pieces act while authority is valid.
+func NewRecorder(path, member, incarnation string, authority shard.Authority) (*Recorder, error) {
+	if path == "" {
+		return nil, fmt.Errorf("no piece record file given")
+	}
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("opening piece record file: %w", err)
 	}
-	return &Recorder{member: member, incarnation: incarnation, tick: 20 * time.Millisecond, out: f}, nil
+	return &Recorder{
+		member: member, incarnation: incarnation, authority: authority, tick: 20 * time.Millisecond, out: f,
+		ended: make(chan shard.Ended), cancels: map[shard.Piece]context.CancelFunc{},
+	}, nil
 }
+
+// Start runs each piece until it is stopped (shard.Runner).
+func (d *Recorder) Start(pieces []shard.Piece) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, piece := range pieces {
+		ctx, cancel := context.WithCancel(context.Background())
+		d.cancels[piece] = cancel
+		go func() {
+			err := d.run(ctx, piece, d.authority)
+			d.mu.Lock()
+			delete(d.cancels, piece)
+			d.mu.Unlock()
+			cancel()
+			d.ended <- shard.Ended{Piece: piece, Err: err}
+		}()
+	}
+}
+
+// Stop stops pieces (shard.Runner): a recording piece acts only on its
+// ticks, and its stop record holds the last one.
+func (d *Recorder) Stop(pieces []shard.Piece) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, piece := range pieces {
+		if cancel := d.cancels[piece]; cancel != nil {
+			cancel()
+		}
+	}
+}
+
+// Ended reports each piece once its stop is recorded (shard.Runner).
+func (d *Recorder) Ended() <-chan shard.Ended { return d.ended }
 
 func (d *Recorder) record(r PieceRecord) error {
 	r.Member, r.Incarnation = d.member, d.incarnation
@@ -67,9 +112,9 @@ func (d *Recorder) record(r PieceRecord) error {
 	return nil
 }
 
-// Run records the piece's start, checks its authority every tick while ctx
+// run records the piece's start, checks its authority every tick while ctx
 // lasts, and records its stop with the last time authority held.
-func (d *Recorder) Run(ctx context.Context, piece shard.Piece, authority shard.Authority) error {
+func (d *Recorder) run(ctx context.Context, piece shard.Piece, authority shard.Authority) error {
 	if !authority.Valid() {
 		return fmt.Errorf("piece %s: no authority at start", piece)
 	}

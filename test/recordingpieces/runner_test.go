@@ -21,18 +21,18 @@ func (a *authority) Authority() (bool, time.Time) { return a.Valid(), time.Now()
 func TestRunRecordsWhatThePieceActedOn(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "a.jsonl")
-	r, err := NewRecorder(path, "a", "inc1")
+	r, err := NewRecorder(path, "a", "inc1", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var auth authority
-	if err := r.Run(context.Background(), "p0", &auth); err == nil {
+	if err := r.run(context.Background(), "p0", &auth); err == nil {
 		t.Fatal("a piece started without authority")
 	}
 	auth.valid.Store(true)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx, "p1", &auth) }()
+	go func() { done <- r.run(ctx, "p1", &auth) }()
 	time.Sleep(100 * time.Millisecond)
 	auth.valid.Store(false)
 	lost := time.Now()

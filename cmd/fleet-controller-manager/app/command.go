@@ -30,8 +30,23 @@ import (
 // KCM runs beside it.
 var leaderMigrationFlags = []string{"enable-leader-migration", "leader-migration-config"}
 
+const longHelp = `fleet-controller-manager runs kube-controller-manager's controllers on every
+replica at once: replicas register with Leases, a consistent-hash ring splits the
+controllers and the namespaces of the per-namespace controllers between them,
+and no piece ever runs on two replicas. It takes kube-controller-manager's flags.
+The fleet holds kube-controller-manager's leader Lease (--leader-elect-resource-*)
+for as long as any replica may run a controller, so a kube-controller-manager
+started beside it stays a standby; the fleet's own Leases are set by the fleet
+flags.`
+
 // NewCommand builds the fleet-controller-manager command.
 func NewCommand() *cobra.Command {
+	return NewCommandWithRunner(ControllersRunner)
+}
+
+// NewCommandWithRunner builds the command with newRunner running the
+// pieces: a test's own main runs recording pieces through it.
+func NewCommandWithRunner(newRunner RunnerBuilder) *cobra.Command {
 	kcm, err := options.NewKubeControllerManagerOptions()
 	if err != nil {
 		// Only fails on a broken build (default config conversion).
@@ -41,16 +56,9 @@ func NewCommand() *cobra.Command {
 	fleet.defaultQPS = kcm.Generic.ClientConnection.QPS
 	var showVersion bool
 	cmd := &cobra.Command{
-		Use:   "fleet-controller-manager",
-		Short: "Runs Kubernetes' built-in controllers sharded across an active-active fleet",
-		Long: `fleet-controller-manager runs kube-controller-manager's controllers on every
-replica at once: replicas register with Leases, a consistent-hash ring splits the
-controllers and the namespaces of the per-namespace controllers between them,
-and no piece ever runs on two replicas. It takes kube-controller-manager's flags.
-The fleet holds kube-controller-manager's leader Lease (--leader-elect-resource-*)
-for as long as any replica may run a controller, so a kube-controller-manager
-started beside it stays a standby; the fleet's own Leases are set by the fleet
-flags.`,
+		Use:          "fleet-controller-manager",
+		Short:        "Runs Kubernetes' built-in controllers sharded across an active-active fleet",
+		Long:         longHelp,
 		SilenceUsage: true,
 		PersistentPreRunE: func(*cobra.Command, []string) error {
 			// As KCM: it watches deprecated APIs on purpose.
@@ -73,7 +81,7 @@ flags.`,
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 			defer stop()
-			return run(ctx, kcm, fleet)
+			return run(ctx, kcm, fleet, newRunner)
 		},
 		Args: cobra.NoArgs,
 	}

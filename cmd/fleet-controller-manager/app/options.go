@@ -49,12 +49,6 @@ type FleetOptions struct {
 	// says it reads (all of this release's; narrowed by a hidden test
 	// flag to play the previous release in upgrade tests).
 	StateVersions []int
-
-	// Dummy pieces: a test mode that runs recording pieces instead of
-	// controllers (the handover e2e tests use it).
-	DummyPieces     bool
-	DummySingletons []string
-	DummyRecordFile string
 }
 
 // NewFleetOptions returns the defaults.
@@ -95,12 +89,9 @@ func (o *FleetOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.SelectedWatches, "selected-watch-resources", o.SelectedWatches, "sharded-watch: resources whose one cluster-wide watch names the replica's namespaces in a shard selector, so that kube-apiserver sends the replica only their events; the watch is opened again, from where it stopped, when namespaces join the replica (at most every 500 ms). The others are filtered on the replica. Its URL grows by about 100 bytes per namespace (at most 1,176, past which it names none): leave it empty behind a proxy that limits URLs.")
 	fs.IntVar(&o.NamespaceWatchMax, "namespace-watch-max-namespaces", o.NamespaceWatchMax, "namespace-watch: a replica loading more namespaces than this at once (the partitions it gains together) lists each kind in every namespace, once, and keeps only theirs, rather than one list per namespace. 0: always one list per namespace.")
 	fs.StringVar((*string)(&o.ShareWorkers), "share-workers", string(o.ShareWorkers), "true: divide the worker counts of the controllers that run on every replica (--concurrent-deployment-syncs, --concurrent-replicaset-syncs, ...) among the fleet's live replicas when they start, rounded up, so the fleet runs about as many workers as one kube-controller-manager with the same flags (fewer status writes for a busy apiserver). false: every replica runs the full counts (faster while each replica's client rate limiter holds its workers back). auto: true when --kube-api-qps is raised above kube-controller-manager's default. See docs/operations.md.")
-	fs.BoolVar(&o.DummyPieces, "dummy-pieces", false, "Test mode: run pieces that only record when they start and stop, instead of controllers.")
-	fs.StringSliceVar(&o.DummySingletons, "dummy-singletons", []string{"garbagecollector", "namespace", "nodelifecycle", "podgc"}, "Test mode: names of the singleton pieces.")
-	fs.StringVar(&o.DummyRecordFile, "dummy-record-file", "", "Test mode: file the pieces append their records to.")
 	fs.StringSliceVar(&o.Placements, "supported-placements", o.Placements, "Test mode: the placements this replica says it supports (a previous release's, for upgrade tests).")
 	fs.IntSliceVar(&o.StateVersions, "supported-state-versions", o.StateVersions, "Test mode: the Lease state versions this replica reads and says it reads (a previous release's, for upgrade tests).")
-	for _, name := range []string{"dummy-pieces", "dummy-singletons", "dummy-record-file", "supported-placements", "supported-state-versions"} {
+	for _, name := range []string{"supported-placements", "supported-state-versions"} {
 		_ = fs.MarkHidden(name)
 	}
 }
@@ -168,9 +159,6 @@ func (o *FleetOptions) Validate() error {
 	}
 	if o.NamespaceWatchMax < 0 {
 		errs = append(errs, fmt.Errorf("--namespace-watch-max-namespaces must be at least 0, got %d", o.NamespaceWatchMax))
-	}
-	if o.DummyPieces && o.DummyRecordFile == "" {
-		errs = append(errs, errors.New("--dummy-pieces needs --dummy-record-file"))
 	}
 	return errors.Join(errs...)
 }

@@ -24,7 +24,6 @@ import (
 	"github.com/fleet-controller-manager/fleet-controller-manager/informers"
 	"github.com/fleet-controller-manager/fleet-controller-manager/membership"
 	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
-	"github.com/fleet-controller-manager/fleet-controller-manager/test/recordingpieces"
 )
 
 // membershipQPS keeps Lease renewals off the controllers' rate limiters: a
@@ -36,9 +35,9 @@ const (
 
 // kcmLeaderLease is the kube-controller-manager leader Lease the fleet holds,
 // from KCM's own leader election flags (nil with --leader-elect=false).
-func kcmLeaderLease(le componentbaseconfig.LeaderElectionConfiguration) (*membership.LeaderLeaseConfig, error) {
+func kcmLeaderLease(ctx context.Context, le componentbaseconfig.LeaderElectionConfiguration) (*membership.LeaderLeaseConfig, error) {
 	if !le.LeaderElect {
-		klog.InfoS("Not holding kube-controller-manager's leader lease (--leader-elect=false): nothing keeps a kube-controller-manager from running beside the fleet")
+		klog.FromContext(ctx).Info("Not holding kube-controller-manager's leader lease (--leader-elect=false): nothing keeps a kube-controller-manager from running beside the fleet")
 		return nil, nil
 	}
 	if le.ResourceLock != resourcelock.LeasesResourceLock {
@@ -59,30 +58,33 @@ func kcmLeaderLease(le componentbaseconfig.LeaderElectionConfiguration) (*member
 // the runner of the pieces (the controllers' runtime), the manager that
 // runs what the fleet gives this replica, secure serving, and then the
 // membership and the manager until either ends.
-func run(ctx context.Context, kcm *options.KubeControllerManagerOptions, fleet *FleetOptions) error {
-	klog.InfoS("Starting", "version", versionString(), "identity", fleet.Identity, "fleet", fleet.Name, "namespace", fleet.Namespace)
+func run(ctx context.Context, kcm *options.KubeControllerManagerOptions, fleet *FleetOptions, newRunner RunnerBuilder) error {
+	logger := klog.FromContext(ctx)
+	logger.Info("Starting", "version", versionString(), "identity", fleet.Identity, "fleet", fleet.Name, "namespace", fleet.Namespace)
 	c, err := kcmConfig(kcm)
 	if err != nil {
 		return err
 	}
 	defer c.EventBroadcaster.Shutdown()
-	member, leaderLease, err := newMember(c, fleet)
+	member, leaderLease, err := newMember(ctx, c, fleet)
 	if err != nil {
 		return err
 	}
 	// Membership outlives the manager: leaving needs the Lease client, and
 	// the runtime's informers outlive every piece.
-	memberCtx, cancelMember := context.WithCancel(context.Background())
+	memberCtx, cancelMember := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelMember()
-	runner, pieces, err := newRunner(ctx, memberCtx, c, fleet, member)
+	pieces, err := newRunner(ctx, RunnerEnv{Lifetime: memberCtx, KCM: c, Fleet: fleet, Member: member})
 	if err != nil {
 		return err
 	}
-	manager, err := shard.NewManager(member, runner, fleet.Ring, pieces)
+	ring := fleet.Ring
+	ring.Colocated = pieces.Colocated
+	manager, err := shard.NewManager(member, pieces.Runner, ring, pieces.Pieces)
 	if err != nil {
 		return err
 	}
-	if err := serve(ctx, c, fleet, member, leaderLease, manager, runner); err != nil {
+	if err := serve(ctx, c, fleet, member, leaderLease, manager, pieces.Runner); err != nil {
 		return err
 	}
 	return runFleet(ctx, memberCtx, member, manager)
@@ -107,15 +109,15 @@ func kcmConfig(kcm *options.KubeControllerManagerOptions) (*kcmconfig.CompletedC
 // newMember is this replica's membership, with a client of its own (Lease
 // renewals must not wait behind the controllers' rate limiters) and KCM's
 // leader Lease when leader election is on.
-func newMember(c *kcmconfig.CompletedConfig, fleet *FleetOptions) (*membership.Member, *membership.LeaderLeaseConfig, error) {
+func newMember(ctx context.Context, c *kcmconfig.CompletedConfig, fleet *FleetOptions) (*membership.Member, *membership.LeaderLeaseConfig, error) {
 	membershipConfig := restclient.CopyConfig(c.Kubeconfig)
 	membershipConfig.QPS, membershipConfig.Burst = membershipQPS, membershipBurst
-	membershipConfig.UserAgent = "fleet-controller-manager/" + fleet.Identity + "/membership"
+	membershipConfig.UserAgent = membership.UserAgent(fleet.Identity, "membership")
 	client, err := kubernetes.NewForConfig(membershipConfig)
 	if err != nil {
 		return nil, nil, fmt.Errorf("building membership client: %w", err)
 	}
-	leaderLease, err := kcmLeaderLease(c.ComponentConfig.Generic.LeaderElection)
+	leaderLease, err := kcmLeaderLease(ctx, c.ComponentConfig.Generic.LeaderElection)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -128,33 +130,51 @@ func newMember(c *kcmconfig.CompletedConfig, fleet *FleetOptions) (*membership.M
 	return member, leaderLease, err
 }
 
-// newRunner is what runs the pieces, and every piece of the fleet: the
-// controllers' runtime, or in the test mode recording pieces.
-func newRunner(ctx, memberCtx context.Context, c *kcmconfig.CompletedConfig, fleet *FleetOptions, member *membership.Member) (shard.Runner, []shard.Piece, error) {
-	if fleet.DummyPieces {
-		dummy, err := recordingpieces.NewRecorder(fleet.DummyRecordFile, fleet.Identity, member.Incarnation())
-		if err != nil {
-			return nil, nil, err
-		}
-		return dummy, shard.AllPieces(fleet.Ring.Partitions, fleet.DummySingletons), nil
-	}
-	fleet.Ring.Colocated = controllers.ColocatedSingletons()
+// RunnerBuilder builds what runs a replica's pieces, and names every
+// piece of the fleet: the controllers' runtime in the product
+// (ControllersRunner), recording pieces in the handover tests' own main.
+type RunnerBuilder func(ctx context.Context, env RunnerEnv) (Pieces, error)
+
+// RunnerEnv is what a RunnerBuilder builds from.
+type RunnerEnv struct {
+	// Lifetime is the replica's: it outlives every piece.
+	Lifetime context.Context
+	KCM      *kcmconfig.CompletedConfig
+	Fleet    *FleetOptions
+	Member   *membership.Member
+}
+
+// Pieces is what a RunnerBuilder built.
+type Pieces struct {
+	Runner shard.Runner
+	// Pieces is every piece of the fleet.
+	Pieces []shard.Piece
+	// Colocated names the singleton pieces that run on one replica
+	// together (shard.RingConfig.Colocated).
+	Colocated string
+}
+
+// ControllersRunner runs the pieces with Kubernetes' own controllers.
+func ControllersRunner(ctx context.Context, env RunnerEnv) (Pieces, error) {
+	c, fleet, member := env.KCM, env.Fleet, env.Member
 	probeCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	mode, err := informers.Resolve(probeCtx, fleet.InformerMode, c.Kubeconfig)
 	cancel()
 	if err != nil {
-		return nil, nil, fmt.Errorf("--informer-mode: %w", err)
+		return Pieces{}, fmt.Errorf("--informer-mode: %w", err)
 	}
-	klog.InfoS("Informers of the partition controllers", "informerMode", mode)
-	rt, err := controllers.NewRuntime(memberCtx, controllers.RuntimeConfig{
-		KCM: c, Identity: fleet.Identity, Ring: fleet.Ring, Mode: mode,
+	klog.FromContext(ctx).Info("Informers of the partition controllers", "informerMode", mode)
+	ring := fleet.Ring
+	ring.Colocated = controllers.ColocatedSingletons()
+	rt, err := controllers.NewRuntime(env.Lifetime, controllers.RuntimeConfig{
+		KCM: c, Identity: fleet.Identity, Ring: ring, Mode: mode,
 		SelectorTerms: fleet.SelectorTerms, NamespaceWatchMax: fleet.NamespaceWatchMax, SelectedWatches: fleet.SelectedWatches, Authority: member,
 		Replicas: replicasOf(fleet.ShareWorkers.Shares(c.ComponentConfig.Generic.ClientConnection.QPS, fleet.defaultQPS), member),
 	})
 	if err != nil {
-		return nil, nil, err
+		return Pieces{}, err
 	}
-	return rt, shard.AllPieces(fleet.Ring.Partitions, rt.Singletons()), nil
+	return Pieces{Runner: rt, Pieces: shard.AllPieces(ring.Partitions, rt.Singletons()), Colocated: ring.Colocated}, nil
 }
 
 // serve starts KCM's secure serving (when configured) with the fleet's
@@ -202,9 +222,10 @@ func serve(ctx context.Context, c *kcmconfig.CompletedConfig, fleet *FleetOption
 	}
 	// Not the membership client: page views must not delay renewals.
 	serveMux.Handle("/debug/fleet", shard.FleetPage(func(ctx context.Context) (shard.FleetStatus, error) {
-		st, err := shard.ReadFleet(ctx, c.Client, fleet.Namespace, fleet.Name, fleet.Ring.Partitions)
+		store := membership.NewLeaseStore(c.Client)
+		st, err := shard.ReadFleet(ctx, store, fleet.Namespace, fleet.Name, fleet.Ring.Partitions)
 		if err == nil && leaderLease != nil {
-			st.LeaderLease, err = shard.ReadLeaderLease(ctx, c.Client, leaderLease.Namespace, leaderLease.Name, fleet.Namespace, fleet.Name)
+			st.LeaderLease, err = shard.ReadLeaderLease(ctx, store, leaderLease.Namespace, leaderLease.Name, fleet.Namespace, fleet.Name)
 		}
 		return st, err
 	}, manager.Status))
@@ -229,7 +250,7 @@ func runFleet(ctx, memberCtx context.Context, member *membership.Member, manager
 		return err
 	case err := <-memberErr:
 		// Membership ended on its own: stop every piece before exiting.
-		klog.ErrorS(err, "Membership ended; stopping every piece")
+		klog.FromContext(ctx).Error(err, "Membership ended; stopping every piece")
 		cancelManager()
 		<-managerErr
 		return fmt.Errorf("membership: %w", err)

@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/fleet-controller-manager/fleet-controller-manager/membership"
 	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
 )
 
@@ -29,26 +30,11 @@ func newStatusCommand() *cobra.Command {
 			if partitions < 1 {
 				return fmt.Errorf("--partitions must be at least 1, not %d", partitions)
 			}
-			rules := clientcmd.NewDefaultClientConfigLoadingRules()
-			rules.ExplicitPath = kubeconfig
-			config, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
-			if err != nil {
-				return fmt.Errorf("loading kubeconfig: %w", err)
-			}
-			client, err := kubernetes.NewForConfig(config)
-			if err != nil {
-				return fmt.Errorf("client: %w", err)
-			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 			defer cancel()
-			status, err := shard.ReadFleet(ctx, client, namespace, fleetName, partitions)
+			status, err := readStatus(ctx, kubeconfig, namespace, fleetName, partitions, leaderNamespace, leaderName)
 			if err != nil {
 				return err
-			}
-			if leaderName != "" {
-				if status.LeaderLease, err = shard.ReadLeaderLease(ctx, client, leaderNamespace, leaderName, namespace, fleetName); err != nil {
-					return err
-				}
 			}
 			if output == "json" {
 				enc := json.NewEncoder(cmd.OutOrStdout())
@@ -79,4 +65,28 @@ func newStatusCommand() *cobra.Command {
 	fs.StringVar(&leaderNamespace, "leader-elect-resource-namespace", "kube-system", "Namespace of kube-controller-manager's leader Lease.")
 	fs.StringVar(&leaderName, "leader-elect-resource-name", "kube-controller-manager", "Name of kube-controller-manager's leader Lease (empty: do not read it).")
 	return cmd
+}
+
+// readStatus reads the fleet's Leases, and KCM's leader Lease unless
+// leaderName is empty, with kubeconfig's credentials.
+func readStatus(ctx context.Context, kubeconfig, namespace, fleetName string, partitions int, leaderNamespace, leaderName string) (shard.FleetStatus, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	config, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return shard.FleetStatus{}, fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	client, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		return shard.FleetStatus{}, fmt.Errorf("client: %w", err)
+	}
+	store := membership.NewLeaseStore(client)
+	status, err := shard.ReadFleet(ctx, store, namespace, fleetName, partitions)
+	if err != nil {
+		return status, err
+	}
+	if leaderName != "" {
+		status.LeaderLease, err = shard.ReadLeaderLease(ctx, store, leaderNamespace, leaderName, namespace, fleetName)
+	}
+	return status, err
 }

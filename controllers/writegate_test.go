@@ -39,11 +39,23 @@ func TestRequestNamespace(t *testing.T) {
 	}
 }
 
-// TestPartitionFence: writes into a namespace go through only while its
-// partition is open; Close refuses new ones and returns only once the
-// writes already sent have been answered; reads and cluster-scoped writes
-// are not the partition fence's business.
-func TestPartitionFence(t *testing.T) {
+// gatesByPartition is a namespaceGates of fixed gates: namespace
+// "one-*" is partition 1, every other partition 2.
+type gatesByPartition map[int]*writeGate
+
+func (g gatesByPartition) gateOf(ns string) *writeGate {
+	if strings.HasPrefix(ns, "one") {
+		return g[1]
+	}
+	return g[2]
+}
+
+// TestPartitionWriteGate: writes into a namespace go through only while
+// the gate of its partition's run is open; Shut refuses new ones at once
+// and Drained waits until the writes already sent have been answered; a
+// shut gate never opens again; reads and cluster-scoped writes are not
+// the gate's business.
+func TestPartitionWriteGate(t *testing.T) {
 	release := make(chan struct{})
 	var served atomic.Int32
 	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -54,21 +66,15 @@ func TestPartitionFence(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 	}))
 	defer server.Close()
-	partitionOf := func(ns string) int {
-		if strings.HasPrefix(ns, "one") {
-			return 1
-		}
-		return 2
-	}
-	fence := newPartitionFence(partitionOf)
-	do := requester(t, fencedRoundTripper{next: http.DefaultTransport, partitions: fence}, server.URL)
+	gates := gatesByPartition{1: newWriteGate(), 2: newWriteGate()}
+	do := requester(t, fencedRoundTripper{next: http.DefaultTransport, partitions: gates}, server.URL)
 
 	for _, tc := range []struct {
 		name, method, path string
 		refused            bool
 	}{
-		{"write into a closed partition", http.MethodPost, "/api/v1/namespaces/one-a/pods", true},
-		{"read in a closed partition", http.MethodGet, "/api/v1/namespaces/one-a/pods", false},
+		{"write before the gate opens", http.MethodPost, "/api/v1/namespaces/one-a/pods", true},
+		{"read before the gate opens", http.MethodGet, "/api/v1/namespaces/one-a/pods", false},
 		{"cluster-scoped write", http.MethodPatch, "/api/v1/persistentvolumes/pv", false},
 	} {
 		err := do(tc.method, tc.path)
@@ -77,62 +83,50 @@ func TestPartitionFence(t *testing.T) {
 		}
 	}
 
-	fence.Open(context.Background(), 1)
+	gates[1].Open()
 	if err := do(http.MethodPut, "/api/v1/namespaces/one-a/pods/p"); err != nil {
-		t.Fatalf("write into an open partition: %v", err)
+		t.Fatalf("write through an open gate: %v", err)
 	}
 	if err := do(http.MethodPut, "/api/v1/namespaces/two-a/pods/p"); !errors.Is(err, ErrPartitionMoved) {
 		t.Fatalf("write into another partition: %v, want refused", err)
 	}
 
-	// A write in flight holds Close until it is answered.
+	// A write in flight holds Drained until it is answered.
 	inFlight := make(chan error, 1)
 	go func() { inFlight <- do(http.MethodPost, "/api/v1/namespaces/one-b/slow/x") }()
 	for served.Load() < 4 {
 		time.Sleep(time.Millisecond)
 	}
-	closed := make(chan error, 1)
-	go func() { closed <- fence.Close(context.Background(), 1) }()
+	gates[1].Shut()
 	select {
-	case err := <-closed:
-		t.Fatalf("Close returned (%v) while a write was in flight", err)
+	case <-gates[1].Drained():
+		t.Fatal("drained while a write was in flight")
 	case <-time.After(200 * time.Millisecond):
 	}
-	// Already closed to new writes while it waits.
+	// Refused at once while it waits, and for good.
 	if err := do(http.MethodDelete, "/api/v1/namespaces/one-c/pods/p"); !errors.Is(err, ErrPartitionMoved) {
-		t.Errorf("write while closing: %v, want refused", err)
+		t.Errorf("write after Shut: %v, want refused", err)
+	}
+	if gates[1].Open() {
+		t.Error("a shut gate opened again")
 	}
 	close(release)
 	if err := <-inFlight; err != nil {
 		t.Errorf("the write in flight: %v", err)
 	}
 	select {
-	case err := <-closed:
-		if err != nil {
-			t.Errorf("Close: %v", err)
-		}
+	case <-gates[1].Drained():
 	case <-time.After(5 * time.Second):
-		t.Fatal("Close did not return after the write in flight was answered")
+		t.Fatal("not drained after the write in flight was answered")
 	}
-
-	// Close gives up with its context, and reopening works.
-	fence.Open(context.Background(), 2)
-	release2 := make(chan struct{})
-	server.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-release2 })
-	go func() { _ = do(http.MethodPost, "/api/v1/namespaces/two-b/pods") }()
-	time.Sleep(100 * time.Millisecond)
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	if err := fence.Close(ctx, 2); err == nil {
-		t.Errorf("Close with a write stuck in flight returned nil before its context ended")
-	}
-	close(release2)
 }
 
-func TestSingletonRunFence(t *testing.T) {
+// TestSingletonWriteGate: a singleton's every write, namespaced or not,
+// goes through only while its run's gate is open.
+func TestSingletonWriteGate(t *testing.T) {
 	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) }))
 	defer server.Close()
-	run := newPartitionFence(func(string) int { return 0 })
+	run := newWriteGate()
 	do := requester(t, fencedRoundTripper{next: http.DefaultTransport, run: run}, server.URL)
 	requests := []struct {
 		name, method, path string
@@ -148,12 +142,8 @@ func TestSingletonRunFence(t *testing.T) {
 		open bool
 	}{
 		{"before the run", func() {}, false},
-		{"while it runs", func() { run.Open(context.Background(), 0) }, true},
-		{"after it ended", func() {
-			if err := run.Close(context.Background(), 0); err != nil {
-				t.Fatal(err)
-			}
-		}, false},
+		{"while it runs", func() { run.Open() }, true},
+		{"after it ended", run.Shut, false},
 	} {
 		phase.set()
 		for _, tc := range requests {
@@ -195,48 +185,44 @@ type authorityBack struct{}
 func (authorityBack) Valid() bool                  { return true }
 func (authorityBack) Authority() (bool, time.Time) { return true, time.Now().Add(time.Minute) }
 
-// TestRevokedPieceWritesNothing: once the Manager has stopped a piece
-// (cancelled its context, then Revoke) none of its writes is sent, even
-// with the replica's authority back and before the piece's Run reached
-// its own Close; and a gain that was still loading when its piece stopped
-// cannot open the gate behind the stop.
-func TestRevokedPieceWritesNothing(t *testing.T) {
+// TestStoppedPieceWritesNothing: once Runtime.Stop has returned for a
+// piece none of its writes is sent, even with the replica's authority
+// back and before the piece is reported ended; and a gain that was still
+// loading when its piece stopped cannot open the gate behind the stop.
+func TestStoppedPieceWritesNothing(t *testing.T) {
 	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) }))
 	defer server.Close()
-	r := &Runtime{partitions: newPartitionFence(func(ns string) int { return int(ns[len(ns)-1] - '0') })}
+	table := newTestTable(t)
+	r := &Runtime{table: table.partitionTable, ended: table.ended}
 	singleton := shard.SingletonPiece("namespace-controller")
-	run := newPartitionFence(func(string) int { return 0 })
-	r.singletonRuns.Store(singleton, run)
-	partitionWrite := requester(t, fencedRoundTripper{next: http.DefaultTransport, fence: authorityBack{}, partitions: r.partitions}, server.URL)
-	singletonWrite := requester(t, fencedRoundTripper{next: http.DefaultTransport, fence: authorityBack{}, run: run}, server.URL)
+	run := &singletonRun{cancel: func() {}, gate: newWriteGate()}
+	r.singletons.add(singleton, run)
+	partitionWrite := requester(t, fencedRoundTripper{next: http.DefaultTransport, fence: authorityBack{}, partitions: r.table}, server.URL)
+	singletonWrite := requester(t, fencedRoundTripper{next: http.DefaultTransport, fence: authorityBack{}, run: run.gate}, server.URL)
 	for _, tc := range []struct {
 		name  string
 		piece shard.Piece
 		write func() error
-		open  func(context.Context) bool
-		err   error
+		// start starts the piece; reopen tries to open its gate again.
+		start, reopen func()
+		err           error
 	}{
 		{"partition", shard.PartitionPiece(3), func() error { return partitionWrite(http.MethodPost, "/api/v1/namespaces/ns-3/pods") },
-			func(ctx context.Context) bool { return r.partitions.Open(ctx, 3) }, ErrPartitionMoved},
+			func() { r.Start([]shard.Piece{shard.PartitionPiece(3)}); table.reconcile(t.Context()) },
+			func() { table.serve(3) }, ErrPartitionMoved},
 		{"singleton", singleton, func() error { return singletonWrite(http.MethodPost, "/api/v1/namespaces/a/events") },
-			func(ctx context.Context) bool { return run.Open(ctx, 0) }, ErrPieceStopped},
+			func() { run.gate.Open() }, func() { run.gate.Open() }, ErrPieceStopped},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			piece, stop := context.WithCancel(context.Background())
-			if !tc.open(piece) {
-				t.Fatal("the gate did not open for a running piece")
-			}
+			tc.start()
 			if err := tc.write(); err != nil {
 				t.Fatalf("a write of the running piece: %v", err)
 			}
-			stop()
-			r.Revoke(tc.piece)
+			r.Stop([]shard.Piece{tc.piece})
 			if err := tc.write(); !errors.Is(err, tc.err) {
 				t.Errorf("a write after the stop: %v, want %v", err, tc.err)
 			}
-			if tc.open(piece) {
-				t.Error("the gate opened for a stopped piece")
-			}
+			tc.reopen()
 			if err := tc.write(); !errors.Is(err, tc.err) {
 				t.Errorf("a write after a late open: %v, want %v", err, tc.err)
 			}
@@ -256,12 +242,12 @@ func TestPartitionMovedReadsAsNamespaceNotFound(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 	}))
 	defer server.Close()
-	fence := newPartitionFence(func(string) int { return 1 })
+	gates := gatesByPartition{}
 	config := &rest.Config{
 		Host:          server.URL,
 		ContentConfig: rest.ContentConfig{ContentType: "application/vnd.kubernetes.protobuf"},
 		WrapTransport: func(rt http.RoundTripper) http.RoundTripper {
-			return fencedRoundTripper{next: rt, partitions: fence}
+			return fencedRoundTripper{next: rt, partitions: gates}
 		},
 	}
 	client, err := kubernetes.NewForConfig(config)

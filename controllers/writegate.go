@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -55,98 +54,92 @@ func partitionMovedResponse(req *http.Request, namespace string) *http.Response 
 	}
 }
 
-// partitionFence says which namespace partitions this replica may write
-// into, and counts the writes in flight into each.
+// writeGate lets one run of one piece write: it opens once, when the
+// run may act (a partition once gained, a singleton once started), shuts
+// once, when the run stops, and never opens again after that, so a gain
+// still loading when its run stopped cannot open it behind the stop. It
+// counts the writes it admitted until they are answered.
 //
-// It is why a partition piece can count as stopped before every one of its
-// controllers has returned: upstream controllers still make some calls with
-// context.TODO(), which wait their turn at a saturated client rate limiter
-// (seconds) after the piece's context is cancelled. Once the fence is
-// closed and the writes already sent have been answered, nothing the old
+// It is why a piece can count as stopped before every one of its
+// controllers has returned: upstream controllers still make some calls
+// with context.TODO(), which wait their turn at a saturated client rate
+// limiter (seconds) after the piece's context is cancelled. Once the gate
+// is shut and the writes already sent have been answered, nothing the old
 // controllers do can reach the apiserver, so the new owner may start while
 // they wind down. Writes are checked after the rate limiter, at the
 // transport, so a call that was waiting there is refused when its turn
 // comes.
-type partitionFence struct {
-	partitionOf func(namespace string) int
-
+type writeGate struct {
 	mu       sync.Mutex
-	open     map[int]bool
-	inflight map[int]int
-	idle     map[int]chan struct{} // closed when inflight drops to 0
+	open     bool
+	shut     bool
+	inflight int
+	// idle is closed once the gate is shut and no write is in flight.
+	idle chan struct{}
 }
 
-func newPartitionFence(partitionOf func(string) int) *partitionFence {
-	return &partitionFence{partitionOf: partitionOf, open: map[int]bool{}, inflight: map[int]int{}, idle: map[int]chan struct{}{}}
-}
+func newWriteGate() *writeGate { return &writeGate{idle: make(chan struct{})} }
 
-// Open lets writes into partition p through, unless the piece it opens
-// for has stopped: a stop revokes the gate (Revoke) after it cancels
-// ctx, and the check here holds the lock Revoke takes, so a gain that
-// was loading when its piece stopped cannot open the gate behind the
-// stop. False if it did not open.
-func (f *partitionFence) Open(ctx context.Context, p int) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if ctx.Err() != nil {
+// Open lets writes through, unless the gate was shut already; false if
+// it did not open.
+func (g *writeGate) Open() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.shut {
 		return false
 	}
-	f.open[p] = true
+	g.open = true
 	return true
 }
 
-// Revoke refuses every new write into partition p from now on, without
-// waiting for those in flight (Close waits).
-func (f *partitionFence) Revoke(p int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.open, p)
-}
-
-// Close refuses every new write into partition p and returns once the
-// writes already admitted have been answered (or ctx ends).
-func (f *partitionFence) Close(ctx context.Context, p int) error {
-	f.mu.Lock()
-	delete(f.open, p)
-	if f.inflight[p] == 0 {
-		f.mu.Unlock()
-		return nil
+// Shut refuses every new write from now on, for good. Drained says when
+// the writes already admitted have been answered.
+func (g *writeGate) Shut() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.shut {
+		return
 	}
-	idle, ok := f.idle[p]
-	if !ok {
-		idle = make(chan struct{})
-		f.idle[p] = idle
-	}
-	f.mu.Unlock()
-	select {
-	case <-idle:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("waiting for writes into partition %d to finish: %w", p, ctx.Err())
+	g.open, g.shut = false, true
+	if g.inflight == 0 {
+		close(g.idle)
 	}
 }
 
-// admit reserves a write into namespace ns; done must be called once the
-// apiserver has answered.
-func (f *partitionFence) admit(ns string) (done func(), ok bool) {
-	p := f.partitionOf(ns)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if !f.open[p] {
+// Drained is closed once the gate is shut and every write it admitted has
+// been answered.
+func (g *writeGate) Drained() <-chan struct{} { return g.idle }
+
+// IsOpen reports whether the gate lets writes through now.
+func (g *writeGate) IsOpen() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.open
+}
+
+// admit reserves a write; done must be called once the apiserver has
+// answered it.
+func (g *writeGate) admit() (done func(), ok bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.open {
 		return nil, false
 	}
-	f.inflight[p]++
+	g.inflight++
 	return func() {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		f.inflight[p]--
-		if f.inflight[p] == 0 {
-			if idle, ok := f.idle[p]; ok {
-				close(idle)
-				delete(f.idle, p)
-			}
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		g.inflight--
+		if g.inflight == 0 && g.shut {
+			close(g.idle)
 		}
 	}, true
+}
+
+// namespaceGates finds the write gate of the run that may write into a
+// namespace now (the partition table); nil when none may.
+type namespaceGates interface {
+	gateOf(namespace string) *writeGate
 }
 
 // requestNamespace is the namespace a request to the Kubernetes API acts
@@ -176,18 +169,19 @@ func isWrite(method string) bool {
 }
 
 // fencedRoundTripper refuses every write once the replica may no longer
-// act and, for partition controllers, every write into a namespace whose
-// partition this replica does not run.
+// act, a singleton's every write once its run has stopped and, for
+// partition controllers, every write into a namespace whose partition this
+// replica does not serve.
 type fencedRoundTripper struct {
 	next http.RoundTripper
 	// write, when set, is where writes go out instead of next: connections
 	// that send nothing once authority has run out (writeTransports).
 	write      http.RoundTripper
 	fence      shard.Authority
-	partitions *partitionFence
+	partitions namespaceGates
 	// run is a singleton piece's run: every write, namespaced or not, is
-	// admitted only while it is open (one "partition", 0).
-	run *partitionFence
+	// admitted only while its gate is open.
+	run *writeGate
 }
 
 // ErrPieceStopped is returned for a write by a singleton controller whose
@@ -205,7 +199,7 @@ func (f fencedRoundTripper) RoundTrip(req *http.Request) (*http.Response, error)
 		return nil, ErrNoAuthority
 	}
 	if f.run != nil {
-		done, ok := f.run.admit("")
+		done, ok := f.run.admit()
 		if !ok {
 			return nil, fmt.Errorf("%w: %s %s", ErrPieceStopped, req.Method, req.URL.Path)
 		}
@@ -213,7 +207,11 @@ func (f fencedRoundTripper) RoundTrip(req *http.Request) (*http.Response, error)
 	}
 	if f.partitions != nil {
 		if ns := requestNamespace(req.URL.Path); ns != "" {
-			done, ok := f.partitions.admit(ns)
+			var done func()
+			ok := false
+			if gate := f.partitions.gateOf(ns); gate != nil {
+				done, ok = gate.admit()
+			}
 			if !ok {
 				return partitionMovedResponse(req, ns), nil
 			}
