@@ -30,14 +30,14 @@ const authorityRecheck = 500 * time.Millisecond
 // request's own bytes. Closing the TCP connection with RST (linger 0)
 // makes the kernel drop whatever it has not delivered, so after the
 // deadline nothing this host still holds can arrive, and the piece's
-// fence, which waits for its writes in flight, is answered at once. Bytes
+// write gate, which waits for its writes in flight, drains at once. Bytes
 // already past it (in a proxy, or read by the apiserver) can still be
 // handled after the deadline; no other replica may take the piece until
 // the lease runs out, a lease duration after the last renewal, 5 s after
 // the deadline with the defaults.
-// Found by TestNetworkCutWithControllers: with the link blackholed, a
-// partition piece waited for its writes until HTTP/2's health check gave
-// up on the connection, well after the other replica had started it.
+// Without it a blackholed link holds a stopped piece's writes until
+// HTTP/2's health check gives up on the connection, well after another
+// replica may have started the piece (TestNetworkCutWithControllers).
 func abandonAtDeadline(req *http.Request, fence shard.Authority, next http.RoundTripper) (*http.Response, error) {
 	admitted := time.Now()
 	var (

@@ -14,8 +14,8 @@ import (
 // Secret because its one informer factory serves every controller; of the
 // partition controllers, only the readers below take these informers
 // (TestOwnedSelectionReaders builds each one to check), and each of them
-// reads only the objects the selector keeps. In the memory workload the
-// ConfigMaps and Secrets were the largest part of a replica's live heap
+// reads only the objects the selector keeps. Every ConfigMap and Secret in
+// full would be the largest part of a replica's live heap
 // (docs/benchmarks/selected/), while the garbage collector and
 // resourcequota, which need every one of them, read metadata from the
 // pool on the replica running them.

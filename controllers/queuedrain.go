@@ -34,9 +34,10 @@ var notFoundQueues = []string{
 // queued or in a worker.
 //
 // A partition that comes back within minOutOfScope waits for this rather
-// than the rest of the time: a rolling restart of five replicas moved 17
-// partitions onto the next replica to restart and back within 0.1 s,
-// each then waiting 4.7-4.9 s unserved (docs/benchmarks/rolling-restart-x5).
+// than the rest of the time, because a rolling restart moves partitions
+// onto the next replica to restart and back within a fraction of a
+// second, and each would otherwise wait seconds unserved
+// (docs/benchmarks/rolling-restart-x5).
 type queueDrain struct {
 	gatherer prometheus.Gatherer
 	queues   map[string]bool

@@ -32,11 +32,10 @@ func (w WorkerSharing) Validate() error {
 // Shares says whether the workers are shared, for controllers whose
 // clients have qps against KCM's default defaultQPS. auto shares them
 // only above the default. At or below it a replica's client rate limiter
-// holds its workers back: sharing saved few writes (workload (a), fleet
-// x5: 800 updates against 843) and slowed the fleet (26.5 s against
-// 19.7 s). Above it KCM's counts on every replica wrote 965-1,384 updates
-// against KCM's 611-633, and the apiserver, busy with them, closed 37-87
-// watchers against 0-1 (docs/benchmarks/workers/).
+// holds its workers back, so sharing saves few writes and slows the
+// fleet; above it KCM's counts on every replica write half again as many
+// status updates as KCM, and the apiserver, busy with them, closes
+// watchers for falling behind (docs/benchmarks/workers/).
 func (w WorkerSharing) Shares(qps, defaultQPS float32) bool {
 	switch w {
 	case ShareWorkersTrue:

@@ -122,7 +122,7 @@ func (f *PieceFactory) addSharedHandler(informer cache.SharedIndexInformer, add 
 	if f.live {
 		return f.addNow(informer, add)
 	}
-	handle := newDeferredRegistration()
+	handle := newDeferredRegistration(f.stop())
 	f.pending = append(f.pending, pendingHandler{informer: informer, add: add, handle: handle})
 	return handle, nil
 }

@@ -8,7 +8,8 @@ import (
 )
 
 // resyncEvery calls handler's OnUpdate(obj, obj) for every object informer
-// holds, every period (with 10% jitter), until the returned stop is called:
+// holds, every period (with 10% jitter), until the returned stop is called
+// or end closes (the piece or the replica stops):
 // a resync of the handler's own. client-go lets a handler ask for a
 // shorter resync than its informer's only before the informer starts; a
 // shared informer of the replica may have started long before a piece's
@@ -16,12 +17,14 @@ import (
 // the informer's (12 to 24 hours). The namespace and resourcequota
 // controllers ask for 5 minutes (their sync periods) and the HPA for 15 s,
 // which KCM gives them.
-func resyncEvery(informer cache.SharedIndexInformer, handler cache.ResourceEventHandler, period time.Duration) (stop func()) {
+func resyncEvery(end <-chan struct{}, informer cache.SharedIndexInformer, handler cache.ResourceEventHandler, period time.Duration) (stop func()) {
 	done := make(chan struct{})
 	go func() {
 		for {
 			select {
 			case <-done:
+				return
+			case <-end:
 				return
 			case <-time.After(wait.Jitter(period, 0.1)):
 			}

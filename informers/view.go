@@ -87,7 +87,7 @@ func (v *sharedView) AddEventHandlerWithOptions(h cache.ResourceEventHandler, op
 		}
 		added := registration{handle: r, scoped: scoped}
 		if period != nil && *period > 0 {
-			added.stopResync = resyncEvery(informer, handler, *period)
+			added.stopResync = resyncEvery(v.factory.stop(), informer, handler, *period)
 		}
 		return added, nil
 	})
@@ -104,10 +104,13 @@ type deferredRegistration struct {
 	mu         sync.Mutex
 	inner      cache.ResourceEventHandlerRegistration
 	registered chan struct{} // closed once inner is set or abandoned
+	// stop closes when the piece (or the replica) stops: a checker still
+	// waiting then gives up.
+	stop <-chan struct{}
 }
 
-func newDeferredRegistration() *deferredRegistration {
-	return &deferredRegistration{registered: make(chan struct{})}
+func newDeferredRegistration(stop <-chan struct{}) *deferredRegistration {
+	return &deferredRegistration{registered: make(chan struct{}), stop: stop}
 }
 
 func (d *deferredRegistration) set(r cache.ResourceEventHandlerRegistration) {
@@ -135,14 +138,24 @@ type deferredChecker struct{ d *deferredRegistration }
 func (c deferredChecker) Name() string { return "piece handler on a shared informer" }
 
 // Done closes once the handler is live and synced. A handler abandoned
-// before it went live (the piece stopped first) never syncs.
+// before it went live, or not synced when its piece stops, never syncs:
+// the goroutine that waits for it ends with the piece.
 func (c deferredChecker) Done() <-chan struct{} {
 	done := make(chan struct{})
 	go func() {
-		<-c.d.registered
-		if r := c.d.live(); r != nil {
-			<-r.HasSyncedChecker().Done()
+		select {
+		case <-c.d.registered:
+		case <-c.d.stop:
+			return
+		}
+		r := c.d.live()
+		if r == nil {
+			return
+		}
+		select {
+		case <-r.HasSyncedChecker().Done():
 			close(done)
+		case <-c.d.stop:
 		}
 	}()
 	return done

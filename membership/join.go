@@ -36,10 +36,9 @@ import (
 //     covers a member whose own Lease was deleted by hand and not yet
 //     recreated, which no list shows.
 //
-// A join that waits asks for the list and the renewal it needs at once.
-// Waiting the whole lease duration makes the rolling restart of three
-// replicas at raised client limits take 1.99x KCM's time, the early end
-// 0.51x (docs/benchmarks/join-early).
+// A join that waits asks for the list and the renewal it needs at once:
+// waiting the whole lease duration would make every rolling restart pay
+// a lease duration per replica (docs/benchmarks/join-early).
 //
 // It stays joining while a live member's Lease holds a state version it
 // does not read: that member is invisible to it (a newer release writes

@@ -482,8 +482,8 @@ func (l *leaderLease) leftBy(lease *coordinationv1.Lease, release bool) *coordin
 // reach their leave at different times (each stops its own pieces first);
 // only those arriving within a watch delay of each other need to wait, so
 // a short wait is enough, and it is all a rolling update pays per replica
-// (one retry period cost the benchmark's rolling restart 8 s over three
-// replicas).
+// (a whole retry period would be paid once per replica:
+// docs/benchmarks/kcmlease).
 func (l *leaderLease) leaveWait() time.Duration { return l.cfg.RetryPeriod / 4 }
 
 // cachedLease is the Lease as the watch has it, or nil (not watching yet,

@@ -71,10 +71,9 @@
 // renewals answered within LeaseDuration-RenewDeadline count), after they
 // published that nothing runs (graceful leave); a Lease deleted by hand
 // changes no view until a lease duration has passed, by when its holder
-// has renewed (recreating it) or its authority has run out. (An earlier
-// rule dropped a hand-deleted Lease at once when it listed nothing
-// running; the simulation found the hole: the member was about to start
-// pieces others had acknowledged to it.)
+// has renewed (recreating it) or its authority has run out: a deleted
+// member listing nothing may be about to start pieces others have
+// acknowledged to it.
 // Joiners (rule 4) have seen every live member before they own anything,
 // which the argument above needs: a member B never saw cannot be in its
 // view.

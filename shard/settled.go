@@ -21,8 +21,7 @@ const settleWaitMax = time.Minute
 // that leaves while the view that brought this one in is still being
 // handed over moves the same pieces back to where they came from, which
 // then wait out their quiet time there (minOutOfScope in package
-// controllers). In a fleet of five at default limits that left partitions
-// without an owner for 1.9 s and unserved for 4.8 s
+// controllers), without an owner and then unserved for seconds
 // (docs/benchmarks/rolling-restart-x5).
 func unsettled(plan Plan, local Local, peers []membership.Peer, rings *RingCache) string {
 	if len(plan.Members) == 0 {
