@@ -65,9 +65,9 @@ func (s *singletonRuns) remove(piece shard.Piece, run *singletonRun) {
 // it ended once it can no longer act: its clients write only while the
 // run's gate is open, and the report waits for the writes already sent to
 // be answered. An upstream controller's event broadcaster sends
-// asynchronously and can outlive the controller; the chaos soak caught
-// node-lifecycle's Event POSTed 3.5 ms after its run ended, answered after
-// another replica had started the piece.
+// asynchronously and can outlive the controller, so an Event posted just
+// after its run ended could be answered after another replica started the
+// piece.
 //
 // It does not wait for the controller's goroutines to end, as a partition
 // does not: the garbage collector takes over a second to return after its

@@ -28,9 +28,7 @@ var ErrPartitionMoved = errors.New("this replica does not run the namespace's pa
 // learn to stop: a key queued by the move's deletions (the root-CA
 // publisher recreating the ConfigMap it saw deleted, for one) is dropped
 // instead of retried with backoff for as long as the partition stays away,
-// as an error from the transport is (about 480 logged refusals per replica
-// in the benchmark's rolling restart of five, against about 70 answered so:
-// docs/benchmarks/refused-writes).
+// as an error from the transport is (docs/benchmarks/refused-writes).
 func partitionMovedResponse(req *http.Request, namespace string) *http.Response {
 	if req.Body != nil {
 		req.Body.Close()

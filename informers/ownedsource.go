@@ -46,6 +46,27 @@ func (lw *ownedListWatch) compact() {
 			return
 		}
 	}
+	merged, listed := lw.mergedSource()
+	if merged == nil {
+		return
+	}
+	for _, s := range listed {
+		delete(lw.sources, s)
+		if lw.stream != nil {
+			lw.stream.stop(s)
+		}
+	}
+	lw.sources[merged] = struct{}{}
+	if lw.stream != nil {
+		lw.stream.start(merged)
+	}
+	lw.countSources()
+}
+
+// mergedSource is the one source that replaces the watching sources,
+// and those it replaces; nil when they are one source already, of the
+// right shape. Called with lw.mu held.
+func (lw *ownedListWatch) mergedSource() (*source, []*source) {
 	var listed []*source
 	through := map[string]string{}
 	var namespaces []string
@@ -76,13 +97,7 @@ func (lw *ownedListWatch) compact() {
 		reshape = reshape || s.adopts != adopts
 	}
 	if len(listed) == 0 || len(listed) == 1 && !reshape {
-		return
-	}
-	for _, s := range listed {
-		delete(lw.sources, s)
-		if lw.stream != nil {
-			lw.stream.stop(s)
-		}
+		return nil, nil
 	}
 	sort.Strings(namespaces)
 	merged := &source{namespaces: namespaces, version: oldest, floors: map[string]string{}, adopts: adopts}
@@ -92,11 +107,7 @@ func (lw *ownedListWatch) compact() {
 		}
 	}
 	merged.advance(merged.version)
-	lw.sources[merged] = struct{}{}
-	if lw.stream != nil {
-		lw.stream.start(merged)
-	}
-	lw.countSources()
+	return merged, listed
 }
 
 // source is a watching source (the trunk, or an adopting one) or a

@@ -4,16 +4,11 @@ import (
 	"context"
 	"sort"
 	"sync"
-	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/klog/v2"
 )
 
 // The stream an ownedListWatch hands its informer: one producer per
@@ -346,49 +341,12 @@ func (s *ownedStream) feed(ctx context.Context, f *source, items []runtime.Objec
 	lw.sendMu.Lock()
 	defer lw.sendMu.Unlock()
 	lw.mu.Lock()
-	stopped := ctx.Err() != nil
-	_, current := lw.sources[f]
-	delete(lw.sources, f)
-	s.stop(f)
-	trunk := f.feeds
-	_, trunkCurrent := lw.sources[trunk]
-	if !current || !trunkCurrent || stopped {
-		lw.countSources()
-		lw.mu.Unlock()
-		return
-	}
-	var namespaces []string
-	held := map[string][]watch.Event{}
-	for ns := range versions {
-		if j := trunk.joining[ns]; j != nil && j.feeder == f {
-			namespaces = append(namespaces, ns)
-			held[ns] = j.held
-			delete(trunk.joining, ns)
-			trunk.raiseFloor(ns, versions[ns])
-		}
-	}
-	sort.Strings(namespaces)
-	take := map[string]bool{}
-	for _, ns := range namespaces {
-		take[ns] = true
-	}
-	var events []watch.Event
-	for _, item := range items {
-		if m, err := meta.Accessor(item); err == nil && take[m.GetNamespace()] {
-			events = append(events, watch.Event{Type: watch.Added, Object: item})
-		}
-	}
-	events = append(events, lw.deletionsAbsent(namespaces, events)...)
-	listedCount := len(events)
-	for _, ns := range namespaces {
-		for _, e := range held[ns] {
-			if m, err := meta.Accessor(e.Object); err == nil && newerVersion(m.GetResourceVersion(), versions[ns]) {
-				events = append(events, e)
-			}
-		}
-	}
+	namespaces, events, listedCount, ok := s.takeFeed(ctx, f, items, versions)
 	lw.countSources()
 	lw.mu.Unlock()
+	if !ok {
+		return
+	}
 	var added []runtime.Object
 	for i, e := range events {
 		m, err := meta.Accessor(e.Object)
@@ -412,6 +370,54 @@ func (s *ownedStream) feed(ctx context.Context, f *source, items []runtime.Objec
 		}
 	}
 	s.bookmark()
+}
+
+// takeFeed ends feeder f and takes over the namespaces still joining its
+// trunk through it: it returns them and the events that bring them into
+// the store, the first listedCount of them from f's list (its objects and
+// the deletions of what the store holds and the list lacks), then the
+// trunk's events held back and newer than the list. False if f or its
+// trunk was stopped, or ctx ended. Called with lw.mu held.
+func (s *ownedStream) takeFeed(ctx context.Context, f *source, items []runtime.Object, versions map[string]string) (namespaces []string, events []watch.Event, listedCount int, ok bool) {
+	lw := s.lw
+	// Read first: stopping f ends ctx, its producer's.
+	stopped := ctx.Err() != nil
+	_, current := lw.sources[f]
+	delete(lw.sources, f)
+	s.stop(f)
+	trunk := f.feeds
+	if _, trunkCurrent := lw.sources[trunk]; !current || !trunkCurrent || stopped {
+		return nil, nil, 0, false
+	}
+	held := map[string][]watch.Event{}
+	for ns := range versions {
+		if j := trunk.joining[ns]; j != nil && j.feeder == f {
+			namespaces = append(namespaces, ns)
+			held[ns] = j.held
+			delete(trunk.joining, ns)
+			trunk.raiseFloor(ns, versions[ns])
+		}
+	}
+	sort.Strings(namespaces)
+	take := map[string]bool{}
+	for _, ns := range namespaces {
+		take[ns] = true
+	}
+	for _, item := range items {
+		if m, err := meta.Accessor(item); err == nil && take[m.GetNamespace()] {
+			events = append(events, watch.Event{Type: watch.Added, Object: item})
+		}
+	}
+	events = append(events, lw.deletionsAbsent(namespaces, events)...)
+	listedCount = len(events)
+	for _, ns := range namespaces {
+		for _, e := range held[ns] {
+			if m, err := meta.Accessor(e.Object); err == nil && newerVersion(m.GetResourceVersion(), versions[ns]) {
+				events = append(events, e)
+			}
+		}
+	}
+	return namespaces, events, listedCount, true
 }
 
 // bookmark brings the store's version up to the newest any source has
@@ -444,184 +450,4 @@ func (s *ownedStream) bookmark() bool {
 		return true
 	}
 	return s.send(watch.Event{Type: watch.Bookmark, Object: obj})
-}
-
-// produce lists src when it has no version, then watches it until ctx
-// ends, resuming after every close (after closedBackoff when
-// kube-apiserver ended the watch early) and backing off after failures.
-func (s *ownedStream) produce(ctx context.Context, src *source) {
-	lw := s.lw
-	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 7, Cap: 30 * time.Second}
-	pause := func() bool {
-		select {
-		case <-time.After(backoff.Step()):
-			return true
-		case <-ctx.Done():
-			return false
-		}
-	}
-	logger := klog.FromContext(s.ctx).WithValues("resource", s.target.resource, "namespaces", len(src.namespaces))
-	var opened time.Time
-	closedBackoff := newClosedBackoff()
-	for ctx.Err() == nil {
-		lw.mu.Lock()
-		version := src.version
-		lw.mu.Unlock()
-		if version == "" {
-			items, versions, err := lw.listSource(ctx, s.target, src)
-			if err != nil {
-				if ctx.Err() == nil {
-					logger.Error(err, "Listing a source of the owned cache; retrying")
-					pause()
-				}
-				continue
-			}
-			if src.feeds != nil {
-				s.feed(ctx, src, items, versions)
-				return
-			}
-			events := make([]watch.Event, 0, len(items))
-			for _, item := range items {
-				events = append(events, watch.Event{Type: watch.Added, Object: item})
-			}
-			if !s.emit(ctx, src, nil, events, versions[""], versions) {
-				return
-			}
-			version = versions[""]
-		}
-		if wait := reopenInterval - time.Since(opened); wait > 0 {
-			// Namespaces joining meanwhile share the next watch.
-			select {
-			case <-time.After(wait):
-			case <-ctx.Done():
-				return
-			}
-		}
-		opened = time.Now()
-		lw.mu.Lock()
-		version = src.version
-		gen := src.watchGen
-		selector := lw.watchSelector(s.target, src)
-		watchCtx, cancel := context.WithCancel(ctx)
-		src.cancelWatch = cancel
-		src.watchCovers = nil
-		if selector != "" {
-			src.watchCovers = make(map[string]bool, len(src.namespaces))
-			for _, ns := range src.namespaces {
-				src.watchCovers[ns] = true
-			}
-		}
-		lw.mu.Unlock()
-		if version == "" {
-			cancel()
-			continue
-		}
-		options := metav1.ListOptions{ResourceVersion: version, Watch: true, AllowWatchBookmarks: true, TimeoutSeconds: s.timeout, FieldSelector: s.target.fieldSelector, ShardSelector: selector}
-		if selector != "" {
-			selectedWatchOpens.WithLabelValues(s.target.resource).Inc()
-		}
-		// Without a selector every namespace: the client keeps the loaded
-		// ones (emit).
-		client := s.target.trunkClient
-		if client == nil {
-			client = s.target.client
-		}
-		w, err := client.Get().Resource(s.target.resource).VersionedParams(&options, scheme.ParameterCodec).Watch(watchCtx)
-		if err != nil {
-			cancel()
-			if ctx.Err() != nil {
-				return
-			}
-			if watchCtx.Err() != nil {
-				// Superseded while opening.
-				continue
-			}
-			if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
-				s.relist(src)
-				continue
-			}
-			logger.V(2).Info("Watching a source of the owned cache failed; retrying", "err", err)
-			pause()
-			continue
-		}
-		expired := s.follow(watchCtx, src, &gen, w)
-		superseded := watchCtx.Err() != nil
-		cancel()
-		switch {
-		case expired:
-			s.relist(src)
-		case ctx.Err() != nil:
-		case !superseded && s.closedEarly(opened):
-			// Resuming at once would replay the interval into the burst
-			// that closed the watch, and be closed again before the
-			// replay ends.
-			watchesClosedEarly.WithLabelValues(s.target.resource).Inc()
-			select {
-			case <-time.After(closedBackoff.Step()):
-			case <-ctx.Done():
-				return
-			}
-		default:
-			closedBackoff = newClosedBackoff()
-		}
-	}
-}
-
-// closedEarly says whether a watch opened at opened ended before the
-// timeout it asked for: kube-apiserver closed it, most often for falling
-// behind (its buffers full when its dispatcher's time budget ran out).
-func (s *ownedStream) closedEarly(opened time.Time) bool {
-	if s.timeout == nil || *s.timeout <= 0 {
-		return false
-	}
-	return time.Since(opened) < time.Duration(*s.timeout)*time.Second-closedEarlySlack
-}
-
-// relist makes src list its namespaces again on its next round.
-func (s *ownedStream) relist(src *source) {
-	s.lw.mu.Lock()
-	src.version = ""
-	s.lw.mu.Unlock()
-	sourceRelists.WithLabelValues(s.target.resource).Inc()
-}
-
-// follow passes w's events on until w ends; true if the server said src's
-// version has expired.
-func (s *ownedStream) follow(ctx context.Context, src *source, watched *uint64, w watch.Interface) (expired bool) {
-	defer w.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return false
-		case e, ok := <-w.ResultChan():
-			if !ok {
-				return false
-			}
-			switch e.Type {
-			case watch.Error:
-				err := apierrors.FromObject(e.Object)
-				return apierrors.IsResourceExpired(err) || apierrors.IsGone(err)
-			case watch.Bookmark:
-				if m, err := meta.Accessor(e.Object); err == nil {
-					s.emit(ctx, src, watched, nil, m.GetResourceVersion(), nil)
-				}
-			default:
-				if skipped, ok := e.Object.(*skippedObject); ok {
-					// Not decoded: only its version moves src on.
-					eventsSkipped.WithLabelValues(s.target.resource).Inc()
-					if !s.emit(ctx, src, watched, nil, skipped.resourceVersion, nil) {
-						return false
-					}
-					continue
-				}
-				m, err := meta.Accessor(e.Object)
-				if err != nil {
-					continue
-				}
-				if !s.emit(ctx, src, watched, []watch.Event{e}, m.GetResourceVersion(), nil) {
-					return false
-				}
-			}
-		}
-	}
 }

@@ -5,12 +5,10 @@ import (
 	"slices"
 	"sort"
 	"sync"
-	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/cache"
@@ -302,21 +300,6 @@ func (lw *ownedListWatch) decodes(namespace string) bool {
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
 	return lw.everywhere || lw.loaded[namespace]
-}
-
-// reopenInterval spaces the watches one source opens, so namespaces
-// joining it within it share one new watch.
-const reopenInterval = 500 * time.Millisecond
-
-// closedEarlySlack: a watch ending this close to its timeout ended by it.
-const closedEarlySlack = 5 * time.Second
-
-// newClosedBackoff paces a source's watches after kube-apiserver closed
-// one before its timeout: 1-2 s, doubling to 8-16 s while they keep being
-// closed, and back to the start after one ends by its timeout or is
-// superseded.
-func newClosedBackoff() wait.Backoff {
-	return wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 1, Steps: 4, Cap: 8 * time.Second}
 }
 
 // noNamespace selects nothing a namespaced kind has: the FNV-1a hash of

@@ -139,8 +139,8 @@ func (s *Scope) Lose(p int) (delivered int) {
 // cache.DeletedFinalStateUnknown and keeps no state of the objects Lose
 // would drop. The token controller's Secret filter is one: it logs an
 // error for every such deletion and drops it, and each error passes
-// apimachinery's 1 ms error backoff (runtime.ErrorHandlers), so one
-// replica's shutdown in the memory benchmark spent 4.3 s on 6,550 Secrets
+// apimachinery's 1 ms error backoff (runtime.ErrorHandlers), so a
+// replica leaving with thousands of Secrets would spend seconds on them
 // before its partitions were released. The handler still hears every
 // event of owned namespaces and Gain's additions.
 func IgnoreLosses(h cache.ResourceEventHandler) cache.ResourceEventHandler {

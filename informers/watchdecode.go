@@ -11,10 +11,9 @@ import (
 // The trunk watches a kind in every namespace and keeps the events of the
 // namespaces the replica has loaded, so most events a replica of a fleet
 // receives are dropped. Decoding them is the part of that cost the client
-// can avoid: over 10 s of workload (a) at raised limits it is 0.24 s of
-// the three replicas' 2.32 s of CPU (docs/benchmarks/skip-decode), and a
-// Pod event costs 4.8 us to decode against 0.45 us to read its namespace
-// (BenchmarkPodEventDecode). A protobuf event names its namespace near
+// can avoid, about a tenth of a busy replica's CPU
+// (docs/benchmarks/skip-decode): a Pod event costs ten times as much to
+// decode as to read its namespace (BenchmarkPodEventDecode). A protobuf event names its namespace near
 // the start of its bytes, so the trunk reads that first and decodes only
 // what it keeps. Reading the stream itself (TLS, HTTP/2) stays.
 

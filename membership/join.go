@@ -74,7 +74,7 @@ func (m *Member) Joining() bool {
 		}
 		if m.leader != nil && (!read.ok || read.sent.Before(start)) && !m.renewAsked.Equal(start) {
 			// Once per join: the renewal loop comes round up to a retry
-			// period later (1.5-1.9 s in the rolling restarts measured).
+			// period later.
 			m.renewAsked = start
 			m.leader.askRenewal()
 		}
@@ -197,8 +197,8 @@ func (m *Member) listOnce(ctx context.Context) error {
 // replica cut off from the apiserver keeps its last copy of each Lease,
 // and on its return those still acknowledged the epoch it had published
 // before the cut, while the others had left it out of their views and
-// taken its pieces (TestNetworkCutWithControllers: a partition started
-// 503 ms after the link came back, beside the replica that had taken it).
+// taken its pieces, so it would start a partition beside the replica that
+// took it (TestNetworkCutWithControllers).
 // Observing drops what is older than what was seen; a deletion already
 // seen is kept (a list sent before the deletion would undo it).
 func (m *Member) observeListed(leases []coordinationv1.Lease) {

@@ -85,9 +85,8 @@ func (m *Member) Peers() []Peer {
 		// what it has seen, even with nothing running yet (it may be about
 		// to start what others acknowledged to it): it counts as before
 		// for one lease duration, until it renews (recreating its Lease)
-		// or is certainly dead. Dropping such a member at once let another
-		// start its pieces while it started them too (the simulation,
-		// seed 1795356825660182058).
+		// or is certainly dead. Dropped at once, another could start its
+		// pieces while it starts them too (TestProtocolSimulation).
 		if o.deleted && (o.state.Leaving || now.Sub(o.lastChange) > o.duration) {
 			continue
 		}
@@ -197,31 +196,7 @@ func (m *Member) observe(obj any, deleted bool) {
 		// Older than what was seen: a relist must not take us back.
 		return
 	default:
-		if o.good && st.Incarnation != o.state.Incarnation {
-			o.retired[o.state.Incarnation] = true
-			// A new incarnation proves nothing of the old one: it writes
-			// at once when it finds its Lease deleted (by hand, or by a
-			// chaos fault: created 2.6 s after the deletion, 1.3 s after
-			// the old process was killed, and another replica started
-			// the old one's pieces 34 ms later, while the old one's
-			// writes could still be on their way). What the old one
-			// listed stays listed for a lease duration from when it was
-			// last seen, as for a Lease deleted by hand, unless its
-			// authority certainly ran out.
-			if len(o.state.Running) > 0 && !o.state.Leaving && !o.expired {
-				old := o.state
-				o.ghost, o.ghostSeen, o.ghostUntil = &old, o.lastChange, o.lastChange.Add(o.duration)
-			}
-		}
-		supports, serr := ParseSupports(lease.Annotations[SupportsAnnotation])
-		if serr != nil && now.Sub(o.lastBadLog) > time.Minute {
-			// Read as a release from before the annotation: the worst a
-			// wrong guess does is a view no one agrees on, never a piece
-			// run twice (the placement is part of the view).
-			o.lastBadLog = now
-			m.logger.Error(serr, "Ignoring unreadable supports annotation in fleet lease", "lease", lease.Name)
-		}
-		o.state, o.supports, o.good = st, supports, true
+		m.adopt(o, lease, st, now)
 	}
 	o.rv, o.lastChange, o.deleted, o.expired = lease.ResourceVersion, now, false, false
 	o.duration = m.cfg.LeaseDuration
@@ -231,12 +206,38 @@ func (m *Member) observe(obj any, deleted bool) {
 	}
 }
 
+// adopt takes st, read from lease, as what o's member publishes. Called
+// with mu held.
+func (m *Member) adopt(o *observation, lease *coordinationv1.Lease, st State, now time.Time) {
+	if o.good && st.Incarnation != o.state.Incarnation {
+		o.retired[o.state.Incarnation] = true
+		// A new incarnation proves nothing of the old one: it writes at
+		// once when it finds its Lease deleted (by hand, or by a fault),
+		// while the old one's writes could still be on their way. What
+		// the old one listed stays listed for a lease duration from when
+		// it was last seen, as for a Lease deleted by hand, unless its
+		// authority certainly ran out.
+		if len(o.state.Running) > 0 && !o.state.Leaving && !o.expired {
+			old := o.state
+			o.ghost, o.ghostSeen, o.ghostUntil = &old, o.lastChange, o.lastChange.Add(o.duration)
+		}
+	}
+	supports, err := ParseSupports(lease.Annotations[SupportsAnnotation])
+	if err != nil && now.Sub(o.lastBadLog) > time.Minute {
+		// Read as a release from before the annotation: the worst a wrong
+		// guess does is a view no one agrees on, never a piece run twice
+		// (the placement is part of the view).
+		o.lastBadLog = now
+		m.logger.Error(err, "Ignoring unreadable supports annotation in fleet lease", "lease", lease.Name)
+	}
+	o.state, o.supports, o.good = st, supports, true
+}
+
 // expiryLoop confirms, with a fresh read, that Leases unchanged for their
 // duration are really stale before dropping their holders. It wakes when
 // the next Lease would expire, and at least every half retry period: a
 // survivor of a killed replica then acts as soon as its Lease has expired,
-// not up to a tick later (a kill -9 test measured 0.85 s between the two
-// with a one-second tick).
+// not up to a tick later.
 func (m *Member) expiryLoop(ctx context.Context) {
 	period := m.cfg.RetryPeriod / 2
 	timer := m.cfg.Clock.NewTimer(period)

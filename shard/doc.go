@@ -38,8 +38,7 @@
 //     next renewal), and what an incarnation listed stays listed for a
 //     lease duration after it was last seen when a newer incarnation
 //     takes its Lease over (a new process writes at once when it finds
-//     its Lease deleted: the chaos soak caught a piece started 1.4 s
-//     after the old process was killed, its writes possibly in transit).
+//     its Lease deleted, while the old one's writes may be in transit).
 //  4. Own nothing while joining: after the first write of a process, and
 //     after regaining authority that had run out (over its own Lease or
 //     over KCM's leader Lease, below), until every member that may act is
@@ -99,10 +98,9 @@
 // with --leader-elect=false beside the others) but whose Lease exists;
 // the writers cover a member that acts while its own Lease is gone
 // (deleted by hand, recreated at its next renewal), which no list shows:
-// with the writers check left out, the simulation found two owners within
-// 600 runs, a cut-off member whose Lease was deleted by hand and a joiner
-// that listed while it was gone. (Every simulated member renews KCM's
-// Lease, so the simulation passes without the list.) The simulation (protocol_sim_test.go) checks the property under
+// a cut-off member whose Lease was deleted by hand, and a joiner that
+// listed while it was gone, would both own. (Every simulated member renews
+// KCM's Lease, so the simulation passes without the list.) The simulation (protocol_sim_test.go) checks the property under
 // delayed and reordered events, crashes, pauses, outages and hand-deleted
 // Leases; the e2e tests check it on a real apiserver.
 //

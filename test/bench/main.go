@@ -28,6 +28,8 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"github.com/fleet-controller-manager/fleet-controller-manager/test/localcluster"
 )
 
 // system is a controller manager under test.
@@ -67,6 +69,7 @@ type config struct {
 	jobs        bool // workload (c)
 	failover    bool // workload (d)
 	rolling     bool // workload (e)
+	hot         bool // workload (h): one busy tenant
 	cascade     bool // workload (g): cascading deletion of (a)'s Deployments
 	nsDelete    bool // workload (f): deletion of (a)'s namespaces
 	// apiServerArgs: extra kube-apiserver flags, for experiments.
@@ -82,6 +85,9 @@ type config struct {
 	// cpus: the CPUs of the control plane and of the controller managers
 	// (-cpus), for experiments; empty lets every process run anywhere.
 	cpus cpuSplit
+	// cpuQuota: the controller managers' CPU budget (-cm-cpu-cap), nil
+	// for none.
+	cpuQuota *localcluster.CPUQuota
 	// ladder: the scale ladder (scale.go) at ladderSizes namespaces of
 	// scaleShape, instead of (a)-(g); size.Runs runs at the largest size,
 	// one at the others.
@@ -114,6 +120,10 @@ func main() {
 	var apiServerArgs string
 	flag.StringVar(&apiServerArgs, "apiserver-args", "", "Comma-separated extra flags for kube-apiserver (e.g. --v=1, which logs each watcher it closes for not keeping up), for experiments.")
 	var cpus string
+	var cpuCap float64
+	var cpuShared bool
+	flag.Float64Var(&cpuCap, "cm-cpu-cap", 0, "Cap every controller manager's CPU at this many cores with a cgroup v1 quota (cpu.cfs_quota_us), as if each ran on a node of its own (0: no cap). The bench fails when the cgroup cannot be written.")
+	flag.BoolVar(&cpuShared, "cm-cpu-shared", false, "With -cm-cpu-cap: one budget shared by every controller-manager process of a system (efficiency), not one per process (capacity as replicas are added).")
 	flag.StringVar(&cpus, "cpus", "", "CONTROLPLANE:CONTROLLERMANAGERS: confine etcd, kube-apiserver, kube-scheduler and kwok to the first CPU list and every controller manager to the second (taskset syntax, e.g. 0:1), as when the controller managers run on other nodes, for experiments.")
 	flag.BoolVar(&memory, "memory", false, "Memory mode: what each process holds once a mid-sized cluster (200 namespaces, 20,000 ConfigMaps and Secrets of 3 KiB, 5,000 kwok pods) is cached, for KCM and fleets of 1, 3 and 5, at raised limits, one run each unless -runs is given; results in memory.md.")
 	flag.BoolVar(&ladder, "scale", false, "Scale ladder: the same cluster shape (per namespace 20 ConfigMaps and 20 Secrets of 16 KiB, a Service, a Deployment of 12 kwok pods) at each of -scale-sizes, for KCM (leader and standby) and fleets of 1, 3 and 5 at raised limits: memory, scale-up, kill -9 failover, whole restart, a fourth replica joining; results in scale.md. -runs applies to the largest size (default 1).")
@@ -124,7 +134,7 @@ func main() {
 	flag.IntVar(&profileSeconds, "profile-seconds", 0, "With -profile: take the CPU profiles over this many seconds instead of the mode's span (10 s of (a), 45 s of the memory workload), e.g. to cover the memory workload's whole convergence.")
 	flag.StringVar(&profile, "profile", "", "Write CPU profiles of kube-apiserver and every controller-manager process (KCM too), taken over the first 10 s of workload (a), into this folder (with -memory: over the first 45 s of convergence, and a heap profile of every process once settled).")
 	flag.StringVar(&keep, "keep", "", "Keep each run's control plane folder (logs, audit log) under this folder, for diagnosis.")
-	flag.StringVar(&workloads, "workloads", "", "Comma-separated workloads (a, b, c, d, e, f, g) to run instead of the mode's, for experiments; (a) always runs first, (g) and then (f) last.")
+	flag.StringVar(&workloads, "workloads", "", "Comma-separated workloads (a, b, c, d, e, f, g, h) to run instead of the mode's, for experiments; (a) always runs first, (g) and then (f) last.")
 	klog.InitFlags(nil)
 	flag.Parse()
 
@@ -134,6 +144,16 @@ func main() {
 		os.Exit(2)
 	}
 	cfg := config{out: out, quick: quick, jobs: true, keep: keep, profile: profile, profileSpan: time.Duration(profileSeconds) * time.Second, resume: resume, cascade: true, nsDelete: true, extraPodWatchers: extraPodWatchers, cpus: split}
+	switch {
+	case cpuCap < 0:
+		fmt.Fprintln(os.Stderr, "bench: -cm-cpu-cap must be 0 (no cap) or more")
+		os.Exit(2)
+	case cpuCap > 0:
+		cfg.cpuQuota = &localcluster.CPUQuota{Cores: cpuCap, Shared: cpuShared}
+	case cpuShared:
+		fmt.Fprintln(os.Stderr, "bench: -cm-cpu-shared needs -cm-cpu-cap")
+		os.Exit(2)
+	}
 	if apiServerArgs != "" {
 		cfg.apiServerArgs = strings.Split(apiServerArgs, ",")
 	}
@@ -148,7 +168,7 @@ func main() {
 		cfg.systems = []system{{"kube-controller-manager", false, 2}, {"fleet x1", true, 1}, {"fleet x3", true, 3}, {"fleet x5", true, 5}}
 		cfg.limits = []limits{defaultLimits, {Name: "raised (qps 1000, burst 2000)", QPS: 1000, Burst: 2000}}
 		cfg.size = size{Namespaces: 20, Deployments: 5, Replicas: 10, Jobs: 200, Runs: runs}
-		cfg.scale, cfg.failover, cfg.rolling = true, true, true
+		cfg.scale, cfg.failover, cfg.rolling, cfg.hot = true, true, true, true
 	}
 	if memory {
 		cfg.memory, cfg.memorySize = true, memorySizeFor(memoryNamespaces)
@@ -184,7 +204,7 @@ func main() {
 		for _, k := range strings.Split(workloads, ",") {
 			keep[strings.TrimSpace(k)] = true
 		}
-		cfg.scale, cfg.jobs, cfg.failover, cfg.rolling = keep["b"], keep["c"], keep["d"], keep["e"]
+		cfg.scale, cfg.jobs, cfg.failover, cfg.rolling, cfg.hot = keep["b"], keep["c"], keep["d"], keep["e"], keep["h"]
 		cfg.nsDelete, cfg.cascade = keep["f"], keep["g"]
 	}
 	if only != "" {
@@ -234,6 +254,8 @@ type report struct {
 	ExtraPodWatchers int `json:"extraPodWatchers,omitempty"`
 	// CPUs: -cpus.
 	CPUs *cpuSplit `json:"cpus,omitempty"`
+	// CPUQuota: -cm-cpu-cap and -cm-cpu-shared.
+	CPUQuota *localcluster.CPUQuota `json:"cpuQuota,omitempty"`
 	// TookSeconds: wall time of every invocation that contributed.
 	TookSeconds float64  `json:"tookSeconds"`
 	Results     []result `json:"results"`
@@ -276,6 +298,7 @@ func run(cfg config) error {
 	if cfg.cpus != (cpuSplit{}) {
 		rep.CPUs = &cfg.cpus
 	}
+	rep.CPUQuota = cfg.cpuQuota
 	if cfg.memory {
 		rep.MemorySize = &cfg.memorySize
 	}

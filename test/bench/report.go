@@ -22,8 +22,13 @@ var figureNames = []struct{ key, label string }{
 	{"c_jobs_per_s", "(c) Jobs completed per second"},
 	{"d_owned_s", "(d) after kill -9: Deployment in a namespace the victim owned (s)"},
 	{"d_other_s", "(d) after kill -9: Deployment in a namespace it did not own (s)"},
+	{"d_unserved_namespaces", "(d) after kill -9: namespaces left unserved (KCM: all)"},
+	{"d_unserved_ns_s", "(d) after kill -9: unserved namespace-seconds (each namespace until a live replica runs it: Leases)"},
 	{"e_converge_s", "(e) rolling restart during (a): all available (s)"},
 	{"e_max_unowned_s", "(e) rolling restart: longest time anything had no owner (s)"},
+	{"h_converge_s", "(h) one busy tenant (half of (a)'s Deployments in one namespace): all available (s)"},
+	{"h_owner_cpu_s", "(h) CPU-seconds of the process serving the busy namespace (KCM: its leader)"},
+	{"h_owner_peak_rss_mib", "(h) peak RSS of the process serving the busy namespace (MiB)"},
 	{"g_cascade_s", "(g) all Deployments of (a) deleted (background): every ReplicaSet and Pod gone (s)"},
 	{"f_namespaces_s", "(f) all namespaces of (a) deleted at once: all gone (s)"},
 	{"cpu_seconds", "CPU-seconds, all controller-manager processes"},
@@ -47,6 +52,8 @@ var figureNames = []struct{ key, label string }{
 	{"watches_open", "watches open at the end (all clients)"},
 	{"terminated_watchers", "watchers the apiserver closed for not keeping up (all clients)"},
 	{"cm_cpus_busy_share", "the controller managers' CPUs: busy share over the workload (-cpus)"},
+	{"cm_throttled_s", "controller managers: time waiting for CPU quota, summed over processes (s, -cm-cpu-cap)"},
+	{"cm_throttled_share", "controller managers: share of quota periods they ran out of CPU in (-cm-cpu-cap)"},
 	{"init_events", "events the apiserver replayed to watches resuming at an older version (all clients)"},
 	{"kwok_pod_watches", "kwok's Pod WATCH requests (audit)"},
 	{"kwok_pod_patches", "kwok's Pod status patches (audit)"},
@@ -90,6 +97,9 @@ func markdown(rep report, charts []string, took time.Duration) string {
 	}
 	if c := rep.CPUs; c != nil {
 		fmt.Fprintf(&b, " etcd, kube-apiserver, kube-scheduler and kwok ran on CPUs %s only, the controller managers on CPUs %s only (-cpus).", c.ControlPlane, c.ControllerManagers)
+	}
+	if q := rep.CPUQuota; q != nil {
+		fmt.Fprintf(&b, " CPU cap: %s (cgroup quota, -cm-cpu-cap).", q)
 	}
 	b.WriteString("\n\n")
 	byLimits := map[string][]result{}

@@ -53,6 +53,10 @@ func benchRun(ctx context.Context, binDir string, s system, l limits, cfg config
 	}
 	started := time.Now()
 	stopCMCPUs := b.cmCPUsMeter()
+	throttledBefore, _, err := cluster.ControllerManagerThrottling()
+	if err != nil {
+		return nil, "", err
+	}
 
 	type step struct {
 		name string
@@ -70,6 +74,9 @@ func benchRun(ctx context.Context, binDir string, s system, l limits, cfg config
 	}
 	if cfg.rolling && s.Replicas > 1 {
 		steps = append(steps, step{"e", b.rollingRestart})
+	}
+	if cfg.hot {
+		steps = append(steps, step{"h", b.hotTenant})
 	}
 	// Deletions last: they take (a)'s objects away.
 	if cfg.cascade {
@@ -106,6 +113,9 @@ func benchRun(ctx context.Context, binDir string, s system, l limits, cfg config
 		}
 	}
 	b.figures["cpu_seconds"] = cmCPU + b.killedCPU
+	if err := b.recordThrottling(throttledBefore); err != nil {
+		return nil, "", err
+	}
 	b.figures["peak_rss_mib"], b.figures["peak_rss_sum_mib"] = b.peakRSS()
 	requestsAfter, err := b.apiserverRequests()
 	if err != nil {
@@ -152,7 +162,7 @@ func newBench(ctx context.Context, binDir string, s system, l limits, cfg config
 	}
 	cluster, err := localcluster.Start(ctx, localcluster.Options{BinDir: binDir, Dir: dir, Scheduler: true,
 		KwokNodes: pods/100 + 2, KwokPodParallelism: 64, APIServerArgs: apiServerArgs, AuditReads: true,
-		ControlPlaneCPUs: cfg.cpus.ControlPlane, ControllerManagerCPUs: cfg.cpus.ControllerManagers})
+		ControlPlaneCPUs: cfg.cpus.ControlPlane, ControllerManagerCPUs: cfg.cpus.ControllerManagers, ControllerManagerCPUQuota: cfg.cpuQuota})
 	if err != nil {
 		return nil, err
 	}
@@ -373,4 +383,20 @@ func (b *bench) waitReady(i int) error {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK, nil
 	})
+}
+
+// recordThrottling records how the controller managers' CPU quota
+// (-cm-cpu-cap) held them back since before: the time their processes
+// waited for the next period, and the share of periods they ran out of
+// it in. Nothing without a quota.
+func (b *bench) recordThrottling(before localcluster.Throttling) error {
+	after, ok, err := b.cluster.ControllerManagerThrottling()
+	if err != nil || !ok {
+		return err
+	}
+	b.figures["cm_throttled_s"] = (after.Time - before.Time).Seconds()
+	if periods := after.Periods - before.Periods; periods > 0 {
+		b.figures["cm_throttled_share"] = float64(after.Throttled-before.Throttled) / float64(periods)
+	}
+	return nil
 }

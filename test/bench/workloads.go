@@ -233,19 +233,25 @@ func (b *bench) failover() error {
 		}
 	}
 	b.recordPeaks()
+	unserved, err := b.watchUnserved(victim)
+	if err != nil {
+		return err
+	}
 	b.killedCPU += cpuSeconds(b.procs[victim].Pid())
 	if err := b.procs[victim].Signal(syscall.SIGKILL); err != nil {
 		return err
 	}
 	<-b.procs[victim].Done()
 	killed := time.Now()
+	blastRadius := make(chan error, 1)
+	go func() { blastRadius <- unserved.finish(b.ctx, b, killed) }()
 	for _, ns := range []string{owned, other} {
 		if err := b.createDeployment(ns, "after-kill", 2); err != nil {
 			return err
 		}
 	}
 	times := map[string]float64{}
-	err := wait.PollUntilContextTimeout(b.ctx, 100*time.Millisecond, workloadTimeout, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(b.ctx, 100*time.Millisecond, workloadTimeout, true, func(ctx context.Context) (bool, error) {
 		for key, ns := range map[string]string{"d_owned_s": owned, "d_other_s": other} {
 			if _, ok := times[key]; ok {
 				continue
@@ -262,6 +268,9 @@ func (b *bench) failover() error {
 	}
 	for k, v := range times {
 		b.figures[k] = v
+	}
+	if err := <-blastRadius; err != nil {
+		return err
 	}
 	// Bring the victim back for (e).
 	return b.bringBack(victim)

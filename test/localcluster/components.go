@@ -211,11 +211,10 @@ func (c *Cluster) StartKubeControllerManager(ctx context.Context, name string, a
 	}
 	all := append(c.ControllerManagerArgs(kubeconfig), "--secure-port="+strconv.Itoa(port), "--leader-elect=true")
 	all = append(all, args...)
-	p, err := startProcess(c.Dir, name, filepath.Join(c.BinDir, "kube-controller-manager"), c.controllerManagerCPUs, all, nil)
+	p, err := c.startControllerManager(name, filepath.Join(c.BinDir, "kube-controller-manager"), all)
 	if err != nil {
 		return nil, 0, err
 	}
-	c.track(p)
 	if err := waitHTTP(ctx, p, fmt.Sprintf("https://127.0.0.1:%d/healthz", port), insecureClient(), componentReadyTimeout); err != nil {
 		return nil, 0, err
 	}
@@ -243,11 +242,10 @@ func (c *Cluster) StartFleetReplicaAs(ctx context.Context, bin, identity, kubeco
 	}
 	all := append(c.ControllerManagerArgs(kubeconfig), "--secure-port="+strconv.Itoa(port), "--identity="+identity)
 	all = append(all, args...)
-	p, err := startProcess(c.Dir, identity, bin, c.controllerManagerCPUs, all, nil)
+	p, err := c.startControllerManager(identity, bin, all)
 	if err != nil {
 		return nil, 0, err
 	}
-	c.track(p)
 	if err := waitHTTP(ctx, p, fmt.Sprintf("https://127.0.0.1:%d/healthz", port), insecureClient(), componentReadyTimeout); err != nil {
 		return nil, 0, err
 	}

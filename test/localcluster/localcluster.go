@@ -72,6 +72,10 @@ type Options struct {
 	// machine from what their requests cost it.
 	ControlPlaneCPUs      string
 	ControllerManagerCPUs string
+	// ControllerManagerCPUQuota, when set, gives every controller manager
+	// a CPU budget with a cgroup quota (CPUQuota); Start fails when the
+	// cgroup cannot be written.
+	ControllerManagerCPUQuota *CPUQuota
 }
 
 // Cluster is a running local control plane.
@@ -89,6 +93,7 @@ type Cluster struct {
 
 	controlPlaneCPUs      string
 	controllerManagerCPUs string
+	cpuCgroups            *cpuCgroups // nil without a quota
 	pki                   *pki
 	removeDir             bool
 	etcdURL               string
@@ -118,6 +123,11 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		c.removeDir = true
 	} else if err := os.MkdirAll(c.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("creating cluster dir: %w", err)
+	}
+	if q := opts.ControllerManagerCPUQuota; q != nil {
+		if c.cpuCgroups, err = newCPUCgroups(*q); err != nil {
+			return nil, err
+		}
 	}
 	defer func() {
 		if err != nil {
@@ -204,10 +214,41 @@ func (c *Cluster) Stop() {
 				klog.ErrorS(err, "Stopping process", "process", p.Name)
 			}
 		}
+		if c.cpuCgroups != nil {
+			if err := c.cpuCgroups.remove(); err != nil {
+				klog.ErrorS(err, "Removing the controller managers' CPU cgroups")
+			}
+		}
 		if c.removeDir {
 			_ = os.RemoveAll(c.Dir)
 		}
 	})
+}
+
+// ControllerManagerThrottling is how often the controller managers ran out
+// of their CPU quota, and how long they waited (false without a quota).
+func (c *Cluster) ControllerManagerThrottling() (Throttling, bool, error) {
+	if c.cpuCgroups == nil {
+		return Throttling{}, false, nil
+	}
+	t, err := c.cpuCgroups.throttling()
+	return t, true, err
+}
+
+// startControllerManager starts a controller-manager process: on the
+// controller managers' CPUs, under their CPU quota.
+func (c *Cluster) startControllerManager(name, bin string, args []string) (*Process, error) {
+	p, err := startProcess(c.Dir, name, bin, c.controllerManagerCPUs, args, nil)
+	if err != nil {
+		return nil, err
+	}
+	c.track(p)
+	if c.cpuCgroups != nil {
+		if err := c.cpuCgroups.place(name, p.Pid()); err != nil {
+			return p, err
+		}
+	}
+	return p, nil
 }
 
 // Processes lists every process the cluster started, in start order.
