@@ -178,9 +178,22 @@ func (v *sharedView) GetStore() cache.Store { return v.GetIndexer() }
 
 func (v *sharedView) GetIndexer() cache.Indexer {
 	if v.inPiece == nil {
-		return v.SharedIndexInformer.GetIndexer()
+		return sharedIndexer{v.SharedIndexInformer.GetIndexer()}
 	}
 	return &pieceIndexer{Indexer: v.SharedIndexInformer.GetIndexer(), inPiece: v.inPiece, byName: v.byName}
+}
+
+// sharedIndexer is a cluster-wide view's indexer: the shared one, whose
+// AddIndexers adds only the indexers it lacks. A controller that adds its
+// indexers on the indexer rather than the informer (resourceclaim does,
+// on the Pods the colocated singletons share) otherwise fails to build
+// whenever its piece comes back to a replica that ran it before: the
+// shared informer outlives the piece, and client-go refuses a second add
+// of a name ("indexer conflict").
+type sharedIndexer struct{ cache.Indexer }
+
+func (s sharedIndexer) AddIndexers(indexers cache.Indexers) error {
+	return addMissingIndexers(s.Indexer, indexers)
 }
 
 // indexersMu makes addMissingIndexers' check-then-add atomic across the

@@ -74,3 +74,30 @@ func TestPieceIndexer(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterWideViewAddsIndexersOnce: a controller built again on a
+// replica that ran it before adds its indexers again, on the informer or
+// on its indexer (resourceclaim's way, on the Pods held everywhere); both
+// take an index already there as the same, as the shared informer
+// outlives the piece.
+func TestClusterWideViewAddsIndexersOnce(t *testing.T) {
+	informer := cache.NewSharedIndexInformer(&cache.ListWatch{}, &corev1.Pod{}, 0, cache.Indexers{})
+	byNode := func(obj any) ([]string, error) { return []string{obj.(*corev1.Pod).Spec.NodeName}, nil }
+	for run := range 2 {
+		view := &sharedView{SharedIndexInformer: informer}
+		for _, add := range []struct {
+			name string
+			add  func(cache.Indexers) error
+		}{
+			{"informer", view.AddIndexers},
+			{"indexer", view.GetIndexer().AddIndexers},
+		} {
+			if err := add.add(cache.Indexers{"node-" + add.name: byNode}); err != nil {
+				t.Errorf("run %d: adding an index on the %s: %v", run+1, add.name, err)
+			}
+		}
+	}
+	if got := len(informer.GetIndexer().GetIndexers()); got != 2 {
+		t.Errorf("%d indexers, want 2", got)
+	}
+}

