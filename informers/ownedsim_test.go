@@ -337,7 +337,7 @@ func runOwnedSim(t *testing.T, seed int64) map[string]int {
 				p := rnd.Intn(simPartitions)
 				simDebugf("", "partition %d moves (loaded: %v)", p, loaded[p])
 				if gaining[p] != nil {
-					// The partition set serializes a partition's moves.
+					// The partition table serializes a partition's moves.
 					<-gaining[p]
 					delete(gaining, p)
 				}
@@ -352,7 +352,7 @@ func runOwnedSim(t *testing.T, seed int64) map[string]int {
 					gaining[p] = done
 					go func() {
 						defer close(done)
-						// Gained as the partition set does: loaded, then
+						// Gained as the partition table does: loaded, then
 						// in scope.
 						if owned.Load(ctx, p) == nil {
 							scope.Gain(p)

@@ -78,7 +78,7 @@ type State struct {
 	// has seen.
 	Acks map[string]Ack `json:"acks,omitempty"`
 	// Running lists every piece this member may be running: published
-	// before a piece starts, removed after its Run returned.
+	// before a piece starts, removed after the runner reported it ended.
 	Running []string `json:"running,omitempty"`
 	// Joining is set while a process (or one whose authority ran out) has
 	// not yet seen every member that may act: it takes part in views but

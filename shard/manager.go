@@ -136,8 +136,9 @@ type Manager struct {
 // to the first replica to finish joining and moving them again.
 const startHold = 20 * time.Second
 
-// pieceRestartDelay is how long a piece that ended on its own (its Run
-// returned before it was cancelled) waits before it is started again.
+// pieceRestartDelay is how long a piece that ended on its own (the runner
+// reported it ended before it was stopped) waits before it is started
+// again.
 const pieceRestartDelay = 5 * time.Second
 
 // NewManager prepares a Manager for pieces under ring.

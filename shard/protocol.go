@@ -12,9 +12,10 @@ type PieceStatus int
 const (
 	// Intended: to be published as running before it starts.
 	Intended PieceStatus = iota
-	// Running: started; its Run has not returned.
+	// Running: started, and not reported ended on its own (or ended on
+	// its own and waiting out pieceRestartDelay).
 	Running
-	// Stopping: cancelled; its Run has not returned yet.
+	// Stopping: stopped; the runner has not reported it ended yet.
 	Stopping
 )
 
