@@ -3,6 +3,7 @@ package informers
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"k8s.io/client-go/tools/cache"
 )
@@ -79,15 +80,21 @@ func (s *Scope) Held(namespaces []string) (delivered int) {
 	s.gainMu.Lock()
 	defer s.gainMu.Unlock()
 	visible := map[string]bool{}
-	s.heldMu.Lock()
+	s.heldMu.RLock()
 	for _, ns := range namespaces {
-		if !s.held[ns] {
-			s.held[ns] = true
-			visible[ns] = s.Owns(s.partitionOf(ns))
+		if !s.held[ns] && s.Owns(s.partitionOf(ns)) {
+			visible[ns] = true
 		}
 	}
-	s.heldMu.Unlock()
-	return s.deliver(func(ns string) bool { return visible[ns] }, func(h *scopedHandler, obj any) { h.handler.OnAdd(obj, false) }, true)
+	s.heldMu.RUnlock()
+	covers := func(ns string) bool { return visible[ns] }
+	return s.change(false, covers, func() {
+		s.heldMu.Lock()
+		defer s.heldMu.Unlock()
+		for _, ns := range namespaces {
+			s.held[ns] = true
+		}
+	})
 }
 
 // Dropped records that the owned cache no longer holds namespaces (their
@@ -111,8 +118,8 @@ func (s *Scope) Owns(p int) bool { return p >= 0 && p < len(s.owned) && s.owned[
 func (s *Scope) Gain(p int) (delivered int) {
 	s.gainMu.Lock()
 	defer s.gainMu.Unlock()
-	s.owned[p].Store(true)
-	return s.deliver(func(ns string) bool { return s.partitionOf(ns) == p && s.isHeld(ns) }, func(h *scopedHandler, obj any) { h.handler.OnAdd(obj, false) }, true)
+	covers := func(ns string) bool { return s.partitionOf(ns) == p }
+	return s.change(false, covers, func() { s.owned[p].Store(true) })
 }
 
 // Lose removes partition p, so that no event of its namespaces reaches a
@@ -125,14 +132,18 @@ func (s *Scope) Gain(p int) (delivered int) {
 func (s *Scope) Lose(p int) (delivered int) {
 	s.gainMu.Lock()
 	defer s.gainMu.Unlock()
-	s.owned[p].Store(false)
-	return s.deliver(func(ns string) bool { return s.partitionOf(ns) == p && s.isHeld(ns) }, func(h *scopedHandler, obj any) {
-		key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
-		if err != nil {
-			return
+	// The namespaces visible until now: one held later stays hidden, and
+	// its handlers never knew its objects.
+	visible := map[string]bool{}
+	s.heldMu.RLock()
+	for ns := range s.held {
+		if s.partitionOf(ns) == p {
+			visible[ns] = true
 		}
-		h.handler.OnDelete(cache.DeletedFinalStateUnknown{Key: key, Obj: obj})
-	}, false)
+	}
+	s.heldMu.RUnlock()
+	covers := func(ns string) bool { return s.partitionOf(ns) == p && (!s.gated || visible[ns]) }
+	return s.change(true, covers, func() { s.owned[p].Store(false) })
 }
 
 // IgnoreLosses marks a handler Lose does not call: one that rejects
@@ -149,32 +160,49 @@ func IgnoreLosses(h cache.ResourceEventHandler) cache.ResourceEventHandler {
 
 type lossIgnoringHandler struct{ cache.ResourceEventHandler }
 
-// deliver calls call for every cached object of the namespaces selected,
-// per handler, reading each object from the store under the handler's
-// lock: an object the informer has deleted meanwhile is skipped (its
-// deletion reaches the handler through the informer), one whose namespace
-// is no longer (owned: now) in scope too, and no event of the informer
-// interleaves with the call. Called with gainMu held.
-func (s *Scope) deliver(selected func(namespace string) bool, call func(*scopedHandler, any), owned bool) int {
+// change reveals (or, hide, hides) the namespaces covers selects by
+// calling flip, and delivers their cached objects to every scoped
+// handler as additions (deletions with unknown final state). Each
+// handler first opens a window on those namespaces (scopewindow.go), so
+// that what it still has queued from before the store was read is
+// sorted against what the delivery told it. Each object is read from the
+// store under the handler's lock: one the informer deleted meanwhile is
+// skipped (its deletion reaches the handler through the informer if the
+// handler knew it), one whose namespace is no longer (hide: now) in
+// scope too, and no event of the informer interleaves with the call.
+// Called with gainMu held.
+func (s *Scope) change(hide bool, covers func(namespace string) bool, flip func()) int {
 	s.mu.Lock()
 	byIndexer := map[cache.Indexer][]*scopedHandler{}
 	for h := range s.handlers {
-		if !owned && h.ignoreLosses { // Lose
+		if hide && h.ignoreLosses {
 			continue
 		}
 		byIndexer[h.indexer] = append(byIndexer[h.indexer], h)
 	}
 	s.mu.Unlock()
+	now := time.Now()
+	windows := map[*scopedHandler]*scopeWindow{}
+	for _, handlers := range byIndexer {
+		for _, h := range handlers {
+			h.mu.Lock()
+			windows[h] = h.openWindow(hide, covers, now)
+			h.mu.Unlock()
+		}
+	}
+	flip()
 	var n int
 	for indexer, handlers := range byIndexer {
 		byName := handlers[0].byName
-		keys := s.keysOf(indexer, byName, selected)
+		keys := s.keysOf(indexer, byName, func(ns string) bool { return covers(ns) && s.isHeld(ns) })
 		for _, h := range handlers {
+			w := windows[h]
 			for _, key := range keys {
 				h.mu.Lock()
-				if obj, exists, err := indexer.GetByKey(key); err == nil && exists && s.HasNamespace(namespaceOfKey(key, byName)) == owned {
-					call(h, obj)
-					n++
+				if obj, exists, err := indexer.GetByKey(key); err == nil && exists && s.HasNamespace(namespaceOfKey(key, byName)) != hide {
+					if w.deliver(h, key, obj) {
+						n++
+					}
 				}
 				h.mu.Unlock()
 			}
@@ -236,7 +264,11 @@ type scopedHandler struct {
 	// ignoreLosses: Lose skips this handler (IgnoreLosses).
 	ignoreLosses bool
 
+	// mu serializes the calls; it guards windows.
 	mu sync.Mutex
+	// windows: the scope's reveals and hides whose events may still be
+	// queued (scopewindow.go), oldest first.
+	windows []*scopeWindow
 }
 
 func (h *scopedHandler) inScope(obj any) bool {
@@ -250,7 +282,7 @@ func (h *scopedHandler) inScope(obj any) bool {
 func (h *scopedHandler) OnAdd(obj any, isInInitialList bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.inScope(obj) {
+	if h.pass(eventAdd, obj, h.inScope(obj)) {
 		h.handler.OnAdd(obj, isInInitialList)
 	}
 }
@@ -258,7 +290,7 @@ func (h *scopedHandler) OnAdd(obj any, isInInitialList bool) {
 func (h *scopedHandler) OnUpdate(oldObj, newObj any) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.inScope(newObj) {
+	if h.pass(eventUpdate, newObj, h.inScope(newObj)) {
 		h.handler.OnUpdate(oldObj, newObj)
 	}
 }
@@ -266,7 +298,7 @@ func (h *scopedHandler) OnUpdate(oldObj, newObj any) {
 func (h *scopedHandler) OnDelete(obj any) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.inScope(obj) {
+	if h.pass(eventDelete, obj, h.inScope(obj)) {
 		h.handler.OnDelete(obj)
 	}
 }

@@ -1,0 +1,153 @@
+package informers
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+// laggingInformer plays an informer whose handler runs behind its store:
+// every change is applied to the store at once and its notification
+// queued, and the test says when the handler is told.
+type laggingInformer struct {
+	store  cache.Indexer
+	queued []func()
+	h      *scopedHandler
+}
+
+func (l *laggingInformer) write(ns, name, version string, deleted bool) {
+	obj := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, ResourceVersion: version}}
+	old, exists, _ := l.store.Get(obj)
+	switch {
+	case deleted:
+		_ = l.store.Delete(obj)
+		l.queued = append(l.queued, func() { l.h.OnDelete(obj) })
+	case exists:
+		_ = l.store.Update(obj)
+		l.queued = append(l.queued, func() { l.h.OnUpdate(old, obj) })
+	default:
+		_ = l.store.Add(obj)
+		l.queued = append(l.queued, func() { l.h.OnAdd(obj, false) })
+	}
+}
+
+func (l *laggingInformer) tell() {
+	for _, f := range l.queued {
+		f()
+	}
+	l.queued = nil
+}
+
+// TestScopeWindows: a handler whose notifications are still queued when
+// the scope reveals or hides its namespace is never told of a deletion
+// or update of an object it does not know, nor of an older version than
+// it knows, and ends knowing exactly the store's visible objects.
+func TestScopeWindows(t *testing.T) {
+	type step struct {
+		op                string // write, delete, tell, gain, lose
+		ns, name, version string
+	}
+	cases := []struct {
+		name  string
+		steps []step
+	}{
+		{"a deletion queued across a gain", []step{
+			{op: "write", ns: "p0-a", name: "k", version: "1"}, {op: "tell"},
+			{op: "delete", ns: "p0-a", name: "k", version: "2"},
+			{op: "gain"}, {op: "tell"},
+		}},
+		{"updates queued across a gain", []step{
+			{op: "write", ns: "p0-a", name: "k", version: "1"}, {op: "tell"},
+			{op: "write", ns: "p0-a", name: "k", version: "2"},
+			{op: "write", ns: "p0-a", name: "k", version: "3"},
+			{op: "gain"}, {op: "tell"},
+		}},
+		{"an addition and its deletion queued across a gain", []step{
+			{op: "write", ns: "p0-a", name: "k", version: "1"},
+			{op: "delete", ns: "p0-a", name: "k", version: "2"},
+			{op: "gain"}, {op: "tell"},
+		}},
+		{"an object deleted and made again under its name across a gain", []step{
+			{op: "write", ns: "p0-a", name: "k", version: "1"}, {op: "tell"},
+			{op: "delete", ns: "p0-a", name: "k", version: "2"},
+			{op: "write", ns: "p0-a", name: "k", version: "3"},
+			{op: "gain"}, {op: "tell"},
+		}},
+		{"a deletion queued across a lose", []step{
+			{op: "gain"},
+			{op: "write", ns: "p0-a", name: "k", version: "1"}, {op: "tell"},
+			{op: "delete", ns: "p0-a", name: "k", version: "2"},
+			{op: "lose"}, {op: "tell"},
+		}},
+		{"an addition and its deletion queued across a lose", []step{
+			{op: "gain"},
+			{op: "write", ns: "p0-a", name: "k", version: "1"},
+			{op: "delete", ns: "p0-a", name: "k", version: "2"},
+			{op: "lose"}, {op: "tell"},
+		}},
+		{"a deletion after a lose of an object it told as gone", []step{
+			{op: "gain"},
+			{op: "write", ns: "p0-a", name: "k", version: "1"}, {op: "tell"},
+			{op: "lose"},
+			{op: "delete", ns: "p0-a", name: "k", version: "2"}, {op: "tell"},
+		}},
+		{"lost and gained again with changes queued", []step{
+			{op: "gain"},
+			{op: "write", ns: "p0-a", name: "k", version: "1"}, {op: "tell"},
+			{op: "write", ns: "p0-a", name: "k", version: "2"},
+			{op: "lose"},
+			{op: "delete", ns: "p0-a", name: "k", version: "3"},
+			{op: "write", ns: "p0-a", name: "j", version: "4"},
+			{op: "gain"}, {op: "tell"},
+		}},
+		{"another partition's events pass as before", []step{
+			{op: "gain"},
+			{op: "write", ns: "p1-a", name: "k", version: "1"},
+			{op: "delete", ns: "p1-a", name: "k", version: "2"},
+			{op: "write", ns: "p0-a", name: "j", version: "3"},
+			{op: "tell"},
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			scope := NewScope(2, func(ns string) int {
+				if strings.HasPrefix(ns, "p1-") {
+					return 1
+				}
+				return 0
+			})
+			checker := &simHandler{known: map[string]string{}}
+			informer := &laggingInformer{store: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})}
+			informer.h = &scopedHandler{scope: scope, handler: checker.handler(), indexer: informer.store}
+			scope.register(informer.h)
+			for _, s := range tc.steps {
+				switch s.op {
+				case "write", "delete":
+					informer.write(s.ns, s.name, s.version, s.op == "delete")
+				case "tell":
+					informer.tell()
+				case "gain":
+					scope.Gain(0)
+				case "lose":
+					scope.Lose(0)
+				}
+			}
+			for _, v := range checker.violations {
+				t.Errorf("the handler was told %s", v)
+			}
+			want := map[string]string{}
+			for _, obj := range informer.store.List() {
+				cm := obj.(*corev1.ConfigMap)
+				if scope.HasNamespace(cm.Namespace) {
+					want[cm.Namespace+"/"+cm.Name] = cm.ResourceVersion
+				}
+			}
+			if d := diffVersions(checker.known, want); d != "" {
+				t.Errorf("the handler's view against the store's visible objects: %s", d)
+			}
+		})
+	}
+}
