@@ -100,6 +100,10 @@ type RuntimeConfig struct {
 	// Authority gates every write: none is sent while the replica may
 	// not act.
 	Authority shard.Authority
+	// Weights, when set, receives what each loaded partition holds, every
+	// weightInterval (weights.go): the weights the replica publishes.
+	// Only the modes with an owned cache measure them.
+	Weights func(map[int]uint64)
 	// Replicas counts the fleet's live replicas, this one included; when
 	// set, the partition controllers' worker counts are KCM's divided
 	// among them (shareWorkers) when they are built. Nil: KCM's counts.
@@ -215,6 +219,9 @@ func NewRuntime(ctx context.Context, cfg RuntimeConfig) (*Runtime, error) {
 	r.partitionRootBuilder = clients.root.forPartitions(r.table)
 	r.partitionBuilder = clients.controllers.forPartitions(r.table)
 	go r.table.loop(ctx)
+	if r.owned != nil && cfg.Weights != nil {
+		go r.measureWeights(ctx, cfg.Weights)
+	}
 	return r, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"math/rand"
 	"sort"
 	"strconv"
@@ -382,7 +383,7 @@ func runOwnedSim(t *testing.T, seed int64) map[string]int {
 			version, ok := rootDeleted.Load(ns)
 			return ok && model.wasFolded("configmaps", ns, version.(int64))
 		}
-		checkOwnedSim(ctx, t, seed, round, model, namespaces, scope, cmInformer, checker, loaded, partitionOf, exempt)
+		checkOwnedSim(ctx, t, seed, round, model, namespaces, scope, owned, cmInformer, checker, loaded, partitionOf, exempt)
 		if t.Failed() {
 			break
 		}
@@ -401,7 +402,7 @@ func runOwnedSim(t *testing.T, seed int64) map[string]int {
 }
 
 // checkOwnedSim waits for quiescence and checks the invariants.
-func checkOwnedSim(ctx context.Context, t *testing.T, seed int64, round int, model *apiServerModel, namespaces cache.SharedIndexInformer, scope *Scope, informer cache.SharedIndexInformer, checker *simHandler, loaded map[int]bool, partitionOf func(string) int, exempt func(namespace string) bool) {
+func checkOwnedSim(ctx context.Context, t *testing.T, seed int64, round int, model *apiServerModel, namespaces cache.SharedIndexInformer, scope *Scope, owned *OwnedCache, informer cache.SharedIndexInformer, checker *simHandler, loaded map[int]bool, partitionOf func(string) int, exempt func(namespace string) bool) {
 	t.Helper()
 	// The Namespaces informer is a plain one: after watches ended again
 	// and again its reflector backs off, up to 30 s.
@@ -448,6 +449,18 @@ func checkOwnedSim(ctx context.Context, t *testing.T, seed int64, round int, mod
 		}
 		if d := diffVersions(got, want); d != "" {
 			why = "the informer's store against the model: " + d
+			return false, nil
+		}
+		weights := map[int]uint64{}
+		for p := range loaded {
+			weights[p] = 0
+		}
+		for key := range want {
+			ns, _, _ := cache.SplitMetaNamespaceKey(key)
+			weights[partitionOf(ns)]++
+		}
+		if got := owned.PartitionObjects(); !maps.Equal(got, weights) {
+			why = fmt.Sprintf("the partitions' weights are %v, want %v", got, weights)
 			return false, nil
 		}
 		checker.mu.Lock()

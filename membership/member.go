@@ -29,11 +29,13 @@ type Member struct {
 	mu        sync.Mutex
 	desired   State
 	confirmed State
-	seq       uint64
-	lease     *coordinationv1.Lease // last written or read own Lease
-	deadline  time.Time             // authority holds until then
-	joinedAt  time.Time             // when the last (re)joining write was answered
-	joinOver  time.Time             // start of the last join that ended (Joining)
+	// weights: SetWeights's, written with the state (weights.go).
+	weights  map[int]uint64
+	seq      uint64
+	lease    *coordinationv1.Lease // last written or read own Lease
+	deadline time.Time             // authority holds until then
+	joinedAt time.Time             // when the last (re)joining write was answered
+	joinOver time.Time             // start of the last join that ended (Joining)
 	// listWanted: a join began then and wants a list sent after it;
 	// listSent: when the last successful list was sent (listLoop).
 	listWanted, listSent time.Time

@@ -105,7 +105,7 @@ func TestObserve(t *testing.T) {
 // member writes its own into its Lease.
 func TestObserveSupports(t *testing.T) {
 	m, err := New(Config{Client: fake.NewSimpleClientset(), Namespace: "ns", Fleet: "f", Identity: "self",
-		Supports: Supports{Placements: []string{"p/v2", "p/v3"}, StateVersions: []int{1, 2}}})
+		Supports: Supports{Placements: []string{"p/v2", "p/v3"}, StateVersions: StateVersions}})
 	if err != nil {
 		t.Fatal(err)
 	}

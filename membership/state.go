@@ -26,19 +26,23 @@ const (
 // when every member it observes reads it (Member.writeVersion).
 //
 //   - Version 1 lists every running piece by name.
+//
 //   - Version 2 writes the partitions among them ("partition/N") as a
 //     bitmap, field "parts": base64url without padding, bit N%8 of byte N/8.
 //     A replica running a third of --partitions=1024 writes a state of
 //     256 bytes at every renewal instead of 5,528 (412 and 96 bytes with
 //     the default 64 partitions).
 //
+//   - Version 3 adds the weights of the running partitions, field "w"
+//     (weights.go).
+//
 // A member refuses a state of a version it does not read rather than
 // guess at its meaning: a version 1 reader would take a version 2 state
 // for one running no partition.
-const StateVersion = 2
+const StateVersion = 3
 
 // StateVersions are the encodings this release reads, oldest first.
-var StateVersions = []int{1, 2}
+var StateVersions = []int{1, 2, 3}
 
 // PartitionPrefix begins the name of every partition piece (package
 // shard names them); version 2 of the state writes those pieces as a
@@ -87,6 +91,10 @@ type State struct {
 	// Leaving is set on the last write before a graceful leave: nothing
 	// runs and the Lease is about to be deleted.
 	Leaving bool `json:"leaving,omitempty"`
+	// Weights: what each running partition holds (objects in the owned
+	// cache), as quantized on the wire (version 3, weights.go); a
+	// partition not measured yet has none.
+	Weights map[int]uint64 `json:"-"`
 }
 
 var (
@@ -100,7 +108,8 @@ var (
 // partitions out of Running into Parts.
 type stateWire struct {
 	State
-	Parts string `json:"parts,omitempty"`
+	Parts   string `json:"parts,omitempty"`
+	Weights string `json:"w,omitempty"`
 }
 
 // ParseState decodes and validates an annotation value of any version
@@ -140,6 +149,16 @@ func parseState(value string, versions []int) (State, error) {
 			return State{}, err
 		}
 		s.Running = append(s.Running, parts...)
+	}
+	if w.Weights != "" {
+		if s.Version < 3 {
+			return State{}, fmt.Errorf("state version %d with partition weights", s.Version)
+		}
+		weights, err := decodeWeights(w.Weights, runningPartitions(s.Running))
+		if err != nil {
+			return State{}, err
+		}
+		s.Weights = weights
 	}
 	if err := s.Validate(); err != nil {
 		return State{}, err
@@ -199,6 +218,11 @@ func (s State) Validate() error {
 	if s.Joining && len(s.Running) > 0 {
 		return errors.New("joining with pieces running")
 	}
+	for p := range s.Weights {
+		if !seen[PartitionPrefix+strconv.Itoa(p)] {
+			return fmt.Errorf("a weight for partition %d, which is not running", p)
+		}
+	}
 	return nil
 }
 
@@ -217,6 +241,9 @@ func (s State) EncodeVersion(version int) (string, error) {
 	w := stateWire{State: s}
 	if version >= 2 {
 		w.Running, w.Parts = encodeParts(s.Running)
+	}
+	if version >= 3 {
+		w.Weights = encodeWeights(runningPartitions(s.Running), s.Weights)
 	}
 	data, err := json.Marshal(w)
 	if err != nil {

@@ -2,6 +2,8 @@ package membership
 
 import (
 	"fmt"
+	"maps"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -23,7 +25,7 @@ func TestParseState(t *testing.T) {
 		{"empty", "", "decoding"},
 		{"not json", "garbage{", "decoding"},
 		{"array", "[1,2]", "decoding"},
-		{"unknown version", `{"v":3,"inc":"a","seq":1,"epoch":1,"view":""}`, "version"},
+		{"unknown version", `{"v":99,"inc":"a","seq":1,"epoch":1,"view":""}`, "version"},
 		{"version 2", `{"v":2,"inc":"a1b2","seq":3,"epoch":2,"view":"00ff","acks":{"replica-1":{"inc":"c3","epoch":7}},"running":["singleton/namespace"],"parts":"CA"}`, ""},
 		{"partition bitmap in version 1", `{"v":1,"inc":"a","seq":1,"epoch":1,"view":"","parts":"CA"}`, "bitmap"},
 		{"bad partition bitmap", `{"v":2,"inc":"a","seq":1,"epoch":1,"view":"","parts":"!!"}`, "bitmap"},
@@ -38,6 +40,10 @@ func TestParseState(t *testing.T) {
 		{"duplicate piece", `{"v":1,"inc":"a","seq":1,"epoch":1,"view":"","running":["partition/1","partition/1"]}`, "twice"},
 		{"bad ack member", `{"v":1,"inc":"a","seq":1,"epoch":1,"view":"","acks":{"UPPER":{"inc":"b","epoch":1}}}`, "member"},
 		{"leaving while running", `{"v":1,"inc":"a","seq":1,"epoch":1,"view":"","running":["partition/1"],"leaving":true}`, "leaving"},
+		{"weights in version 2", `{"v":2,"inc":"a","seq":1,"epoch":1,"view":"","parts":"CA","w":"AQ"}`, "weights"},
+		{"a weight too many", `{"v":3,"inc":"a","seq":1,"epoch":1,"view":"","parts":"CA","w":"AQE"}`, "2 partition weights for 1"},
+		{"weights and no partition", `{"v":3,"inc":"a","seq":1,"epoch":1,"view":"","w":"AQ"}`, "1 partition weights for 0"},
+		{"bad weights", `{"v":3,"inc":"a","seq":1,"epoch":1,"view":"","parts":"CA","w":"!"}`, "weights"},
 		{"huge", `{"v":1,"inc":"a","seq":1,"epoch":1,"view":"","running":["` + strings.Repeat("a", 70<<10) + `"]}`, "more than"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -127,4 +133,42 @@ func FuzzParseLeaseState(f *testing.F) {
 			t.Fatalf("round trip changed the state: %+v -> %+v", s, again)
 		}
 	})
+}
+
+// TestStateWeights: the weights of the running partitions survive a
+// round trip through version 3 as their quantized values, an unmeasured
+// partition stays unmeasured, an older version drops them, and a weight
+// of a partition that is not running is refused.
+func TestStateWeights(t *testing.T) {
+	st := State{Incarnation: "a", Seq: 1, Epoch: 1, Running: []string{"partition/0", "partition/9", "partition/63", "singleton/gc"},
+		Weights: map[int]uint64{0: 0, 9: 1234, 63: 5_000_000}}
+	for _, tc := range []struct {
+		version int
+		want    map[int]uint64
+	}{
+		{3, map[int]uint64{0: 0, 9: Quantized(1234), 63: Quantized(5_000_000)}},
+		{2, nil},
+	} {
+		value, err := st.EncodeVersion(tc.version)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := ParseState(value)
+		if err != nil {
+			t.Fatalf("version %d: %v", tc.version, err)
+		}
+		if !maps.Equal(got.Weights, tc.want) {
+			t.Errorf("version %d: weights %v, want %v (%s)", tc.version, got.Weights, tc.want, value)
+		}
+	}
+	st.Weights[10] = 1
+	if _, err := st.Encode(); err == nil || !strings.Contains(err.Error(), "not running") {
+		t.Errorf("a weight of a partition not running: got %v", err)
+	}
+	for _, w := range []uint64{0, 1, 2, 7, 100, 1000, 65_536, 1 << 30} {
+		q := Quantized(w)
+		if d := math.Abs(float64(q)-float64(w)) / math.Max(float64(w), 1); d > 0.045 && w > 10 || w <= 10 && q != w && d > 0.5 {
+			t.Errorf("weight %d reads back as %d", w, q)
+		}
+	}
 }

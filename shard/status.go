@@ -28,6 +28,11 @@ type FleetStatus struct {
 	Members    []MemberStatus `json:"members"`
 	// UnownedPartitions are partitions no member lists as running.
 	UnownedPartitions []int `json:"unownedPartitions"`
+	// Objects is what the live members' partitions hold (weights.go);
+	// Busiest is the largest member's Objects over the mean of the
+	// members that run partitions (1: even; 0: nothing measured).
+	Objects uint64  `json:"objects"`
+	Busiest float64 `json:"busiest"`
 	// LeaderLease is kube-controller-manager's leader Lease, when the fleet
 	// holds it (nil when not read).
 	LeaderLease *LeaderLeaseStatus `json:"leaderLease,omitempty"`
@@ -103,7 +108,13 @@ type MemberStatus struct {
 	Epoch       uint64        `json:"epoch"`
 	Partitions  []int         `json:"partitions"`
 	Singletons  []string      `json:"singletons"`
-	Problem     string        `json:"problem,omitempty"`
+	// Objects is what its partitions hold, as their weights in its state
+	// say (quantized); Measured counts the partitions that have one.
+	Objects  uint64 `json:"objects"`
+	Measured int    `json:"measuredPartitions"`
+	// Share is Objects over the fleet's Objects (0 to 1).
+	Share   float64 `json:"share"`
+	Problem string  `json:"problem,omitempty"`
 }
 
 // ReadFleet lists the fleet's Leases and summarises them. One read has no
@@ -160,10 +171,15 @@ func FleetStatusFromLeases(leases []coordinationv1.Lease, namespace, fleet strin
 			}
 			sort.Ints(m.Partitions)
 			sort.Strings(m.Singletons)
+			for _, w := range st.Weights {
+				m.Objects += w
+				m.Measured++
+			}
 		}
 		out.Members = append(out.Members, m)
 	}
 	sort.Slice(out.Members, func(i, j int) bool { return out.Members[i].Name < out.Members[j].Name })
+	out.weigh()
 	out.UnownedPartitions = []int{}
 	for i := range partitions {
 		if !owned[i] {
@@ -173,10 +189,34 @@ func FleetStatusFromLeases(leases []coordinationv1.Lease, namespace, fleet strin
 	return out
 }
 
+// weigh sums the live members' objects into each one's share and the
+// busiest one's load against the mean.
+func (s *FleetStatus) weigh() {
+	var busiest uint64
+	running := 0
+	for _, m := range s.Members {
+		if m.Health == MemberExpired || len(m.Partitions) == 0 {
+			continue
+		}
+		s.Objects += m.Objects
+		busiest = max(busiest, m.Objects)
+		running++
+	}
+	if s.Objects == 0 {
+		return
+	}
+	for i := range s.Members {
+		if s.Members[i].Health != MemberExpired {
+			s.Members[i].Share = float64(s.Members[i].Objects) / float64(s.Objects)
+		}
+	}
+	s.Busiest = float64(busiest) * float64(running) / float64(s.Objects)
+}
+
 // WriteTable prints the status as a table.
 func (s FleetStatus) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "MEMBER\tHEALTH\tRENEWED\tEPOCH\tPARTITIONS\tSINGLETONS")
+	fmt.Fprintln(tw, "MEMBER\tHEALTH\tRENEWED\tEPOCH\tPARTITIONS\tOBJECTS\tSINGLETONS")
 	for _, m := range s.Members {
 		renewed := "never"
 		if !m.Renewed.IsZero() {
@@ -186,11 +226,16 @@ func (s FleetStatus) WriteTable(w io.Writer) error {
 		if singletons == "" {
 			singletons = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d: %s\t%s\n", m.Name, m.Health, renewed, m.Epoch,
-			len(m.Partitions), CompactRanges(m.Partitions), singletons)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d: %s\t%s\t%s\n", m.Name, m.Health, renewed, m.Epoch,
+			len(m.Partitions), CompactRanges(m.Partitions), m.describeObjects(), singletons)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if s.Busiest > 0 {
+		if _, err := fmt.Fprintf(w, "\nobjects in the partitions: %d; the busiest member holds %.2fx the mean\n", s.Objects, s.Busiest); err != nil {
+			return err
+		}
 	}
 	if len(s.UnownedPartitions) > 0 {
 		if _, err := fmt.Fprintf(w, "\npartitions no live member runs: %s\n", CompactRanges(s.UnownedPartitions)); err != nil {
@@ -203,6 +248,19 @@ func (s FleetStatus) WriteTable(w io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// describeObjects is the member's objects and share, "-" when none of its
+// partitions is measured (a release that does not publish weights).
+func (m MemberStatus) describeObjects() string {
+	if m.Measured == 0 {
+		return "-"
+	}
+	out := fmt.Sprintf("%d (%.0f%%)", m.Objects, 100*m.Share)
+	if m.Measured < len(m.Partitions) {
+		out += fmt.Sprintf(", %d of %d partitions measured", m.Measured, len(m.Partitions))
+	}
+	return out
 }
 
 // CompactRanges writes sorted numbers as ranges: 0-3,7,9-10.

@@ -51,9 +51,9 @@ func TestFleetStatusFromLeases(t *testing.T) {
 		}
 	}
 	leases := []coordinationv1.Lease{
-		lease("c", 2*time.Second, &membership.State{Running: []string{"partition/2", "partition/3", "singleton/namespace"}}, ""),
-		lease("a", time.Second, &membership.State{Running: []string{"partition/0"}}, ""),
-		lease("b", time.Minute, &membership.State{Running: []string{"partition/1"}}, ""),
+		lease("c", 2*time.Second, &membership.State{Running: []string{"partition/2", "partition/3", "singleton/namespace"}, Weights: map[int]uint64{2: 300}}, ""),
+		lease("a", time.Second, &membership.State{Running: []string{"partition/0"}, Weights: map[int]uint64{0: 100}}, ""),
+		lease("b", time.Minute, &membership.State{Running: []string{"partition/1"}, Weights: map[int]uint64{1: 5000}}, ""),
 		lease("d", time.Second, &membership.State{Joining: true}, ""),
 		lease("e", time.Second, &membership.State{Leaving: true}, ""),
 		lease("f", time.Second, nil, "{not json"),
@@ -74,11 +74,20 @@ func TestFleetStatusFromLeases(t *testing.T) {
 	if !reflect.DeepEqual(s.UnownedPartitions, []int{1, 4}) {
 		t.Errorf("unowned = %v, want [1 4]", s.UnownedPartitions)
 	}
+	// b expired: its objects are not the fleet's; c's partition 3 is not
+	// measured yet.
+	a, c := membership.Quantized(100), membership.Quantized(300)
+	if s.Objects != a+c || s.Members[2].Objects != c || s.Members[2].Measured != 1 {
+		t.Errorf("objects = %d, c's %d in %d partitions; want %d, %d in 1", s.Objects, s.Members[2].Objects, s.Members[2].Measured, a+c, c)
+	}
+	if want := float64(c) * 2 / float64(a+c); s.Busiest != want {
+		t.Errorf("busiest = %g, want %g", s.Busiest, want)
+	}
 	var b strings.Builder
 	if err := s.WriteTable(&b); err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range []string{"c       ready", "2: 2-3", "namespace", "partitions no live member runs: 1,4"} {
+	for _, line := range []string{"c       ready", "2: 2-3", "namespace", "partitions no live member runs: 1,4", "303 (76%), 1 of 2 partitions measured", "the busiest member holds 1.51x the mean"} {
 		if !strings.Contains(b.String(), line) {
 			t.Errorf("table lacks %q:\n%s", line, b.String())
 		}

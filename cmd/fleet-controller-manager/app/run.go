@@ -169,6 +169,7 @@ func ControllersRunner(ctx context.Context, env RunnerEnv) (Pieces, error) {
 	rt, err := controllers.NewRuntime(env.Lifetime, controllers.RuntimeConfig{
 		KCM: c, Identity: fleet.Identity, Ring: ring, Mode: mode,
 		SelectorTerms: fleet.SelectorTerms, NamespaceWatchMax: fleet.NamespaceWatchMax, SelectedWatches: fleet.SelectedWatches, Authority: member,
+		Weights:  env.Member.SetWeights,
 		Replicas: replicasOf(fleet.ShareWorkers.Shares(c.ComponentConfig.Generic.ClientConnection.QPS, fleet.defaultQPS), member),
 	})
 	if err != nil {

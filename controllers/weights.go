@@ -1,0 +1,45 @@
+package controllers
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/component-base/metrics"
+)
+
+// weightInterval is how often the replica measures what its partitions
+// hold. The weights reach its Lease with its next write (a renewal at
+// the latest), and a placement by weight acts on them only once they
+// have stayed uneven for far longer.
+const weightInterval = 10 * time.Second
+
+var (
+	partitionObjects = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Namespace: "fleet", Name: "partition_objects",
+		Help:           "Objects the owned cache holds in each partition this replica has loaded: the partition's weight, published in the replica's Lease.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"partition"})
+	replicaObjects = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace: "fleet", Name: "replica_objects",
+		Help:           "Objects the owned cache holds in the partitions this replica has loaded; its share of the fleet's is this over the sum of every replica's.",
+		StabilityLevel: metrics.ALPHA,
+	})
+)
+
+// measureWeights hands publish what each loaded partition holds, every
+// weightInterval until ctx ends, and records it on /metrics.
+func (r *Runtime) measureWeights(ctx context.Context, publish func(map[int]uint64)) {
+	wait.UntilWithContext(ctx, func(context.Context) {
+		weights := r.owned.PartitionObjects()
+		publish(weights)
+		partitionObjects.Reset()
+		var sum uint64
+		for p, w := range weights {
+			partitionObjects.WithLabelValues(strconv.Itoa(p)).Set(float64(w))
+			sum += w
+		}
+		replicaObjects.Set(float64(sum))
+	}, weightInterval)
+}
