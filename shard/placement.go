@@ -18,10 +18,18 @@ const (
 	PlacementColocated = "consistent-v0.10.0/xxhash/v2-colocated"
 	// PlacementColocatedShare: it keeps RingConfig.ColocatedShare of one.
 	PlacementColocatedShare = "consistent-v0.10.0/xxhash/v3-colocated-share"
+	// PlacementWeighted: PlacementColocatedShare's, then balanced by the
+	// view's weight table (weighted.go).
+	PlacementWeighted = "consistent-v0.10.0/xxhash/v4-weighted"
 )
 
 // Placements is every placement this build computes, oldest first.
-var Placements = []string{PlacementColocated, PlacementColocatedShare}
+var Placements = []string{PlacementColocated, PlacementColocatedShare, PlacementWeighted}
+
+// DefaultPlacements are the placements a replica supports unless told
+// otherwise: placement by weight is chosen only by fleets whose every
+// replica asks for it (--placement-by-weight).
+var DefaultPlacements = []string{PlacementColocated, PlacementColocatedShare}
 
 // legacyPlacements is what a member that does not say what it supports
 // (a release from before the negotiation) supports.

@@ -17,12 +17,15 @@ func TestCommonPlacement(t *testing.T) {
 		want      string
 		ok        bool
 	}{
-		{"alone, the newest", Placements, nil, PlacementColocatedShare, true},
+		{"alone, the newest", DefaultPlacements, nil, PlacementColocatedShare, true},
+		{"alone, asking for placement by weight", Placements, nil, PlacementWeighted, true},
+		{"placement by weight only when every participant asks for it", Placements, []membership.Peer{peer("b", true, DefaultPlacements...)}, PlacementColocatedShare, true},
+		{"every participant asks for placement by weight", Placements, []membership.Peer{peer("b", true, Placements...)}, PlacementWeighted, true},
 		{"an older release beside it", Placements, []membership.Peer{peer("b", true, PlacementColocated)}, PlacementColocated, true},
-		{"the older release left: its ghost does not count", Placements, []membership.Peer{peer("b", false, PlacementColocated)}, PlacementColocatedShare, true},
+		{"the older release left: its ghost does not count", DefaultPlacements, []membership.Peer{peer("b", false, PlacementColocated)}, PlacementColocatedShare, true},
 		{"a release from before the annotation supports only v3", Placements, []membership.Peer{peer("b", true)}, PlacementColocatedShare, true},
 		{"this member from before the annotation", nil, []membership.Peer{peer("b", true, Placements...)}, PlacementColocatedShare, true},
-		{"a newer placement this build does not know is ignored", Placements, []membership.Peer{peer("b", true, append([]string{"consistent-v0.10.0/xxhash/v9"}, Placements...)...)}, PlacementColocatedShare, true},
+		{"a newer placement this build does not know is ignored", DefaultPlacements, []membership.Peer{peer("b", true, append([]string{"consistent-v0.10.0/xxhash/v9"}, Placements...)...)}, PlacementColocatedShare, true},
 		{"nothing in common", []string{PlacementColocated}, []membership.Peer{peer("b", true)}, "", false},
 		{"its own entry among the peers is skipped", []string{PlacementColocated}, []membership.Peer{peer("a", true)}, PlacementColocated, true},
 	} {

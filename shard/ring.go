@@ -47,6 +47,10 @@ type RingConfig struct {
 	// Placement is how pieces are placed (one of Placements). The view
 	// sets it: the newest placement every participant supports.
 	Placement string
+	// WeightTable is the view's partition weights (EncodeWeightTable), which
+	// PlacementWeighted balances; the view sets it from its first member's
+	// state (weightkeeper.go).
+	WeightTable string
 }
 
 // colocatedKey is where the Colocated singletons are placed.
@@ -128,7 +132,32 @@ func NewRing(config RingConfig, members []string) *Ring {
 		r.owners[p] = c.GetPartitionOwner(p).String()
 	}
 	r.shrinkColocatedOwner(inRing)
+	r.balance(inRing)
 	return r
+}
+
+// balance moves partitions by the view's weight table (PlacementWeighted):
+// an empty or unreadable table moves none, so that the placement is then
+// PlacementColocatedShare's.
+func (r *Ring) balance(inRing []string) {
+	if r.config.Placement != PlacementWeighted || r.config.WeightTable == "" {
+		return
+	}
+	weights, err := DecodeWeightTable(r.config.WeightTable, r.config.Partitions)
+	if err != nil || weights == nil {
+		return
+	}
+	heavy, pinned := "", -1
+	if r.config.Colocated != "" {
+		pinned = r.colocatedHome()
+		heavy = r.owners[pinned]
+	}
+	balanceByWeight(r.owners, inRing, weights, heavy, r.config.ColocatedShare, pinned)
+}
+
+// colocatedHome is the partition whose owner runs the Colocated singletons.
+func (r *Ring) colocatedHome() int {
+	return int(xxhash.Sum64String(colocatedKey) % uint64(r.config.Partitions))
 }
 
 // consistent is buraksezer/consistent's bounded-load ring of members.
@@ -154,7 +183,7 @@ func (r *Ring) shrinkColocatedOwner(inRing []string) {
 	if r.config.Placement == PlacementColocated || r.config.Colocated == "" || r.config.ColocatedShare >= 1 || len(inRing) < 2 {
 		return
 	}
-	home := int(xxhash.Sum64String(colocatedKey) % uint64(r.config.Partitions))
+	home := r.colocatedHome()
 	heavy := r.owners[home]
 	keep := int(math.Round(r.config.ColocatedShare*float64(r.config.Partitions)/float64(len(inRing)))) - 1
 	others := make([]string, 0, len(inRing)-1)

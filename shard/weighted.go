@@ -1,0 +1,190 @@
+package shard
+
+import (
+	"encoding/base64"
+	"fmt"
+	"sort"
+
+	"github.com/fleet-controller-manager/fleet-controller-manager/membership"
+)
+
+// Placement by weight: the ring's placement, then the fewest moves that
+// bring every member within weightBound of the mean weight.
+//
+// The ring balances partitions by count, but the work (and the memory)
+// follows what the namespaces in a partition hold, and namespaces fall
+// into partitions unevenly: with 20 namespaces one of five replicas often
+// holds six or seven of them, and the fleet finishes when that replica
+// does. A weight table (membership's one-byte codes, one per partition,
+// kept by the view's first member: weightkeeper.go) says what each
+// partition holds; every member places by the same table, which is part
+// of the ViewID, so that members agree on owners exactly as they agree
+// on members.
+
+// weightBound: after balancing, no member holds more than this times the
+// mean weight, unless one partition alone outweighs that.
+const weightBound = 1.1
+
+// EncodeWeightTable writes a partition weight table: one code per
+// partition, 0 for a partition not measured.
+func EncodeWeightTable(weights map[int]uint64, partitions int) string {
+	if len(weights) == 0 {
+		return ""
+	}
+	codes := make([]byte, partitions)
+	for p, w := range weights {
+		if p >= 0 && p < partitions {
+			codes[p] = membership.WeightCode(w)
+		}
+	}
+	return base64.RawURLEncoding.EncodeToString(codes)
+}
+
+// DecodeWeightTable reads a table written by EncodeWeightTable for
+// partitions; a partition not measured weighs as the mean of the
+// measured ones, so that it neither attracts nor repels the others.
+func DecodeWeightTable(table string, partitions int) ([]uint64, error) {
+	codes, err := base64.RawURLEncoding.DecodeString(table)
+	if err != nil {
+		return nil, fmt.Errorf("decoding weight table: %w", err)
+	}
+	if len(codes) != partitions {
+		return nil, fmt.Errorf("weight table of %d partitions, the ring has %d", len(codes), partitions)
+	}
+	weights := make([]uint64, partitions)
+	var sum uint64
+	measured := 0
+	for p, c := range codes {
+		if c != 0 {
+			weights[p] = membership.WeightOfCode(c)
+			sum += weights[p]
+			measured++
+		}
+	}
+	if measured == 0 {
+		return nil, nil
+	}
+	for p, c := range codes {
+		if c == 0 {
+			weights[p] = sum / uint64(measured)
+		}
+	}
+	return weights, nil
+}
+
+// balanceByWeight moves partitions of owners (partition -> member, over
+// the sorted members) from the heaviest member to the lightest until the
+// heaviest holds at most weightBound times the mean, or no move makes
+// the heavier of the two lighter. The owner of the colocated singletons
+// (heavy, "" if none) carries 1-heavyShare of a mean share besides its
+// partitions, as the ring's placement gives it heavyShare of an even
+// share of them; their partition, pinned, stays where it is, for the
+// singletons follow it. Each step moves the heaviest partition that fits
+// under the bound at the receiver, else the one that evens the pair
+// best, else exchanges the pair of partitions that evens it best: few
+// moves, and a result that depends only on its inputs.
+func balanceByWeight(owners []string, members []string, weights []uint64, heavy string, heavyShare float64, pinned int) {
+	if len(weights) != len(owners) || len(members) < 2 {
+		return
+	}
+	load := map[string]uint64{}
+	var total uint64
+	for p, m := range owners {
+		load[m] += weights[p]
+		total += weights[p]
+	}
+	if heavy != "" {
+		extra := uint64((1 - heavyShare) * float64(total) / float64(len(members)))
+		load[heavy] += extra
+		total += extra
+	}
+	bound := uint64(weightBound * float64(total) / float64(len(members)))
+	for range owners {
+		from, to := extremes(members, load)
+		if load[from] <= bound {
+			return
+		}
+		if p := pickMove(owners, weights, from, load[from], load[to], bound, pinned); p >= 0 {
+			owners[p] = to
+			load[from] -= weights[p]
+			load[to] += weights[p]
+			continue
+		}
+		// No partition fits: exchange one for a lighter one of the
+		// lightest member's, when that lowers the pair's peak.
+		a, b := pickSwap(owners, weights, from, to, load[from], load[to], pinned)
+		if a < 0 {
+			return
+		}
+		owners[a], owners[b] = to, from
+		load[from] = load[from] - weights[a] + weights[b]
+		load[to] = load[to] + weights[a] - weights[b]
+	}
+}
+
+// pickSwap is the pair of partitions, a of heavy and b of light, whose
+// exchange lowers the pair's peak the most, or -1, -1 when none does.
+func pickSwap(owners []string, weights []uint64, heavy, light string, heavyLoad, lightLoad uint64, pinned int) (int, int) {
+	bestA, bestB := -1, -1
+	bestPeak := heavyLoad
+	for a, ma := range owners {
+		if ma != heavy || a == pinned {
+			continue
+		}
+		for b, mb := range owners {
+			if mb != light || b == pinned || weights[b] >= weights[a] {
+				continue
+			}
+			d := weights[a] - weights[b]
+			if peak := max(heavyLoad-d, lightLoad+d); peak < bestPeak {
+				bestA, bestB, bestPeak = a, b, peak
+			}
+		}
+	}
+	return bestA, bestB
+}
+
+// extremes are the heaviest and lightest members (ties: first by name).
+func extremes(members []string, load map[string]uint64) (heavy, light string) {
+	heavy, light = members[0], members[0]
+	for _, m := range members[1:] {
+		if load[m] > load[heavy] {
+			heavy = m
+		}
+		if load[m] < load[light] {
+			light = m
+		}
+	}
+	return heavy, light
+}
+
+// pickMove is the partition of heavy to move to the member of load
+// lightLoad, or -1 when no move makes the heavier of the two lighter.
+func pickMove(owners []string, weights []uint64, heavy string, heavyLoad, lightLoad, bound uint64, pinned int) int {
+	var candidates []int
+	for p, m := range owners {
+		if m == heavy && p != pinned && weights[p] > 0 && lightLoad+weights[p] < heavyLoad {
+			candidates = append(candidates, p)
+		}
+	}
+	if len(candidates) == 0 {
+		return -1
+	}
+	// Heaviest first, then by number: the first that fits under the bound
+	// at the receiver moves the most weight in one move.
+	sort.SliceStable(candidates, func(i, j int) bool { return weights[candidates[i]] > weights[candidates[j]] })
+	for _, p := range candidates {
+		if lightLoad+weights[p] <= bound {
+			return p
+		}
+	}
+	best := -1
+	var bestPeak uint64
+	for _, p := range candidates {
+		peak := max(heavyLoad-weights[p], lightLoad+weights[p])
+		if best < 0 || peak < bestPeak {
+			best, bestPeak = p, peak
+		}
+	}
+	return best
+}
