@@ -33,7 +33,8 @@ const (
 //     256 bytes at every renewal instead of 5,528 (412 and 96 bytes with
 //     the default 64 partitions).
 //
-//   - Version 3 adds the weights of the running partitions, field "w"
+//   - Version 3 adds the weights of the running partitions, field "w",
+//     and the weight table the member places by, field "table"
 //     (weights.go).
 //
 // A member refuses a state of a version it does not read rather than
@@ -95,6 +96,10 @@ type State struct {
 	// cache), as quantized on the wire (version 3, weights.go); a
 	// partition not measured yet has none.
 	Weights map[int]uint64 `json:"-"`
+	// Table is the partition weight table this member places by (version
+	// 3): the view's first member keeps it, the others copy it, so that
+	// the next first member starts from it (package shard).
+	Table string `json:"table,omitempty"`
 }
 
 var (
@@ -102,6 +107,7 @@ var (
 	viewRE        = regexp.MustCompile(`^[0-9a-f]{0,64}$`)
 	memberRE      = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`)
 	pieceRE       = regexp.MustCompile(`^[a-z]+/[a-z0-9][-a-z0-9.]*$`)
+	tableRE       = regexp.MustCompile(`^[A-Za-z0-9_-]*$`)
 )
 
 // stateWire is State as written in the annotation: version 2 moves the
@@ -218,6 +224,12 @@ func (s State) Validate() error {
 	if s.Joining && len(s.Running) > 0 {
 		return errors.New("joining with pieces running")
 	}
+	if len(s.Table) > base64.RawURLEncoding.EncodedLen(maxRunning) || !tableRE.MatchString(s.Table) {
+		return fmt.Errorf("invalid weight table of %d characters", len(s.Table))
+	}
+	if s.Table != "" && s.Version < 3 {
+		return fmt.Errorf("state version %d with a weight table", s.Version)
+	}
 	for p := range s.Weights {
 		if !seen[PartitionPrefix+strconv.Itoa(p)] {
 			return fmt.Errorf("a weight for partition %d, which is not running", p)
@@ -235,6 +247,10 @@ func (s State) EncodeVersion(version int) (string, error) {
 	s.Version = version
 	s.Running = append([]string(nil), s.Running...)
 	sort.Strings(s.Running)
+	if version < 3 {
+		// What an older release cannot read: it places by count.
+		s.Weights, s.Table = nil, ""
+	}
 	if err := s.Validate(); err != nil {
 		return "", fmt.Errorf("refusing to publish an invalid state: %w", err)
 	}

@@ -43,6 +43,8 @@ func TestParseState(t *testing.T) {
 		{"weights in version 2", `{"v":2,"inc":"a","seq":1,"epoch":1,"view":"","parts":"CA","w":"AQ"}`, "weights"},
 		{"a weight too many", `{"v":3,"inc":"a","seq":1,"epoch":1,"view":"","parts":"CA","w":"AQE"}`, "2 partition weights for 1"},
 		{"weights and no partition", `{"v":3,"inc":"a","seq":1,"epoch":1,"view":"","w":"AQ"}`, "1 partition weights for 0"},
+		{"weight table in version 2", `{"v":2,"inc":"a","seq":1,"epoch":1,"view":"","table":"AQ"}`, "weight table"},
+		{"bad weight table", `{"v":3,"inc":"a","seq":1,"epoch":1,"view":"","table":"a+b"}`, "weight table"},
 		{"bad weights", `{"v":3,"inc":"a","seq":1,"epoch":1,"view":"","parts":"CA","w":"!"}`, "weights"},
 		{"huge", `{"v":1,"inc":"a","seq":1,"epoch":1,"view":"","running":["` + strings.Repeat("a", 70<<10) + `"]}`, "more than"},
 	} {
@@ -141,7 +143,7 @@ func FuzzParseLeaseState(f *testing.F) {
 // of a partition that is not running is refused.
 func TestStateWeights(t *testing.T) {
 	st := State{Incarnation: "a", Seq: 1, Epoch: 1, Running: []string{"partition/0", "partition/9", "partition/63", "singleton/gc"},
-		Weights: map[int]uint64{0: 0, 9: 1234, 63: 5_000_000}}
+		Weights: map[int]uint64{0: 0, 9: 1234, 63: 5_000_000}, Table: "AQID"}
 	for _, tc := range []struct {
 		version int
 		want    map[int]uint64
@@ -159,6 +161,9 @@ func TestStateWeights(t *testing.T) {
 		}
 		if !maps.Equal(got.Weights, tc.want) {
 			t.Errorf("version %d: weights %v, want %v (%s)", tc.version, got.Weights, tc.want, value)
+		}
+		if wantTable := map[int]string{3: "AQID", 2: ""}[tc.version]; got.Table != wantTable {
+			t.Errorf("version %d: table %q, want %q", tc.version, got.Table, wantTable)
 		}
 	}
 	st.Weights[10] = 1

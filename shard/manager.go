@@ -106,6 +106,9 @@ type Manager struct {
 	pieces []Piece
 	rings  RingCache
 	local  Local
+	// weights decides the view's weight table while this member is its
+	// first (weightkeeper.go).
+	weights weightKeeper
 	// restartAt: pieces that ended on their own, listed as running until
 	// then so that no other replica takes them and a piece that keeps
 	// failing does not spin.
@@ -119,6 +122,10 @@ type Manager struct {
 	OnStatus func(Status)
 	// OnStep reports each plan (for metrics of handover).
 	OnStep func(Plan)
+	// WeightHold, when set, is how long the load must stay uneven before
+	// this member, keeping the view's weight table, adopts a new one
+	// (default weightHold).
+	WeightHold time.Duration
 
 	mu       sync.Mutex
 	status   Status
@@ -226,6 +233,10 @@ func (m *Manager) step(ctx context.Context, leaving bool) {
 	peers, authorityUntil := m.observe(ctx, leaving)
 	now := time.Now()
 	m.clock.observe(now, peers)
+	m.weights.hold = m.WeightHold
+	followWeightTable(&m.local, peers, func(current string, view Plan) string {
+		return m.weights.next(now, current, view, measuredWeights(m.local.Confirmed, peers))
+	})
 	plan := Decide(m.local, peers, &m.rings)
 	if !m.local.Authority && !leaving && plan.Waiting == "" {
 		plan.Waiting = m.member.WhyNoAuthority()
@@ -355,6 +366,7 @@ func (m *Manager) publishedState(peers []membership.Peer) membership.State {
 		View:    m.local.View,
 		Acks:    map[string]membership.Ack{},
 		Joining: m.local.Joining,
+		Table:   m.local.WeightTable,
 	}
 	for _, p := range peers {
 		if p.Participant {

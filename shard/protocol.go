@@ -52,6 +52,10 @@ type Local struct {
 	Status map[Piece]PieceStatus
 	// Confirmed is the last state the apiserver accepted from this member.
 	Confirmed membership.State
+	// WeightTable is the partition weight table this member publishes:
+	// its own decision when it is the view's first member, else a copy of
+	// the first member's (weightkeeper.go).
+	WeightTable string
 }
 
 // Plan is the next step of one member.
@@ -142,7 +146,24 @@ func viewOf(local Local, peers []membership.Peer) (plan Plan, common bool) {
 	if common {
 		config.Placement = placement
 	}
+	if config.Placement == PlacementWeighted && len(members) > 0 {
+		config.WeightTable = tableOf(members[0], local, peers)
+	}
 	return Plan{Members: members, Participants: participants, Ring: config, View: ViewID(config, members, participants)}, common
+}
+
+// tableOf is the weight table member publishes: this member's own, or a
+// participant peer's ("" when it publishes none).
+func tableOf(member string, local Local, peers []membership.Peer) string {
+	if member == local.Self {
+		return local.WeightTable
+	}
+	for _, p := range peers {
+		if p.Name == member && p.Participant {
+			return p.State.Table
+		}
+	}
+	return ""
 }
 
 // stopLost stops the running pieces this member does not own (rule 2: a

@@ -85,7 +85,6 @@ type sim struct {
 	nodes   []*simNode
 	ring    RingConfig
 	pieces  []Piece
-	rings   RingCache
 	log     []string
 	// violations found by the invariant check
 	violation string
@@ -99,6 +98,11 @@ type sim struct {
 	// kcmCutUntil: KCM cannot reach the apiserver until then;
 	// fleetDeniedUntil: members' writes to KCM's Lease are refused.
 	kcmCutUntil, fleetDeniedUntil int64
+	// tables are the weight tables the view's first member switches
+	// between (nextTable), "" among them; settling: no more switches.
+	tables        []string
+	settling      bool
+	tableSwitches int
 	// releases are what the members of this run may support: one
 	// release, or two consecutive ones side by side (a rolling upgrade or
 	// rollback: each start picks one).
@@ -112,6 +116,34 @@ var simReleases = [][]membership.Supports{
 	{{Placements: Placements, StateVersions: membership.StateVersions}},
 	{{Placements: []string{PlacementColocated}, StateVersions: []int{1}}, {Placements: Placements, StateVersions: membership.StateVersions}},
 	{{}, {Placements: Placements, StateVersions: membership.StateVersions}},
+}
+
+// nextTable is the simulated keeper's decision: now and then another of
+// the run's tables, as flapping weights would make a keeper without
+// hysteresis switch. A switch back gives a ViewID seen before.
+func (s *sim) nextTable(current string, _ Plan) string {
+	if s.settling || s.rng.Float64() > 0.03 {
+		return current
+	}
+	next := s.tables[s.rng.Intn(len(s.tables))]
+	if next != current {
+		s.logf("weight table: %.12s", next)
+		s.tableSwitches++
+	}
+	return next
+}
+
+// simTables are n random weight tables for partitions, and "".
+func simTables(rng *rand.Rand, partitions, n int) []string {
+	tables := []string{""}
+	for range n {
+		weights := map[int]uint64{}
+		for p := range partitions {
+			weights[p] = uint64(rng.Intn(1000)) * uint64(1+rng.Intn(2)*20)
+		}
+		tables = append(tables, EncodeWeightTable(weights, partitions))
+	}
+	return tables
 }
 
 func (s *sim) pickRelease() membership.Supports {
@@ -166,6 +198,10 @@ type simNode struct {
 	cutUntil int64
 	// supports is this process's release (picked at each start).
 	supports membership.Supports
+	// rings is the member's own: a ViewID that let two members agree on
+	// a view they place differently (a weight table left out of it)
+	// would show as two owners, not hide behind a shared cache.
+	rings RingCache
 }
 
 // reaches: this member can talk to the apiserver now.
@@ -545,7 +581,8 @@ func (n *simNode) step() {
 		joining = false
 	}
 	n.local.Joining = joining && !n.leaving
-	plan := Decide(n.local, n.peers(), &n.s.rings)
+	followWeightTable(&n.local, n.peers(), n.s.nextTable)
+	plan := Decide(n.local, n.peers(), &n.rings)
 	for _, p := range plan.Stop {
 		n.local.Status[p] = Stopping
 		p := p
@@ -581,7 +618,7 @@ func (n *simNode) step() {
 }
 
 func (n *simNode) desired() membership.State {
-	st := membership.State{Version: membership.StateVersion, Incarnation: n.incarnation, Epoch: n.local.Epoch, View: n.local.View, Leaving: n.leaving && len(n.local.Status) == 0, Joining: n.local.Joining}
+	st := membership.State{Version: membership.StateVersion, Incarnation: n.incarnation, Epoch: n.local.Epoch, View: n.local.View, Leaving: n.leaving && len(n.local.Status) == 0, Joining: n.local.Joining, Table: n.local.WeightTable}
 	st.Acks = map[string]membership.Ack{}
 	for _, p := range n.peers() {
 		if p.Participant {
@@ -607,7 +644,7 @@ func (n *simNode) maybeWrite() {
 		return
 	}
 	st := n.desired()
-	key := fmt.Sprint(st.Epoch, st.View, st.Acks, st.Running, st.Leaving)
+	key := fmt.Sprint(st.Epoch, st.View, st.Acks, st.Running, st.Leaving, st.Table)
 	if !n.dirty && key == n.lastSent {
 		return
 	}
@@ -615,6 +652,9 @@ func (n *simNode) maybeWrite() {
 	n.seq++
 	st.Seq = n.seq
 	version := n.writeVersion()
+	if version < 3 {
+		st.Table = "" // as membership.State.EncodeVersion writes it
+	}
 	n.lastSent = key
 	n.inflight = true
 	sent := n.s.now
@@ -710,6 +750,8 @@ type simOutcome struct {
 	settle time.Duration
 	// joinedEarly: joins that ended before their lease duration.
 	joinedEarly int
+	// tableSwitches: weight tables the keepers switched to.
+	tableSwitches int
 }
 
 func runSimulation(t *testing.T, seed int64, withKCM bool) (simOutcome, error) {
@@ -718,6 +760,7 @@ func runSimulation(t *testing.T, seed int64, withKCM bool) (simOutcome, error) {
 	s := &sim{t: t, rng: rng, leases: map[string]*simLeaseRecord{}, ring: RingConfig{Partitions: 16, ReplicationFactor: 32, Load: 1.25,
 		Colocated: "garbagecollector,podgc", ColocatedShare: 0.5, Placement: PlacementColocatedShare}}
 	s.releases = simReleases[rng.Intn(len(simReleases))]
+	s.tables = simTables(rng, s.ring.Partitions, 3)
 	s.pieces = AllPieces(s.ring.Partitions, []string{"garbagecollector", "namespace", "nodelifecycle", "podgc"})
 	heap.Init(&s.queue)
 	if withKCM && rng.Intn(2) == 0 {
@@ -812,6 +855,7 @@ func runSimulation(t *testing.T, seed int64, withKCM bool) (simOutcome, error) {
 	}
 	// Settle: no more disruptions; everything must be owned again.
 	s.downTil, s.kcmCutUntil, s.fleetDeniedUntil = 0, 0, 0
+	s.settling = true
 	for _, n := range s.nodes {
 		n.cutUntil = 0
 		if n.alive && n.paused {
@@ -839,7 +883,7 @@ func runSimulation(t *testing.T, seed int64, withKCM bool) (simOutcome, error) {
 			return simOutcome{}, fmt.Errorf("%s\nlast events:\n%s", s.violation, strings.Join(s.log[max(0, len(s.log)-60):], "\n"))
 		}
 		if s.allOwned() {
-			return simOutcome{settle: time.Duration(s.now-settleStart) * time.Millisecond, joinedEarly: s.joinedEarly}, nil
+			return simOutcome{settle: time.Duration(s.now-settleStart) * time.Millisecond, joinedEarly: s.joinedEarly, tableSwitches: s.tableSwitches}, nil
 		}
 	}
 	return simOutcome{}, fmt.Errorf("fleet did not settle within %d ms: %s", deadline-settleStart, s.ownership())
@@ -880,6 +924,15 @@ func (s *sim) allOwned() bool {
 		s.t.Fatalf("the run's releases have no placement in common: %v", s.releases)
 	}
 	config.Placement = placement
+	if placement == PlacementWeighted {
+		// Placed by the table of the view's first member.
+		first := slices.Min(live)
+		for _, n := range s.nodes {
+			if n.alive && n.name == first {
+				config.WeightTable = n.local.WeightTable
+			}
+		}
+	}
 	ring := NewRing(config, live)
 	for _, p := range s.pieces {
 		owner := ring.Owner(p)
@@ -903,7 +956,7 @@ func (s *sim) ownership() string {
 		if !n.alive {
 			continue
 		}
-		plan := Decide(n.local, n.peers(), &s.rings)
+		plan := Decide(n.local, n.peers(), &n.rings)
 		fmt.Fprintf(&b, "\n  %s joined=%v joining=%v (start %d, listed %d) fence=%d view=%s/%s running=%d waiting=%q", n.name, n.joined, n.local.Joining, n.joinStart(), n.listSent, n.fence, n.local.View, plan.View, len(n.local.Status), plan.Waiting)
 	}
 	return b.String()
@@ -947,12 +1000,14 @@ func TestProtocolSimulation(t *testing.T) {
 		}
 	}
 	var worst time.Duration
+	switches := 0
 	for _, seed := range seeds {
 		out, err := runSimulation(t, seed, false)
 		if err != nil {
 			t.Fatalf("seed %d (replay: go test ./shard -run TestProtocolSimulation -sim.seed=%d): %v", seed, seed, err)
 		}
 		worst = max(worst, out.settle)
+		switches += out.tableSwitches
 	}
-	t.Logf("%d simulations (seeds %d..%d), never two owners; slowest settle after the last disruption: %v", len(seeds), seeds[0], seeds[len(seeds)-1], worst)
+	t.Logf("%d simulations (seeds %d..%d), never two owners; slowest settle after the last disruption: %v; weight tables switched %d times", len(seeds), seeds[0], seeds[len(seeds)-1], worst, switches)
 }

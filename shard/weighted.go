@@ -44,12 +44,9 @@ func EncodeWeightTable(weights map[int]uint64, partitions int) string {
 // partitions; a partition not measured weighs as the mean of the
 // measured ones, so that it neither attracts nor repels the others.
 func DecodeWeightTable(table string, partitions int) ([]uint64, error) {
-	codes, err := base64.RawURLEncoding.DecodeString(table)
+	codes, err := weightCodes(table, partitions)
 	if err != nil {
-		return nil, fmt.Errorf("decoding weight table: %w", err)
-	}
-	if len(codes) != partitions {
-		return nil, fmt.Errorf("weight table of %d partitions, the ring has %d", len(codes), partitions)
+		return nil, err
 	}
 	weights := make([]uint64, partitions)
 	var sum uint64
@@ -70,6 +67,18 @@ func DecodeWeightTable(table string, partitions int) ([]uint64, error) {
 		}
 	}
 	return weights, nil
+}
+
+// weightCodes are the codes of a table for partitions.
+func weightCodes(table string, partitions int) ([]byte, error) {
+	codes, err := base64.RawURLEncoding.DecodeString(table)
+	if err != nil {
+		return nil, fmt.Errorf("decoding weight table: %w", err)
+	}
+	if len(codes) != partitions {
+		return nil, fmt.Errorf("weight table of %d partitions, the ring has %d", len(codes), partitions)
+	}
+	return codes, nil
 }
 
 // balanceByWeight moves partitions of owners (partition -> member, over

@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 
@@ -45,6 +46,13 @@ type FleetOptions struct {
 	// supports; the fleet uses the newest every replica supports. Only
 	// tests narrow it (to play a previous release).
 	Placements []string
+	// PlacementByWeight adds shard.PlacementWeighted to Placements: a
+	// fleet whose every replica asks for it balances the partitions by
+	// what they hold.
+	PlacementByWeight bool
+	// WeightHold: how long the load stays uneven before the replica that
+	// keeps the weight table moves partitions.
+	WeightHold time.Duration
 	// StateVersions are the Lease state versions this replica reads and
 	// says it reads (all of this release's; narrowed by a hidden test
 	// flag to play the previous release in upgrade tests).
@@ -66,7 +74,7 @@ func NewFleetOptions() *FleetOptions {
 		NamespaceWatchMax: informers.DefaultNamespaceWatchMax,
 		SelectedWatches:   informers.DefaultSelectedWatches,
 		ShareWorkers:      controllers.ShareWorkersAuto,
-		Placements:        shard.Placements,
+		Placements:        shard.DefaultPlacements,
 		StateVersions:     membership.StateVersions,
 	}
 }
@@ -89,6 +97,8 @@ func (o *FleetOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.SelectedWatches, "selected-watch-resources", o.SelectedWatches, "sharded-watch: resources whose one cluster-wide watch names the replica's namespaces in a shard selector, so that kube-apiserver sends the replica only their events; the watch is opened again, from where it stopped, when namespaces join the replica (at most every 500 ms). The others are filtered on the replica. Its URL grows by about 100 bytes per namespace (at most 1,176, past which it names none): leave it empty behind a proxy that limits URLs.")
 	fs.IntVar(&o.NamespaceWatchMax, "namespace-watch-max-namespaces", o.NamespaceWatchMax, "namespace-watch: a replica loading more namespaces than this at once (the partitions it gains together) lists each kind in every namespace, once, and keeps only theirs, rather than one list per namespace. 0: always one list per namespace.")
 	fs.StringVar((*string)(&o.ShareWorkers), "share-workers", string(o.ShareWorkers), "true: divide the worker counts of the controllers that run on every replica (--concurrent-deployment-syncs, --concurrent-replicaset-syncs, ...) among the fleet's live replicas when they start, rounded up, so the fleet runs about as many workers as one kube-controller-manager with the same flags (fewer status writes for a busy apiserver). false: every replica runs the full counts (faster while each replica's client rate limiter holds its workers back). auto: true when --kube-api-qps is raised above kube-controller-manager's default. See docs/operations.md.")
+	fs.BoolVar(&o.PlacementByWeight, "placement-by-weight", o.PlacementByWeight, "Balance the namespace partitions across the replicas by what they hold (objects in each replica's cache, published in its Lease) rather than by count: the first replica by name keeps a table of the partitions' weights, and once the busiest replica has held more than 1.1x the mean for a minute, the fewest partitions move to even it out. Takes effect when every replica of the fleet sets it. Alpha; see docs/design.md.")
+	fs.DurationVar(&o.WeightHold, "placement-weight-hold", time.Minute, "With --placement-by-weight: how long the busiest replica must stay above 1.1x the mean before partitions move. Shorter reacts sooner to a shifting load and moves more often.")
 	fs.StringSliceVar(&o.Placements, "supported-placements", o.Placements, "Test mode: the placements this replica says it supports (a previous release's, for upgrade tests).")
 	fs.IntSliceVar(&o.StateVersions, "supported-state-versions", o.StateVersions, "Test mode: the Lease state versions this replica reads and says it reads (a previous release's, for upgrade tests).")
 	for _, name := range []string{"supported-placements", "supported-state-versions"} {
@@ -96,8 +106,11 @@ func (o *FleetOptions) AddFlags(fs *pflag.FlagSet) {
 	}
 }
 
-// Complete fills in the identity.
+// Complete fills in the identity and the placements.
 func (o *FleetOptions) Complete() error {
+	if o.PlacementByWeight && !slices.Contains(o.Placements, shard.PlacementWeighted) {
+		o.Placements = append(slices.Clone(o.Placements), shard.PlacementWeighted)
+	}
 	if o.Identity != "" {
 		return nil
 	}
@@ -125,6 +138,9 @@ func (o *FleetOptions) Validate() error {
 	}
 	if len(o.Placements) == 0 {
 		errs = append(errs, errors.New("--supported-placements must name at least one placement"))
+	}
+	if o.WeightHold < time.Second {
+		errs = append(errs, fmt.Errorf("--placement-weight-hold must be at least 1s, got %v", o.WeightHold))
 	}
 	for _, p := range o.Placements {
 		if !slices.Contains(shard.Placements, p) {

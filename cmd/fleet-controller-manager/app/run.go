@@ -84,6 +84,7 @@ func run(ctx context.Context, kcm *options.KubeControllerManagerOptions, fleet *
 	if err != nil {
 		return err
 	}
+	manager.WeightHold = fleet.WeightHold
 	if err := serve(ctx, c, fleet, member, leaderLease, manager, pieces.Runner); err != nil {
 		return err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/fleet-controller-manager/fleet-controller-manager/membership"
+	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
 	"github.com/fleet-controller-manager/fleet-controller-manager/test/localcluster"
 )
 
@@ -57,7 +57,9 @@ func sampleWorkload(ctx context.Context, cluster *localcluster.Cluster) error {
 	return nil
 }
 
-// watchFleet prints the members and what each runs whenever it changes.
+// watchFleet prints the members, what each runs and its share of the
+// objects in the partitions (the weights in their Leases) whenever that
+// changes.
 func watchFleet(ctx context.Context, cluster *localcluster.Cluster) {
 	client, err := cluster.Client()
 	if err != nil {
@@ -67,34 +69,25 @@ func watchFleet(ctx context.Context, cluster *localcluster.Cluster) {
 	for {
 		leases, err := client.CoordinationV1().Leases("kube-system").List(ctx, metav1.ListOptions{LabelSelector: membership.FleetLabel})
 		if err == nil {
+			status := shard.FleetStatusFromLeases(leases.Items, "kube-system", "", shard.DefaultRingConfig.Partitions, time.Now())
 			var b strings.Builder
 			w := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "MEMBER\tSTATE\tPARTITIONS\tSINGLETONS")
-			sort.Slice(leases.Items, func(i, j int) bool { return leases.Items[i].Name < leases.Items[j].Name })
-			for _, l := range leases.Items {
-				st, err := membership.ParseState(l.Annotations[membership.StateAnnotation])
-				if err != nil {
-					fmt.Fprintf(w, "%s\tunreadable\t\t\n", l.Name)
-					continue
+			fmt.Fprintln(w, "MEMBER\tSTATE\tPARTITIONS\tSHARE OF THE OBJECTS\tSINGLETONS")
+			for _, m := range status.Members {
+				singletons := make([]string, len(m.Singletons))
+				for i, name := range m.Singletons {
+					singletons[i] = strings.TrimSuffix(name, "-controller")
 				}
-				state := "member"
-				switch {
-				case st.Leaving:
-					state = "leaving"
-				case st.Joining:
-					state = "joining"
+				share := "-"
+				if m.Measured > 0 {
+					share = fmt.Sprintf("%.0f%%", 100*m.Share)
 				}
-				partitions, singletons := 0, []string{}
-				for _, p := range st.Running {
-					if strings.HasPrefix(p, "partition/") {
-						partitions++
-					} else {
-						singletons = append(singletons, strings.TrimSuffix(strings.TrimPrefix(p, "singleton/"), "-controller"))
-					}
-				}
-				fmt.Fprintf(w, "%s\t%s\t%d\t%s\n", l.Name, state, partitions, strings.Join(singletons, ","))
+				fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", m.Name, m.Health, len(m.Partitions), share, strings.Join(singletons, ","))
 			}
 			w.Flush()
+			if status.Busiest > 0 {
+				fmt.Fprintf(&b, "the busiest member holds %.2fx the mean of %d objects\n", status.Busiest, status.Objects)
+			}
 			if b.String() != last {
 				last = b.String()
 				fmt.Fprintf(os.Stdout, "\n%s fleet:\n%s", time.Now().Format("15:04:05"), last)

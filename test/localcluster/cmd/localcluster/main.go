@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"k8s.io/klog/v2"
@@ -39,6 +40,7 @@ func main() {
 		replicas      = flag.Int("fleet-replicas", 0, "start this many fleet-controller-manager replicas")
 		fleetBin      = flag.String("fleet-bin", "bin/fleet-controller-manager", "the fleet-controller-manager binary")
 		sample        = flag.Bool("sample-workload", false, "create a sample workload in several namespaces")
+		fleetArgs     = flag.String("fleet-args", "", "extra flags for every fleet replica, separated by spaces (e.g. --placement-by-weight)")
 	)
 	klog.InitFlags(nil)
 	flag.Parse()
@@ -50,7 +52,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "localcluster: --kwok-nodes and --fleet-replicas must not be negative")
 		os.Exit(1)
 	}
-	if err := run(*kubeconfigOut, *dir, *stateFile, fleetOptions{replicas: *replicas, bin: *fleetBin, sample: *sample}, localcluster.Options{
+	if err := run(*kubeconfigOut, *dir, *stateFile, fleetOptions{replicas: *replicas, bin: *fleetBin, sample: *sample, args: strings.Fields(*fleetArgs)}, localcluster.Options{
 		Scheduler: *scheduler, KwokNodes: *kwokNodes, KubeControllerManager: *kcm,
 	}); err != nil {
 		fmt.Fprintf(os.Stderr, "localcluster: %v\n", err)
@@ -62,6 +64,7 @@ type fleetOptions struct {
 	replicas int
 	bin      string
 	sample   bool
+	args     []string
 }
 
 func run(kubeconfigOut, dir, stateFile string, fleet fleetOptions, opts localcluster.Options) error {
@@ -92,7 +95,7 @@ func run(kubeconfigOut, dir, stateFile string, fleet fleetOptions, opts localclu
 		for i := range fleet.replicas {
 			name := fmt.Sprintf("fleet-controller-manager-%d", i)
 			fmt.Printf("Starting replica %s...\n", name)
-			p, port, err := cluster.StartFleetReplica(ctx, bin, name)
+			p, port, err := cluster.StartFleetReplica(ctx, bin, name, fleet.args...)
 			if err != nil {
 				return err
 			}

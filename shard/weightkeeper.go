@@ -1,0 +1,158 @@
+package shard
+
+import (
+	"time"
+
+	"github.com/fleet-controller-manager/fleet-controller-manager/membership"
+)
+
+// Who keeps the view's weight table, and when it changes it.
+//
+// Members agree on owners only if they place by the same table, and the
+// weights they publish change all the time. So one member keeps the
+// table: the view's first member by name. It publishes the table in its
+// state, every member places by the table it reads there (viewOf), and
+// the table is part of the ViewID, so a member that has not read the new
+// table yet does not agree on the view, and the protocol's rules keep
+// every move safe as they keep any other. The others copy the table into
+// their own state, so that a member that becomes first starts from it
+// rather than from nothing.
+//
+// The keeper changes the table only when the measured weights have put
+// the busiest member above weightBound of the mean for weightHold on end,
+// and a table of the measured weights would lower the busiest member's
+// load by more than weightGain: a steady cluster never moves a partition,
+// and a load that swings back and forth faster than weightHold moves
+// none.
+
+// weightHold is how long the load must stay uneven before the keeper
+// adopts a new table. Weights reach the Leases every renewal (and are
+// measured every 10 s), so this spans several measurements.
+const weightHold = 60 * time.Second
+
+// weightGain: a new table must lower the busiest member's load by more
+// than this fraction, or moving partitions is not worth its handovers.
+const weightGain = 0.05
+
+// weightKeeper is the keeper's memory between steps.
+type weightKeeper struct {
+	// hold: weightHold unless set (Manager.WeightHold).
+	hold        time.Duration
+	unevenSince time.Time
+}
+
+// followWeightTable sets local.WeightTable for this step: the view's
+// first member's decision (decide) when this member is first, else a
+// copy of the first member's table. Without placement by weight there is
+// no table.
+func followWeightTable(local *Local, peers []membership.Peer, decide func(current string, view Plan) string) {
+	view, _ := viewOf(*local, peers)
+	switch {
+	case view.Ring.Placement != PlacementWeighted || len(view.Members) == 0:
+		local.WeightTable = ""
+	case view.Members[0] == local.Self:
+		local.WeightTable = decide(local.WeightTable, view)
+	case view.Ring.WeightTable != "":
+		local.WeightTable = view.Ring.WeightTable
+	}
+}
+
+// next is the table the keeper publishes at now, given the current one,
+// the view and the weights its members publish.
+func (k *weightKeeper) next(now time.Time, current string, view Plan, measured map[int]uint64) string {
+	if len(measured) == 0 {
+		k.unevenSince = time.Time{}
+		return current
+	}
+	partitions := view.Ring.Partitions
+	merged := map[int]uint64{}
+	if codes, err := weightCodes(current, partitions); err == nil {
+		// A partition nobody publishes now (its owner left, or it is
+		// loading) keeps its last weight.
+		for p, c := range codes {
+			if c != 0 {
+				merged[p] = membership.WeightOfCode(c)
+			}
+		}
+	}
+	for p, w := range measured {
+		merged[p] = w
+	}
+	candidate := EncodeWeightTable(merged, partitions)
+	if candidate == current || !k.worthMoving(view, current, candidate, measured) {
+		k.unevenSince = time.Time{}
+		return current
+	}
+	if k.unevenSince.IsZero() {
+		k.unevenSince = now
+	}
+	hold := k.hold
+	if hold <= 0 {
+		hold = weightHold
+	}
+	if now.Sub(k.unevenSince) < hold {
+		return current
+	}
+	k.unevenSince = time.Time{}
+	return candidate
+}
+
+// worthMoving says whether, by the measured weights, the busiest member
+// under the current table is above the bound and a ring of the candidate
+// table would lower it by more than weightGain.
+func (k *weightKeeper) worthMoving(view Plan, current, candidate string, measured map[int]uint64) bool {
+	weights := make([]uint64, view.Ring.Partitions)
+	for p, w := range measured {
+		if p >= 0 && p < len(weights) {
+			weights[p] = w
+		}
+	}
+	config := view.Ring
+	config.WeightTable = current
+	now, mean := busiestLoad(NewRing(config, view.Members), weights)
+	config.WeightTable = candidate
+	then, _ := busiestLoad(NewRing(config, view.Members), weights)
+	return now > weightBound*mean && then < (1-weightGain)*now
+}
+
+// busiestLoad is the largest load of a member of r under weights, and
+// the mean, the colocated singletons' owner carrying 1-ColocatedShare of
+// a mean share besides its partitions.
+func busiestLoad(r *Ring, weights []uint64) (busiest, mean float64) {
+	if len(r.members) == 0 {
+		return 0, 0
+	}
+	load := map[string]float64{}
+	var total float64
+	for p, m := range r.owners {
+		load[m] += float64(weights[p])
+		total += float64(weights[p])
+	}
+	if r.config.Colocated != "" {
+		extra := (1 - r.config.ColocatedShare) * total / float64(len(r.members))
+		load[r.owners[r.colocatedHome()]] += extra
+		total += extra
+	}
+	for _, l := range load {
+		busiest = max(busiest, l)
+	}
+	return busiest, total / float64(len(r.members))
+}
+
+// measuredWeights are the weights the participants publish of the
+// partitions they run, own included.
+func measuredWeights(own membership.State, peers []membership.Peer) map[int]uint64 {
+	out := map[int]uint64{}
+	for p, w := range own.Weights {
+		out[p] = w
+	}
+	for _, peer := range peers {
+		if !peer.Participant {
+			continue
+		}
+		for p, w := range peer.State.Weights {
+			out[p] = w
+		}
+	}
+	return out
+}
