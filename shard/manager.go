@@ -3,6 +3,7 @@ package shard
 import (
 	"context"
 	"fmt"
+	"math"
 	"sort"
 	"sync"
 	"time"
@@ -235,7 +236,12 @@ func (m *Manager) step(ctx context.Context, leaving bool) {
 	m.clock.observe(now, peers)
 	m.weights.hold = m.WeightHold
 	followWeightTable(&m.local, peers, func(current string, view Plan) string {
-		return m.weights.next(now, current, view, measuredWeights(m.local.Confirmed, peers))
+		next := m.weights.next(now, current, view, measuredWeights(m.local.Confirmed, peers))
+		if next != current {
+			a := m.weights.adopted
+			klog.FromContext(ctx).Info("Adopting a new partition weight table: the busiest member stayed above the bound", "busiestOverMean", round2(a.busiest/a.mean), "afterOverMean", round2(a.then/a.mean), "bound", weightBound, "hold", m.weights.hold)
+		}
+		return next
 	})
 	plan := Decide(m.local, peers, &m.rings)
 	if !m.local.Authority && !leaving && plan.Waiting == "" {
@@ -346,6 +352,9 @@ func (m *Manager) act(ctx context.Context, plan Plan, now, authorityUntil time.T
 		m.runner.Start(plan.Start)
 	}
 }
+
+// round2 rounds x to two decimals, for logs.
+func round2(x float64) float64 { return math.Round(x*100) / 100 }
 
 // authorityLeft is how long the replica's authority had left when it
 // stopped a piece (negative: how long ago it ran out; 0: it never had

@@ -39,6 +39,10 @@ type weightKeeper struct {
 	// hold: weightHold unless set (Manager.WeightHold).
 	hold        time.Duration
 	unevenSince time.Time
+	// adopted: the busiest member's load and the mean under the table
+	// replaced, and the busiest's under the table adopted, by the weights
+	// measured when the last table was adopted.
+	adopted struct{ busiest, mean, then float64 }
 }
 
 // followWeightTable sets local.WeightTable for this step: the view's
@@ -112,6 +116,7 @@ func (k *weightKeeper) worthMoving(view Plan, current, candidate string, measure
 	now, mean := busiestLoad(NewRing(config, view.Members), weights)
 	config.WeightTable = candidate
 	then, _ := busiestLoad(NewRing(config, view.Members), weights)
+	k.adopted.busiest, k.adopted.mean, k.adopted.then = now, mean, then
 	return now > weightBound*mean && then < (1-weightGain)*now
 }
 
