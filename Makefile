@@ -204,7 +204,7 @@ test-long: tools build $(BIN)/fleet-recording-replica test-deps
 	set -o pipefail; $(GO) test -count=1 -json ./shard/ -run '^TestProtocolSimulation' -args -sim.runs=1000 | $(GO) run ./test/testsummary
 	set -o pipefail; $(GO) test -count=1 -json -parallel 16 -timeout 60m ./informers/ -run '^TestOwnedCacheSimulation$$' -args -ownedsim.runs=300 | $(GO) run ./test/testsummary
 	set -o pipefail; PARTITION_MOVES=50 $(GO) test -count=1 -tags e2e -json -timeout 60m ./test/e2e/ -run '^TestPartitionMovesUnderLoad$$' | $(GO) run ./test/testsummary
-	set -o pipefail; $(GO) test -count=1 -tags 'e2e long' -json -timeout 20m ./test/e2e/ -run '^(TestKillServesVictimNamespacesWithinLease|TestRollingUpgradeAndRollback|TestNamespaceFirstMoments)$$' | $(GO) run ./test/testsummary
+	set -o pipefail; $(GO) test -count=1 -tags 'e2e long' -json -timeout 20m ./test/e2e/ -run '^(TestKillServesVictimNamespacesWithinLease|TestRollingUpgradeAndRollback|TestNamespaceFirstMoments|TestPlacementByWeight)$$' | $(GO) run ./test/testsummary
 	$(MAKE) chaos DURATION=20
 	$(MAKE) conformance
 

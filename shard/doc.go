@@ -101,8 +101,9 @@
 // a cut-off member whose Lease was deleted by hand, and a joiner that
 // listed while it was gone, would both own. (Every simulated member renews
 // KCM's Lease, so the simulation passes without the list.) The simulation (protocol_sim_test.go) checks the property under
-// delayed and reordered events, crashes, pauses, outages and hand-deleted
-// Leases; the e2e tests check it on a real apiserver.
+// delayed and reordered events, crashes, pauses, outages, hand-deleted
+// Leases and weight tables switched under them (PlacementWeighted); the
+// e2e tests check it on a real apiserver.
 //
 // # Releases side by side
 //
