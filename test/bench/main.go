@@ -70,6 +70,7 @@ type config struct {
 	failover    bool // workload (d)
 	rolling     bool // workload (e)
 	hot         bool // workload (h): one busy tenant
+	existing    bool // workload (i): existing namespaces scaled up
 	cascade     bool // workload (g): cascading deletion of (a)'s Deployments
 	nsDelete    bool // workload (f): deletion of (a)'s namespaces
 	// apiServerArgs: extra kube-apiserver flags, for experiments.
@@ -134,7 +135,7 @@ func main() {
 	flag.IntVar(&profileSeconds, "profile-seconds", 0, "With -profile: take the CPU profiles over this many seconds instead of the mode's span (10 s of (a), 45 s of the memory workload), e.g. to cover the memory workload's whole convergence.")
 	flag.StringVar(&profile, "profile", "", "Write CPU profiles of kube-apiserver and every controller-manager process (KCM too), taken over the first 10 s of workload (a), into this folder (with -memory: over the first 45 s of convergence, and a heap profile of every process once settled).")
 	flag.StringVar(&keep, "keep", "", "Keep each run's control plane folder (logs, audit log) under this folder, for diagnosis.")
-	flag.StringVar(&workloads, "workloads", "", "Comma-separated workloads (a, b, c, d, e, f, g, h) to run instead of the mode's, for experiments; (a) always runs first, (g) and then (f) last.")
+	flag.StringVar(&workloads, "workloads", "", "Comma-separated workloads (a, b, c, d, e, f, g, h, i) to run instead of the mode's, for experiments; (a) always runs first, (g) and then (f) last. (i), existing namespaces' Deployments scaled up at once, runs only when named here.")
 	klog.InitFlags(nil)
 	flag.Parse()
 
@@ -204,7 +205,7 @@ func main() {
 		for _, k := range strings.Split(workloads, ",") {
 			keep[strings.TrimSpace(k)] = true
 		}
-		cfg.scale, cfg.jobs, cfg.failover, cfg.rolling, cfg.hot = keep["b"], keep["c"], keep["d"], keep["e"], keep["h"]
+		cfg.scale, cfg.jobs, cfg.failover, cfg.rolling, cfg.hot, cfg.existing = keep["b"], keep["c"], keep["d"], keep["e"], keep["h"], keep["i"]
 		cfg.nsDelete, cfg.cascade = keep["f"], keep["g"]
 	}
 	if only != "" {

@@ -78,6 +78,9 @@ func benchRun(ctx context.Context, binDir string, s system, l limits, cfg config
 	if cfg.hot {
 		steps = append(steps, step{"h", b.hotTenant})
 	}
+	if cfg.existing {
+		steps = append(steps, step{"i", b.existingScaleUp})
+	}
 	// Deletions last: they take (a)'s objects away.
 	if cfg.cascade {
 		steps = append(steps, step{"g", b.deleteDeployments})

@@ -100,15 +100,19 @@ func (b *bench) createDeployments() error {
 	return nil
 }
 
+// scaleDeployment sets ns/name's replicas.
+func (b *bench) scaleDeployment(ns, name string, replicas int) error {
+	_, err := b.client.AppsV1().Deployments(ns).UpdateScale(b.ctx, name, &autoscalingv1.Scale{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec:       autoscalingv1.ScaleSpec{Replicas: int32(replicas)},
+	}, metav1.UpdateOptions{})
+	return err
+}
+
 func (b *bench) scaleAll(replicas int) error {
 	for _, ns := range b.namespaces() {
 		for i := range b.size.Deployments {
-			name := fmt.Sprintf("web-%d", i)
-			_, err := b.client.AppsV1().Deployments(ns).UpdateScale(b.ctx, name, &autoscalingv1.Scale{
-				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-				Spec:       autoscalingv1.ScaleSpec{Replicas: int32(replicas)},
-			}, metav1.UpdateOptions{})
-			if err != nil {
+			if err := b.scaleDeployment(ns, fmt.Sprintf("web-%d", i), replicas); err != nil {
 				return err
 			}
 		}

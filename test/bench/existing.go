@@ -1,0 +1,76 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+
+	"github.com/fleet-controller-manager/fleet-controller-manager/membership"
+	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
+)
+
+// existingSettle is how long (i) lets the system settle between its two
+// phases, the same for every system: a fleet placing by weight
+// (-fleet-args=--placement-by-weight,--placement-weight-hold=15s) adopts
+// its table within it (weights measured every 10 s, reaching the Leases
+// with the next renewal, then the hold and a handover).
+const existingSettle = 45 * time.Second
+
+// (i) the Deployments of namespaces that already exist scaled up at once:
+// as many namespaces and Deployments as (a), each Deployment first at one
+// replica until all are available; then, after existingSettle, every one
+// scaled to (a)'s replicas; time until all are available. A fleet's time
+// is its busiest replica's, so the figure follows how evenly the
+// namespaces' work is placed when the scale-up comes; the busiest
+// replica's objects against the mean, from the Leases' weights, are
+// reported at that moment and after.
+func (b *bench) existingScaleUp() error {
+	namespaces := make([]string, b.size.Namespaces)
+	for i := range namespaces {
+		namespaces[i] = fmt.Sprintf("existing-%d", i)
+		if err := b.createNamespace(namespaces[i]); err != nil {
+			return err
+		}
+		for j := range b.size.Deployments {
+			if err := b.createDeployment(namespaces[i], fmt.Sprintf("web-%d", j), 1); err != nil {
+				return err
+			}
+		}
+	}
+	if err := b.waitDeployments(namespaces, func(d *appsv1.Deployment) bool { return available(d, 1) }); err != nil {
+		return err
+	}
+	time.Sleep(existingSettle)
+	if err := b.recordBusiest("i_busiest_before"); err != nil {
+		return err
+	}
+	start := time.Now()
+	for _, ns := range namespaces {
+		for j := range b.size.Deployments {
+			if err := b.scaleDeployment(ns, fmt.Sprintf("web-%d", j), b.size.Replicas); err != nil {
+				return err
+			}
+		}
+	}
+	want := int32(b.size.Replicas)
+	if err := b.waitDeployments(namespaces, func(d *appsv1.Deployment) bool { return available(d, want) }); err != nil {
+		return err
+	}
+	b.figures["i_converge_s"] = time.Since(start).Seconds()
+	return b.recordBusiest("i_busiest_after")
+}
+
+// recordBusiest records, for a fleet, its busiest replica's objects over
+// the mean, as its Leases' weights say.
+func (b *bench) recordBusiest(key string) error {
+	if !b.system.Fleet {
+		return nil
+	}
+	st, err := shard.ReadFleet(b.ctx, membership.NewLeaseStore(b.client), "kube-system", "fleet-controller-manager", shard.DefaultRingConfig.Partitions)
+	if err != nil {
+		return err
+	}
+	b.figures[key] = st.Busiest
+	return nil
+}
