@@ -17,7 +17,8 @@ import (
 // with the next renewal, then the hold and a handover).
 const existingSettle = 45 * time.Second
 
-// (i) the Deployments of namespaces that already exist scaled up at once:
+// (i) the Deployments of namespaces that already exist scaled up at once,
+// on a cluster that holds nothing else ((a)'s namespaces deleted first):
 // as many namespaces and Deployments as (a), each Deployment first at one
 // replica until all are available; then, after existingSettle, every one
 // scaled to (a)'s replicas; time until all are available. A fleet's time
@@ -26,6 +27,11 @@ const existingSettle = 45 * time.Second
 // replica's objects against the mean, from the Leases' weights, are
 // reported at that moment and after.
 func (b *bench) existingScaleUp() error {
+	// (a)'s namespaces go first: idle, they would weigh in a placement by
+	// what namespaces hold without adding to (i)'s work.
+	if err := b.removeNamespaces(b.namespaces()); err != nil {
+		return err
+	}
 	namespaces := make([]string, b.size.Namespaces)
 	for i := range namespaces {
 		namespaces[i] = fmt.Sprintf("existing-%d", i)

@@ -207,6 +207,10 @@ func main() {
 		}
 		cfg.scale, cfg.jobs, cfg.failover, cfg.rolling, cfg.hot, cfg.existing = keep["b"], keep["c"], keep["d"], keep["e"], keep["h"], keep["i"]
 		cfg.nsDelete, cfg.cascade = keep["f"], keep["g"]
+		if cfg.existing && len(keep) > 1 && !(len(keep) == 2 && keep["a"]) {
+			fmt.Fprintln(os.Stderr, "bench: -workloads i runs with (a) alone: it deletes (a)'s namespaces first")
+			os.Exit(2)
+		}
 	}
 	if only != "" {
 		keep := map[string]bool{}
