@@ -191,7 +191,8 @@ test: tools build $(BIN)/fleet-recording-replica image-host test-deps
 	$(GO) vet -tags 'e2e long' ./test/e2e/
 	cd deploy/image && $(GO) vet ./... && $(GO) test -count=1 ./...
 	set -o pipefail; $(GO) test -count=1 -json ./... | $(GO) run ./test/testsummary
-	set -o pipefail; $(GO) test -count=1 -p 1 -parallel 64 -tags e2e -json -timeout 60m ./informers/ ./test/e2e/... | $(GO) run ./test/testsummary
+	# The owned-cache simulation ran with the unit tests above.
+	set -o pipefail; $(GO) test -count=1 -p 1 -parallel 64 -tags e2e -json -timeout 60m -skip '^TestOwnedCacheSimulation$$' ./informers/ ./test/e2e/... | $(GO) run ./test/testsummary
 
 # The must-show sizes, beyond make test's: the unit tests under -race,
 # 1,000 simulated schedules of the handover protocol, 50 partition moves
