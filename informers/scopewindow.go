@@ -80,11 +80,11 @@ func (h *scopedHandler) windowOf(ns string) *scopeWindow {
 	return nil
 }
 
-// event is one notification as a window sorts it.
-type event int
+// scopeEvent is one notification as a window sorts it.
+type scopeEvent int
 
 const (
-	eventAdd event = iota
+	eventAdd scopeEvent = iota
 	eventUpdate
 	eventDelete
 )
@@ -92,7 +92,7 @@ const (
 // pass says whether an event of obj (key in namespace ns, visible now or
 // not) reaches the handler, and records it in the window covering ns;
 // the caller holds h.mu.
-func (h *scopedHandler) pass(e event, obj any, visible bool) bool {
+func (h *scopedHandler) pass(e scopeEvent, obj any, visible bool) bool {
 	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
 	if err != nil {
 		return visible
@@ -116,7 +116,7 @@ func (h *scopedHandler) pass(e event, obj any, visible bool) bool {
 // arriving now was never told; a deletion reaches the handler unless
 // the object is one it was not told of (it knew the object, and the
 // scope's read found it deleted already).
-func (w *scopeWindow) passHidden(e event, key string) bool {
+func (w *scopeWindow) passHidden(e scopeEvent, key string) bool {
 	switch e {
 	case eventAdd:
 		w.keys[key] = ""
@@ -135,7 +135,7 @@ func (w *scopeWindow) passHidden(e event, key string) bool {
 // An event older than what the handler knows was queued before the
 // scope's read, which delivered newer; an update or deletion of an
 // object the handler does not know is of one the read found deleted.
-func (w *scopeWindow) passRevealed(e event, key string, obj any) bool {
+func (w *scopeWindow) passRevealed(e scopeEvent, key string, obj any) bool {
 	if _, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		// A relist's: the handler may not know it (as from a plain
 		// informer's relist), and must forget it if it does.
