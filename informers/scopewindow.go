@@ -93,6 +93,11 @@ const (
 // not) reaches the handler, and records it in the window covering ns;
 // the caller holds h.mu.
 func (h *scopedHandler) pass(e scopeEvent, obj any, visible bool) bool {
+	if len(h.windows) == 0 {
+		// Every event of every handler passes here: without a window it
+		// costs no key.
+		return visible
+	}
 	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
 	if err != nil {
 		return visible

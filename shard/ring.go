@@ -147,11 +147,7 @@ func (r *Ring) balance(inRing []string) {
 	if err != nil || weights == nil {
 		return
 	}
-	heavy, pinned := "", -1
-	if r.config.Colocated != "" {
-		pinned = r.colocatedHome()
-		heavy = r.owners[pinned]
-	}
+	heavy, pinned := r.heavyOf()
 	balanceByWeight(r.owners, inRing, weights, heavy, r.config.ColocatedShare, pinned)
 }
 

@@ -96,17 +96,7 @@ func balanceByWeight(owners []string, members []string, weights []uint64, heavy 
 	if len(weights) != len(owners) || len(members) < 2 {
 		return
 	}
-	load := map[string]uint64{}
-	var total uint64
-	for p, m := range owners {
-		load[m] += weights[p]
-		total += weights[p]
-	}
-	if heavy != "" {
-		extra := uint64((1 - heavyShare) * float64(total) / float64(len(members)))
-		load[heavy] += extra
-		total += extra
-	}
+	load, total := memberLoads(owners, len(members), weights, heavy, heavyShare)
 	bound := uint64(weightBound * float64(total) / float64(len(members)))
 	for range owners {
 		from, to := extremes(members, load)
@@ -151,6 +141,35 @@ func pickSwap(owners []string, weights []uint64, heavy, light string, heavyLoad,
 		}
 	}
 	return bestA, bestB
+}
+
+// memberLoads is each member's weight under owners (partition ->
+// member, over members members) and their sum, the colocated singletons'
+// owner (heavy, "" if none) carrying 1-heavyShare of a mean share besides
+// its partitions.
+func memberLoads(owners []string, members int, weights []uint64, heavy string, heavyShare float64) (map[string]uint64, uint64) {
+	load := map[string]uint64{}
+	var total uint64
+	for p, m := range owners {
+		load[m] += weights[p]
+		total += weights[p]
+	}
+	if heavy != "" {
+		extra := uint64((1 - heavyShare) * float64(total) / float64(members))
+		load[heavy] += extra
+		total += extra
+	}
+	return load, total
+}
+
+// heavyOf is the colocated singletons' owner and their pinned partition
+// in r ("", -1 without colocated singletons).
+func (r *Ring) heavyOf() (string, int) {
+	if r.config.Colocated == "" || len(r.members) == 0 {
+		return "", -1
+	}
+	home := r.colocatedHome()
+	return r.owners[home], home
 }
 
 // extremes are the heaviest and lightest members (ties: first by name).

@@ -156,13 +156,8 @@ func improvement(r *Ring, weights []uint64) (p, q int) {
 }
 
 func loads(r *Ring, weights []uint64) map[string]uint64 {
-	load := map[string]uint64{}
-	var total uint64
-	for p, m := range r.owners {
-		load[m] += weights[p]
-		total += weights[p]
-	}
-	load[r.owners[r.colocatedHome()]] += uint64((1 - r.config.ColocatedShare) * float64(total) / float64(len(r.members)))
+	heavy, _ := r.heavyOf()
+	load, _ := memberLoads(r.owners, len(r.members), weights, heavy, r.config.ColocatedShare)
 	return load
 }
 
@@ -171,20 +166,14 @@ func loads(r *Ring, weights []uint64) map[string]uint64 {
 // whether that member holds one partition besides the pinned one, which
 // alone outweighs the bound.
 func busiest(r *Ring, weights []uint64) (float64, bool) {
-	load := map[string]uint64{}
+	heavy, home := r.heavyOf()
+	load, total := memberLoads(r.owners, len(r.members), weights, heavy, r.config.ColocatedShare)
 	count := map[string]int{}
-	var total uint64
-	home := r.colocatedHome()
 	for p, m := range r.owners {
-		load[m] += weights[p]
-		total += weights[p]
 		if p != home && weights[p] > 0 {
 			count[m]++
 		}
 	}
-	extra := uint64((1 - r.config.ColocatedShare) * float64(total) / float64(len(r.members)))
-	load[r.owners[home]] += extra
-	total += extra
 	var top string
 	for _, m := range r.members {
 		if top == "" || load[m] > load[top] {

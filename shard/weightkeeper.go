@@ -43,6 +43,13 @@ type weightKeeper struct {
 	// replaced, and the busiest's under the table adopted, by the weights
 	// measured when the last table was adopted.
 	adopted struct{ busiest, mean, then float64 }
+	// judged: the last worthMoving answer, by view and tables. The keeper
+	// runs on every step, and weights change far less often than that:
+	// it builds no ring for a question it has answered.
+	judged struct {
+		view, current, candidate string
+		worth                    bool
+	}
 }
 
 // followWeightTable sets local.WeightTable for this step: the view's
@@ -105,6 +112,9 @@ func (k *weightKeeper) next(now time.Time, current string, view Plan, measured m
 // under the current table is above the bound and a ring of the candidate
 // table would lower it by more than weightGain.
 func (k *weightKeeper) worthMoving(view Plan, current, candidate string, measured map[int]uint64) bool {
+	if j := k.judged; j.view == view.View && j.current == current && j.candidate == candidate {
+		return j.worth
+	}
 	weights := make([]uint64, view.Ring.Partitions)
 	for p, w := range measured {
 		if p >= 0 && p < len(weights) {
@@ -117,7 +127,9 @@ func (k *weightKeeper) worthMoving(view Plan, current, candidate string, measure
 	config.WeightTable = candidate
 	then, _ := busiestLoad(NewRing(config, view.Members), weights)
 	k.adopted.busiest, k.adopted.mean, k.adopted.then = now, mean, then
-	return now > weightBound*mean && then < (1-weightGain)*now
+	worth := now > weightBound*mean && then < (1-weightGain)*now
+	k.judged.view, k.judged.current, k.judged.candidate, k.judged.worth = view.View, current, candidate, worth
+	return worth
 }
 
 // busiestLoad is the largest load of a member of r under weights, and
@@ -127,21 +139,12 @@ func busiestLoad(r *Ring, weights []uint64) (busiest, mean float64) {
 	if len(r.members) == 0 {
 		return 0, 0
 	}
-	load := map[string]float64{}
-	var total float64
-	for p, m := range r.owners {
-		load[m] += float64(weights[p])
-		total += float64(weights[p])
-	}
-	if r.config.Colocated != "" {
-		extra := (1 - r.config.ColocatedShare) * total / float64(len(r.members))
-		load[r.owners[r.colocatedHome()]] += extra
-		total += extra
-	}
+	heavy, _ := r.heavyOf()
+	load, total := memberLoads(r.owners, len(r.members), weights, heavy, r.config.ColocatedShare)
 	for _, l := range load {
-		busiest = max(busiest, l)
+		busiest = max(busiest, float64(l))
 	}
-	return busiest, total / float64(len(r.members))
+	return busiest, float64(total) / float64(len(r.members))
 }
 
 // measuredWeights are the weights the participants publish of the

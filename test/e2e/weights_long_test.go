@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -75,7 +76,7 @@ func TestPlacementByWeight(t *testing.T) {
 	for _, ns := range append(append([]string{}, hot...), light...) {
 		createNamespace(ctx, t, client, ns)
 		pods := 2
-		if strings.HasPrefix(ns, "load-") && contains(hot, ns) {
+		if slices.Contains(hot, ns) {
 			pods = 40
 		}
 		for i := range pods {
@@ -122,15 +123,6 @@ func TestPlacementByWeight(t *testing.T) {
 	}
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
 // fleetStatus reads the fleet's Leases as the status command does.
 func fleetStatus(ctx context.Context, t *testing.T, client kubernetes.Interface) shard.FleetStatus {
 	t.Helper()
@@ -165,7 +157,7 @@ func busiestPartitionOwner(s shard.FleetStatus) string {
 	best := ""
 	most := -1
 	for _, m := range s.Members {
-		if contains(m.Singletons, "garbage-collector-controller") {
+		if slices.Contains(m.Singletons, "garbage-collector-controller") {
 			continue
 		}
 		if len(m.Partitions) > most {
