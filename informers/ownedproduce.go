@@ -25,10 +25,29 @@ const closedEarlySlack = 5 * time.Second
 
 // newClosedBackoff paces a source's watches after kube-apiserver closed
 // one before its timeout: 1-2 s, doubling to 8-16 s while they keep being
-// closed, and back to the start after one ends by its timeout or is
-// superseded.
+// closed soon after opening, and back to the start after one ends by its
+// timeout, is superseded or lasted closedBackoffReset.
 func newClosedBackoff() wait.Backoff {
 	return wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 1, Steps: 4, Cap: 8 * time.Second}
+}
+
+// closedBackoffReset: a watch open this long before kube-apiserver closed
+// it was not closed for falling behind the replay it began with (those
+// closes came 0.1-3.2 s after opening: docs/benchmarks/closed-backoff), but
+// by something else, such as a restart of kube-apiserver or etcd, which
+// closes every watch however long it was open. Without the reset each
+// restart doubled the next wait, and after a few a replica's caches stayed
+// 8-16 s behind a restarted apiserver while its controllers ran
+// (docs/benchmarks/chaos).
+const closedBackoffReset = 10 * time.Second
+
+// closedWait is how long a source waits before resuming after a watch that
+// lasted lasted was closed early, stepping b.
+func closedWait(b *wait.Backoff, lasted time.Duration) time.Duration {
+	if lasted >= closedBackoffReset {
+		*b = newClosedBackoff()
+	}
+	return b.Step()
 }
 
 // producer is the state of one source's production across its watches.
@@ -166,12 +185,15 @@ func (p *producer) openWatch(ctx context.Context, options metav1.ListOptions) (w
 // watchFailed decides what follows a watch that did not open: a new
 // round, which opens it again at most every reopenInterval (a version
 // expired by then is reported in the stream that opens, and relisted
-// after it: watchEnded).
+// after it: watchEnded), with the wait after the next close started over.
 func (p *producer) watchFailed(ctx context.Context, err error) roundEnd {
 	if ctx.Err() != nil {
 		return roundDone
 	}
 	p.logger.V(4).Info("Opening a watch of a source of the owned cache failed; opening it again", "err", err)
+	// kube-apiserver away or not ready: the close before this was its
+	// going, not this source's falling behind.
+	p.closedBackoff = newClosedBackoff()
 	return roundAgain
 }
 
@@ -186,7 +208,10 @@ func (p *producer) watchEnded(ctx context.Context, expired, superseded bool) rou
 		// that closed the watch, and be closed again before the
 		// replay ends.
 		watchesClosedEarly.WithLabelValues(p.target.resource).Inc()
-		if !p.sleep(ctx, p.closedBackoff.Step()) {
+		lasted := time.Since(p.opened)
+		wait := closedWait(&p.closedBackoff, lasted)
+		p.logger.V(2).Info("A watch of the owned cache was closed early; resuming after a wait", "lasted", lasted.Round(time.Millisecond), "wait", wait.Round(time.Millisecond))
+		if !p.sleep(ctx, wait) {
 			return roundDone
 		}
 	default:

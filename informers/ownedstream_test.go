@@ -2,6 +2,7 @@ package informers
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 )
 
 func TestClosedEarly(t *testing.T) {
@@ -36,18 +38,58 @@ func TestClosedEarly(t *testing.T) {
 	}
 }
 
-func TestClosedBackoffGrowsAndCaps(t *testing.T) {
-	b := newClosedBackoff()
-	var steps []time.Duration
-	for range 6 {
-		steps = append(steps, b.Step())
+// TestClosedWait: the wait after a watch closed early doubles (with jitter
+// up to as much again) while watches keep being closed soon after opening,
+// caps at 8-16 s, and starts over after a watch that stayed open
+// closedBackoffReset, as a restart of kube-apiserver closes every watch
+// however long it was open.
+func TestClosedWait(t *testing.T) {
+	const quick = time.Second
+	long := closedBackoffReset
+	for _, tc := range []struct {
+		name   string
+		lasted []time.Duration
+		// bases: each wait lies in [base, 2*base).
+		bases []time.Duration
+	}{
+		{"closed again and again soon after opening",
+			[]time.Duration{quick, quick, quick, quick, quick, quick},
+			[]time.Duration{1, 2, 4, 8, 8, 8}},
+		{"long-lived watches closed by restarts",
+			[]time.Duration{long, 2 * long, long, 10 * long},
+			[]time.Duration{1, 1, 1, 1}},
+		{"a long-lived watch after quick closes",
+			[]time.Duration{quick, quick, quick, long, quick},
+			[]time.Duration{1, 2, 4, 1, 2}},
+		{"just short of the reset",
+			[]time.Duration{quick, long - time.Millisecond},
+			[]time.Duration{1, 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newClosedBackoff()
+			for i, lasted := range tc.lasted {
+				base := tc.bases[i] * time.Second
+				if got := closedWait(&b, lasted); got < base || got > 2*base {
+					t.Errorf("close %d (watch lasted %v): wait %v, want within [%v, %v]", i, lasted, got, base, 2*base)
+				}
+			}
+		})
 	}
-	// Jitter 1: each step lies in [d, 2d) of its base d.
-	bases := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 8 * time.Second, 8 * time.Second}
-	for i, got := range steps {
-		if got < bases[i] || got > 2*bases[i] {
-			t.Errorf("step %d = %v, want within [%v, %v]", i, got, bases[i], 2*bases[i])
-		}
+}
+
+// TestWatchFailedStartsClosedWaitOver: a watch that cannot open (the
+// apiserver away or not ready) means the close before it was the
+// apiserver's going, so the next close waits 1-2 s again.
+func TestWatchFailedStartsClosedWaitOver(t *testing.T) {
+	p := &producer{ownedStream: &ownedStream{}, logger: klog.Background(), closedBackoff: newClosedBackoff()}
+	for range 4 {
+		closedWait(&p.closedBackoff, time.Second)
+	}
+	if end := p.watchFailed(context.Background(), errors.New("connection refused")); end != roundAgain {
+		t.Fatalf("watchFailed = %v, want a new round", end)
+	}
+	if got := closedWait(&p.closedBackoff, time.Second); got < time.Second || got > 2*time.Second {
+		t.Errorf("the first wait after a failed open = %v, want within [1s, 2s]", got)
 	}
 }
 
