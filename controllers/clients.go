@@ -40,6 +40,9 @@ type sharedLimiterBuilder struct {
 	// run, for a singleton piece's clients: writes end with the run (see
 	// startSingleton).
 	run *writeGate
+	// piece: what its clients act for, named in their user agent
+	// (membership.PieceComponent); "" for clients of no piece.
+	piece string
 }
 
 // limiterPool is what the builders of one replica share.
@@ -84,7 +87,7 @@ func newSharedLimiterBuilder(logger klog.Logger, inner clientbuilder.ControllerC
 // into a namespace through the gate of its partition's run (the partition
 // table).
 func (b *sharedLimiterBuilder) forPartitions(gates namespaceGates) *sharedLimiterBuilder {
-	return &sharedLimiterBuilder{limiterPool: b.limiterPool, partitions: gates}
+	return &sharedLimiterBuilder{limiterPool: b.limiterPool, partitions: gates, piece: membership.PartitionControllers}
 }
 
 // forSingletons is the same builder giving every client its own limiter.
@@ -92,10 +95,10 @@ func (b *sharedLimiterBuilder) forSingletons() *sharedLimiterBuilder {
 	return &sharedLimiterBuilder{limiterPool: b.limiterPool, perClient: true}
 }
 
-// forSingletonRun is the singleton builder whose clients write only while
-// run is open.
-func (b *sharedLimiterBuilder) forSingletonRun(run *writeGate) *sharedLimiterBuilder {
-	return &sharedLimiterBuilder{limiterPool: b.limiterPool, perClient: b.perClient, run: run}
+// forSingletonRun is the singleton builder whose clients write for piece
+// only while run is open.
+func (b *sharedLimiterBuilder) forSingletonRun(run *writeGate, piece shard.Piece) *sharedLimiterBuilder {
+	return &sharedLimiterBuilder{limiterPool: b.limiterPool, perClient: b.perClient, run: run, piece: string(piece)}
 }
 
 // Config returns a config whose rate limiter is chosen when a client is
@@ -132,7 +135,11 @@ func (b *sharedLimiterBuilder) Config(name string) (*restclient.Config, error) {
 		budget = &clientBudget{pool: b.limiterPool, name: name, config: cfg}
 		cfg.RateLimiter = budget
 	}
-	cfg.UserAgent = membership.UserAgent(b.identity, name)
+	component := name
+	if b.piece != "" {
+		component = membership.PieceComponent(b.piece, name)
+	}
+	cfg.UserAgent = membership.UserAgent(b.identity, component)
 	fence, partitions, run := b.fence, b.partitions, b.run
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		// Called once per client built from cfg (or a copy of it), after

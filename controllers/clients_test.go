@@ -210,3 +210,37 @@ func TestClientBudgetIsShared(t *testing.T) {
 		t.Errorf("server saw %d requests, want 6", got)
 	}
 }
+
+// TestClientUserAgents: each client's user agent names the replica, the
+// piece it acts for (the partition controllers' one client serves every
+// partition) and its client name, so the audit log tells apart the
+// writes of controllers KCM gives one client name (node-ipam,
+// node-lifecycle and taint-eviction all build "node-controller").
+func TestClientUserAgents(t *testing.T) {
+	root := newSharedLimiterBuilder(klog.Background(), clientbuilder.SimpleControllerClientBuilder{
+		ClientConfig: &restclient.Config{Host: "https://127.0.0.1:1"},
+	}, "fcm-a", nil)
+	for _, tc := range []struct {
+		name    string
+		builder *sharedLimiterBuilder
+		client  string
+		want    string
+	}{
+		{"a partition controller", root.forPartitions(nil), "node-controller", "fleet-controller-manager/fcm-a/partition/node-controller"},
+		{"a singleton's run", root.forSingletons().forSingletonRun(nil, "singleton/node-lifecycle-controller"), "node-controller",
+			"fleet-controller-manager/fcm-a/singleton/node-lifecycle-controller/node-controller"},
+		{"another singleton with the same client name", root.forSingletons().forSingletonRun(nil, "singleton/node-ipam-controller"), "node-controller",
+			"fleet-controller-manager/fcm-a/singleton/node-ipam-controller/node-controller"},
+		{"no piece", root, "shared-informers", "fleet-controller-manager/fcm-a/shared-informers"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := tc.builder.Config(tc.client)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.UserAgent != tc.want {
+				t.Errorf("user agent %q, want %q", cfg.UserAgent, tc.want)
+			}
+		})
+	}
+}

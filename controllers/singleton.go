@@ -117,7 +117,7 @@ func (r *Runtime) runSingleton(ctx context.Context, piece shard.Piece, gate *wri
 	factory.Building(piece.Name())
 	r.factories.Store(piece.Name(), factory)
 	defer r.factories.Delete(piece.Name())
-	cc := r.singletonContext(ctx, piece.Name(), r.singletonBuilder.forSingletonRun(gate), factory, held)
+	cc := r.singletonContext(ctx, piece.Name(), r.singletonBuilder.forSingletonRun(gate, piece), factory, held)
 	built, err := buildSingleton(ctx, cc, r.descriptors[piece.Name()])
 	if err != nil {
 		return fmt.Errorf("building controllers of %s: %w", piece, err)

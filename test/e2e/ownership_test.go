@@ -5,22 +5,84 @@ package e2e
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fleet-controller-manager/fleet-controller-manager/membership"
 	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
 )
 
-// partitionControllerClients are the client names of the partition
-// controllers the e2e workloads exercise (Deployments, Jobs, Services):
-// their namespaced writes belong to the namespace's partition piece.
-// Singletons also write into namespaces (the namespace controller, the
-// garbage collector) and are not checked here.
-var partitionControllerClients = map[string]bool{
-	"deployment-controller": true, "replicaset-controller": true, "job-controller": true,
-	"endpointslice-controller": true, "endpoint-controller": true,
+// fleetAgent is what a fleet client's user agent
+// (membership.UserAgent) says: the replica, the piece the client acts for
+// (membership.PartitionControllers for the partition controllers, whose
+// writes belong to their namespace's partition; a singleton's piece; ""
+// for the replica's own clients) and the client's name.
+type fleetAgent struct {
+	replica, piece, client string
+}
+
+// parseFleetAgent reads a fleet client's user agent; false for another
+// program's.
+func parseFleetAgent(userAgent string) (fleetAgent, bool) {
+	rest, ok := strings.CutPrefix(userAgent, "fleet-controller-manager/")
+	if !ok {
+		return fleetAgent{}, false
+	}
+	replica, component, ok := strings.Cut(rest, "/")
+	if !ok {
+		return fleetAgent{}, false
+	}
+	if client, ok := strings.CutPrefix(component, membership.PartitionControllers+"/"); ok {
+		return fleetAgent{replica: replica, piece: membership.PartitionControllers, client: client}, true
+	}
+	if name, ok := strings.CutPrefix(component, string(shard.SingletonPiece(""))); ok {
+		controller, client, _ := strings.Cut(name, "/")
+		return fleetAgent{replica: replica, piece: string(shard.SingletonPiece(controller)), client: client}, true
+	}
+	return fleetAgent{replica: replica, client: component}, true
+}
+
+// ownWrite says whether a write by one of a replica's own clients (no
+// piece) is one it makes for the fleet rather than for a controller: its
+// Lease (membership, judged by the handover tests), and the controllers'
+// ServiceAccounts and their tokens, which the controller manager's client
+// creates and requests before a controller is built, as KCM's does.
+func ownWrite(client string, e auditEvent) bool {
+	switch client {
+	case "membership":
+		return e.ObjectRef.Resource == "leases"
+	case "controller-manager":
+		return e.ObjectRef.Resource == "serviceaccounts" && e.ObjectRef.Namespace == "kube-system" && e.Verb == "create"
+	}
+	return false
+}
+
+// pieceOfWrite is the piece a fleet client's write belongs to: a singleton
+// client's piece, or the partition of the namespace a partition
+// controller writes into; "" with why when no piece can own it.
+func pieceOfWrite(a fleetAgent, e auditEvent) (piece, why string) {
+	switch {
+	case a.piece == membership.PartitionControllers && e.ObjectRef.Namespace == "":
+		return "", "a partition controller's write outside any namespace"
+	case a.piece == membership.PartitionControllers:
+		return string(shard.PartitionPiece(shard.DefaultRingConfig.NamespacePartition(e.ObjectRef.Namespace))), ""
+	case a.piece != "":
+		return a.piece, ""
+	}
+	return "", "a write by a client of no piece"
+}
+
+// judgedWrites counts the fleet's writes the checker judged.
+type judgedWrites struct {
+	partition, singleton int
+	// own: the replicas' own writes (ownWrite), not a controller's.
+	own int
+	// inNamespaces: partition controller writes into the namespaces the
+	// caller named.
+	inNamespaces int
 }
 
 // ownershipViolation is a breach of "never two owners" the checker found.
@@ -94,66 +156,75 @@ func runsAround(runs []pieceRun, at time.Time) []string {
 	return out
 }
 
-// checkOwnership reads every replica's record of when it ran the
-// partition pieces of namespaces (its log, read by parsePieceRuns, as the
-// chaos soak reads it) and the apiserver's audit log, and returns every
-// breach: two replicas' runs of one piece that overlap (with the writes
-// into the piece's namespaces made during the overlap), and every write by
-// a partition controller into those namespaces outside its replica's runs
-// of the namespace's piece (judgeWrite).
+// checkOwnership reads every replica's record of when it ran each piece
+// (its log, read by parsePieceRuns, as the chaos soak reads it) and the
+// apiserver's audit log, and returns every breach: two replicas' runs of
+// one piece that overlap (with the writes into the piece made during the
+// overlap), and every write by a fleet client outside its replica's runs
+// of the write's piece (judgeWrite), or of no piece at all.
 func checkOwnership(t *testing.T, auditLog string, logs map[string]string, namespaces []string) []ownershipViolation {
 	t.Helper()
 	violations, _ := checkRunsAgainstAudit(t, auditLog, logs, nil, nil, namespaces)
 	return violations
 }
 
-// namespacePieces maps each namespace to its partition piece.
-func namespacePieces(namespaces []string) map[string]string {
-	pieceOf := map[string]string{}
-	for _, ns := range namespaces {
-		pieceOf[ns] = string(shard.PartitionPiece(shard.DefaultRingConfig.NamespacePartition(ns)))
-	}
-	return pieceOf
-}
-
 // ownershipViolations checks runs (piece -> every replica's runs of it)
-// against each other and against the partition controllers' writes, from
-// the audit log, into the namespaces of pieceOf.
-func ownershipViolations(t *testing.T, auditLog string, runs map[string][]pieceRun, pieceOf map[string]string) []ownershipViolation {
+// against each other and against every write by a client of one of
+// replicas, from the audit log: each write belongs to a piece
+// (pieceOfWrite) and must fall in its replica's runs of it, including a
+// piece no replica ever logged running. Writes by other replicas (another
+// fleet's) are left to their own logs.
+func ownershipViolations(t *testing.T, auditLog string, runs map[string][]pieceRun, replicas map[string]bool, namespaces []string) ([]ownershipViolation, judgedWrites) {
 	t.Helper()
 	type write struct {
-		replica, client, text string
-		received, at          time.Time
+		replica, text string
+		received, at  time.Time
 	}
-	writesIn := map[string][]write{} // piece -> writes by partition controllers
+	inNamespaces := map[string]bool{}
+	for _, ns := range namespaces {
+		inNamespaces[ns] = true
+	}
+	var judged judgedWrites
+	var out []ownershipViolation
+	writesIn := map[string][]write{} // piece -> writes by its controllers
 	var unread []string
 	readAudit(t, auditLog, func(e auditEvent) {
 		if e.ObjectRef == nil || !isWriteVerb(e.Verb) {
 			return
 		}
-		piece, ok := pieceOf[e.ObjectRef.Namespace]
-		if !ok {
+		a, ok := parseFleetAgent(e.UserAgent)
+		if !ok || !replicas[a.replica] {
 			return
 		}
-		rest, ok := strings.CutPrefix(e.UserAgent, "fleet-controller-manager/")
-		if !ok {
-			return
-		}
-		replica, client, _ := strings.Cut(rest, "/")
-		if !partitionControllerClients[client] {
+		text := auditWriteText(e, a.replica, a.client)
+		if a.piece == "" && ownWrite(a.client, e) {
+			judged.own++
 			return
 		}
 		if bodyNeverRead(e) {
-			unread = append(unread, auditWriteText(e, replica, client))
+			unread = append(unread, text)
 			return
 		}
-		writesIn[piece] = append(writesIn[piece], write{replica, client, auditWriteText(e, replica, client), e.RequestReceivedTimestamp, e.StageTimestamp})
+		piece, why := pieceOfWrite(a, e)
+		if piece == "" {
+			out = append(out, ownershipViolation{replicas: []string{a.replica}, what: why, writes: []string{text}})
+			return
+		}
+		switch {
+		case a.piece == membership.PartitionControllers:
+			judged.partition++
+			if inNamespaces[e.ObjectRef.Namespace] {
+				judged.inNamespaces++
+			}
+		default:
+			judged.singleton++
+		}
+		writesIn[piece] = append(writesIn[piece], write{a.replica, text, e.RequestReceivedTimestamp, e.StageTimestamp})
 	})
 
 	if len(unread) > 0 {
 		t.Logf("not judged, their bodies never read by the apiserver (so without effect): %s", strings.Join(unread, "; "))
 	}
-	var out []ownershipViolation
 	for piece, rs := range runs {
 		sort.Slice(rs, func(i, j int) bool { return rs[i].start.Before(rs[j].start) })
 		for i := range rs {
@@ -176,36 +247,37 @@ func ownershipViolations(t *testing.T, auditLog string, runs map[string][]pieceR
 				out = append(out, v)
 			}
 		}
-		for _, w := range writesIn[piece] {
+	}
+	// Every piece written, run or not: a write into a piece no replica
+	// ran is outside every run.
+	for piece, ws := range writesIn {
+		rs := runs[piece]
+		for _, w := range ws {
 			if why := judgeWrite(rs, w.replica, w.received, w.at); why != "" {
 				out = append(out, ownershipViolation{piece: piece, replicas: []string{w.replica}, what: why, writes: []string{w.text}, around: runsAround(rs, w.received)})
 			}
 		}
 	}
-	return out
+	return out, judged
 }
 
-// lateWrites lists, for every write by a partition controller that the
-// apiserver received after its replica's authority over the piece had
-// ended (within the transit grace judgeWrite allows), how long after.
-func lateWrites(t *testing.T, auditLog string, runs map[string][]pieceRun, pieceOf map[string]string) []time.Duration {
+// lateWrites lists, for every write by a fleet client that the apiserver
+// received after its replica's authority over the write's piece had ended
+// (within the transit grace judgeWrite allows), how long after.
+func lateWrites(t *testing.T, auditLog string, runs map[string][]pieceRun) []time.Duration {
 	t.Helper()
 	var out []time.Duration
 	readAudit(t, auditLog, func(e auditEvent) {
 		if e.ObjectRef == nil || !isWriteVerb(e.Verb) {
 			return
 		}
-		piece, ok := pieceOf[e.ObjectRef.Namespace]
-		rest, agent := strings.CutPrefix(e.UserAgent, "fleet-controller-manager/")
-		if !ok || !agent {
+		a, ok := parseFleetAgent(e.UserAgent)
+		if !ok {
 			return
 		}
-		replica, client, _ := strings.Cut(rest, "/")
-		if !partitionControllerClients[client] {
-			return
-		}
+		piece, _ := pieceOfWrite(a, e)
 		for _, r := range runs[piece] {
-			if r.replica == replica && !r.authorityEnded.IsZero() && e.RequestReceivedTimestamp.After(r.authorityEnded) && !e.RequestReceivedTimestamp.After(r.writesUntil) {
+			if r.replica == a.replica && !r.authorityEnded.IsZero() && e.RequestReceivedTimestamp.After(r.authorityEnded) && !e.RequestReceivedTimestamp.After(r.writesUntil) {
 				out = append(out, e.RequestReceivedTimestamp.Sub(r.authorityEnded))
 			}
 		}
@@ -217,12 +289,15 @@ func lateWrites(t *testing.T, auditLog string, runs map[string][]pieceRun, piece
 // checkRunsAgainstAudit reads every replica's runs of every piece from its
 // log (logs: replica -> log path, its incarnations appended; deaths and
 // pauses by process id, as parsePieceRuns takes them) and checks them
-// against each other and against the partition controllers' writes into
-// namespaces; it returns the breaches and how many writes it checked.
-func checkRunsAgainstAudit(t *testing.T, auditLog string, logs map[string]string, deaths map[int]time.Time, pauses map[int][][2]time.Time, namespaces []string) ([]ownershipViolation, int) {
+// against each other and against every write of the replicas' clients
+// (ownershipViolations); it returns the breaches and the writes judged,
+// with those of the partition controllers into namespaces counted apart.
+func checkRunsAgainstAudit(t *testing.T, auditLog string, logs map[string]string, deaths map[int]time.Time, pauses map[int][][2]time.Time, namespaces []string) ([]ownershipViolation, judgedWrites) {
 	t.Helper()
 	runs := map[string][]pieceRun{}
+	replicas := map[string]bool{}
 	for replica, path := range logs {
+		replicas[replica] = true
 		data, err := os.ReadFile(path)
 		if err != nil {
 			t.Fatal(err)
@@ -235,71 +310,7 @@ func checkRunsAgainstAudit(t *testing.T, auditLog string, logs map[string]string
 			runs[piece] = append(runs[piece], rs...)
 		}
 	}
-	return ownershipViolations(t, auditLog, runs, namespacePieces(namespaces)), writesChecked(t, auditLog, namespaces)
-}
-
-// writesChecked counts the partition controllers' writes into namespaces
-// in the audit log, so a check that found nothing can show it looked.
-func writesChecked(t *testing.T, auditLog string, namespaces []string) int {
-	t.Helper()
-	want := map[string]bool{}
-	for _, ns := range namespaces {
-		want[ns] = true
-	}
-	n := 0
-	readAudit(t, auditLog, func(e auditEvent) {
-		if e.ObjectRef != nil && want[e.ObjectRef.Namespace] && isWriteVerb(e.Verb) && strings.HasPrefix(e.UserAgent, "fleet-controller-manager/") {
-			_, rest, _ := strings.Cut(strings.TrimPrefix(e.UserAgent, "fleet-controller-manager/"), "/")
-			if partitionControllerClients[rest] {
-				n++
-			}
-		}
-	})
-	return n
-}
-
-// singletonClients maps the client names of singleton controllers the e2e
-// workloads make write (namespaces deleted, orphans collected, pods of
-// gone nodes) to their pieces: every write they make, in any namespace or
-// none, belongs to the piece.
-var singletonClients = map[string]string{
-	"namespace-controller":      "singleton/namespace-controller",
-	"generic-garbage-collector": "singleton/garbage-collector-controller",
-	"pod-garbage-collector":     "singleton/pod-garbage-collector-controller",
-	"node-controller":           "singleton/node-lifecycle-controller",
-}
-
-// singletonViolations returns every write by a singleton controller of
-// singletonClients outside its replica's runs of the controller's piece,
-// and how many such writes it checked.
-func singletonViolations(t *testing.T, auditLog string, runs map[string][]pieceRun) ([]ownershipViolation, int) {
-	t.Helper()
-	var out []ownershipViolation
-	checked := 0
-	readAudit(t, auditLog, func(e auditEvent) {
-		if e.ObjectRef == nil || !isWriteVerb(e.Verb) {
-			return
-		}
-		rest, ok := strings.CutPrefix(e.UserAgent, "fleet-controller-manager/")
-		if !ok {
-			return
-		}
-		replica, client, _ := strings.Cut(rest, "/")
-		piece, ok := singletonClients[client]
-		if !ok {
-			return
-		}
-		checked++
-		if bodyNeverRead(e) {
-			t.Logf("not judged, its body never read by the apiserver (so without effect): %s", auditWriteText(e, replica, client))
-			return
-		}
-		if why := judgeWrite(runs[piece], replica, e.RequestReceivedTimestamp, e.StageTimestamp); why != "" {
-			out = append(out, ownershipViolation{piece: piece, replicas: []string{replica}, what: why,
-				writes: []string{auditWriteText(e, replica, client)}, around: runsAround(runs[piece], e.RequestReceivedTimestamp)})
-		}
-	})
-	return out, checked
+	return ownershipViolations(t, auditLog, runs, replicas, namespaces)
 }
 
 // judgeWrite says what is wrong with a write by replica that the apiserver
@@ -405,6 +416,61 @@ func TestJudgeWrite(t *testing.T) {
 			why := judgeWrite(runs, tc.replica, at(tc.received), at(tc.answered))
 			if (why == "") != tc.ok {
 				t.Errorf("judgeWrite = %q, want ok=%v; runs: %v", why, tc.ok, runs)
+			}
+		})
+	}
+}
+
+// TestEveryFleetWriteJudged: the checker judges every write of the named
+// replicas' clients against the runs of its piece (the namespace's
+// partition for the partition controllers, the singleton's piece for a
+// singleton's clients), including a piece no replica ever ran and a write
+// that belongs to no piece; the replicas' own writes (Lease, the
+// controllers' ServiceAccounts) and other fleets' are not a controller's.
+func TestEveryFleetWriteJudged(t *testing.T) {
+	base := time.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC)
+	ns := "judged"
+	partition := string(shard.PartitionPiece(shard.DefaultRingConfig.NamespacePartition(ns)))
+	runs := map[string][]pieceRun{
+		partition:                             {{replica: "fcm-a", start: base, end: base.Add(time.Minute), ended: "test"}},
+		"singleton/namespace-controller":      {{replica: "fcm-b", start: base, end: base.Add(time.Minute), ended: "test"}},
+		"singleton/node-lifecycle-controller": {{replica: "fcm-a", start: base, end: base.Add(time.Minute), ended: "test"}},
+	}
+	type write struct {
+		agent, verb, resource, namespace string
+	}
+	for _, tc := range []struct {
+		name          string
+		write         write
+		wantViolation string // "" for none
+	}{
+		{"a partition controller within its run", write{"fcm-a/partition/replicaset-controller", "create", "pods", ns}, ""},
+		{"a partition controller of the wrong replica", write{"fcm-b/partition/replicaset-controller", "create", "pods", ns}, "outside its replica's runs"},
+		{"a partition controller outside any namespace", write{"fcm-a/partition/replicaset-controller", "update", "nodes", ""}, "outside any namespace"},
+		{"a partition no replica ran", write{"fcm-a/partition/root-ca-cert-publisher", "create", "configmaps", "never-run"}, "outside its replica's runs"},
+		{"a singleton within its run", write{"fcm-b/singleton/namespace-controller/namespace-controller", "delete", "pods", ns}, ""},
+		{"a singleton client name shared with another piece", write{"fcm-b/singleton/node-ipam-controller/node-controller", "update", "nodes", ""}, "outside its replica's runs"},
+		{"the same client name, its own piece", write{"fcm-a/singleton/node-lifecycle-controller/node-controller", "update", "nodes", ""}, ""},
+		{"a singleton no replica ran", write{"fcm-a/singleton/ttl-controller/ttl-controller", "patch", "nodes", ""}, "outside its replica's runs"},
+		{"a Lease renewal", write{"fcm-a/membership", "update", "leases", "kube-system"}, ""},
+		{"a controller's ServiceAccount", write{"fcm-c/controller-manager", "create", "serviceaccounts", "kube-system"}, ""},
+		{"the controller manager's client writing anything else", write{"fcm-a/controller-manager", "delete", "pods", ns}, "no piece"},
+		{"another fleet's replica", write{"rogue/partition/replicaset-controller", "create", "pods", ns}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "audit.log")
+			at := base.Add(30 * time.Second).Format(time.RFC3339Nano)
+			line := fmt.Sprintf(`{"stage":"ResponseComplete","verb":%q,"userAgent":"fleet-controller-manager/%s","objectRef":{"resource":%q,"namespace":%q,"name":"x"},"responseStatus":{"code":200},"requestReceivedTimestamp":%q,"stageTimestamp":%q}`+"\n",
+				tc.write.verb, tc.write.agent, tc.write.resource, tc.write.namespace, at, at)
+			if err := os.WriteFile(path, []byte(line), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			found, _ := ownershipViolations(t, path, runs, map[string]bool{"fcm-a": true, "fcm-b": true, "fcm-c": true}, []string{ns})
+			switch {
+			case tc.wantViolation == "" && len(found) > 0:
+				t.Errorf("violations %v, want none", found)
+			case tc.wantViolation != "" && (len(found) != 1 || !strings.Contains(found[0].what, tc.wantViolation)):
+				t.Errorf("violations %v, want one saying %q", found, tc.wantViolation)
 			}
 		})
 	}

@@ -376,11 +376,11 @@ func checkWritesWithinOwnership(t *testing.T, auditLog, ns, piece string, logs m
 		if e.ObjectRef == nil || e.ObjectRef.Namespace != ns || !isWriteVerb(e.Verb) {
 			return
 		}
-		rest, ok := strings.CutPrefix(e.UserAgent, "fleet-controller-manager/")
-		if !ok {
+		a, ok := parseFleetAgent(e.UserAgent)
+		if !ok || a.piece != membership.PartitionControllers {
 			return
 		}
-		replica, clientName, _ := strings.Cut(rest, "/")
+		replica, clientName := a.replica, a.client
 		writes++
 		for _, iv := range owned[replica] {
 			if !e.StageTimestamp.Before(iv[0]) && !e.StageTimestamp.After(iv[1]) {

@@ -61,7 +61,7 @@ func kcmLeaderLease(ctx context.Context, le componentbaseconfig.LeaderElectionCo
 func run(ctx context.Context, kcm *options.KubeControllerManagerOptions, fleet *FleetOptions, newRunner RunnerBuilder) error {
 	logger := klog.FromContext(ctx)
 	logger.Info("Starting", "version", versionString(), "identity", fleet.Identity, "fleet", fleet.Name, "namespace", fleet.Namespace)
-	c, err := kcmConfig(kcm)
+	c, err := kcmConfig(kcm, fleet.Identity)
 	if err != nil {
 		return err
 	}
@@ -92,11 +92,19 @@ func run(ctx context.Context, kcm *options.KubeControllerManagerOptions, fleet *
 }
 
 // kcmConfig is KCM's completed configuration from its flags, with configz
-// registered and events recorded, as KCM's Run starts.
-func kcmConfig(kcm *options.KubeControllerManagerOptions) (*kcmconfig.CompletedConfig, error) {
+// registered and events recorded, as KCM's Run starts. Its client, which
+// creates the controllers' ServiceAccounts and requests their tokens, names
+// the replica in its user agent ("controller-manager"), as every other
+// client of the replica does.
+func kcmConfig(kcm *options.KubeControllerManagerOptions, identity string) (*kcmconfig.CompletedConfig, error) {
 	config, err := kcm.Config(context.Background(), kcmapp.KnownControllers(), kcmapp.ControllersDisabledByDefault(), kcmapp.ControllerAliases())
 	if err != nil {
 		return nil, err
+	}
+	clientConfig := restclient.CopyConfig(config.Kubeconfig)
+	clientConfig.UserAgent = membership.UserAgent(identity, "controller-manager")
+	if config.Client, err = kubernetes.NewForConfig(clientConfig); err != nil {
+		return nil, fmt.Errorf("building the controller manager's client: %w", err)
 	}
 	c := config.Complete()
 	if err := registerConfigz(c); err != nil {
