@@ -73,7 +73,7 @@ func run(ctx context.Context, o runOptions) error {
 		}
 		o.e2e = matches[len(matches)-1]
 	}
-	focus, err := o.focusList()
+	focus, selected, err := o.focusList()
 	if err != nil {
 		return err
 	}
@@ -113,21 +113,21 @@ func run(ctx context.Context, o runOptions) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	return report(os.Stdout, systems, results)
+	return report(os.Stdout, systems, results, selected)
 }
 
 // focusList is one ginkgo focus per selected test, or -focus alone.
-func (o runOptions) focusList() ([]string, error) {
+func (o runOptions) focusList() (focus, selected []string, err error) {
 	if o.focus != "" {
-		return []string{o.focus}, nil
+		return []string{o.focus}, nil, nil
 	}
 	sel, err := readSelection(o.selection)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	names, err := sel.names(o.set)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return focusOf(names), nil
+	return focusOf(names), names, nil
 }

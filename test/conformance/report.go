@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -77,18 +78,38 @@ func withoutLabels(name string) string {
 	return name
 }
 
+// failing says whether a test with status did not pass: ginkgo's JUnit
+// report also says timedout, panicked, interrupted and aborted.
+func failing(status string) bool {
+	return status != "passed" && status != "skipped"
+}
+
 // report prints every test's outcome per system and fails when a test
-// passed under kube-controller-manager and not under a fleet (with no
-// kube-controller-manager, when a test failed).
-func report(w io.Writer, systems []controllerManager, results map[string][]testOutcome) error {
+// passed under kube-controller-manager and did not pass under a fleet
+// (with no kube-controller-manager, when a test did not pass), or when a
+// selected test has no outcome under a fleet (cut off by the suite's
+// timeout, or its name no longer matches a test).
+func report(w io.Writer, systems []controllerManager, results map[string][]testOutcome, selected []string) error {
 	byTest, names := byTestName(results)
+	var regressions []string
+	for _, n := range selected {
+		if _, ok := byTest[n]; !ok {
+			byTest[n] = map[string]testOutcome{}
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	names = slices.Compact(names)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	header := "test"
 	for _, s := range systems {
 		header += "\t" + s.name
 	}
 	fmt.Fprintln(tw, header)
-	var regressions []string
+	isSelected := map[string]bool{}
+	for _, n := range selected {
+		isSelected[n] = true
+	}
 	counts := map[string]map[string]int{}
 	for _, n := range names {
 		row := n
@@ -107,11 +128,12 @@ func report(w io.Writer, systems []controllerManager, results map[string][]testO
 				counts[s.name][o.status]++
 			}
 			row += "\t" + cell
-			if s.replicas == 0 || !ok || o.status != "failed" {
-				continue
-			}
-			if !haveKCM || kcm.status == "passed" {
-				regressions = append(regressions, fmt.Sprintf("%s under the %s", n, s.name))
+			switch {
+			case s.replicas == 0:
+			case !ok && isSelected[n]:
+				regressions = append(regressions, fmt.Sprintf("%s has no outcome under the %s", n, s.name))
+			case ok && failing(o.status) && (!haveKCM || kcm.status == "passed"):
+				regressions = append(regressions, fmt.Sprintf("%s under the %s (%s)", n, s.name, o.status))
 			}
 		}
 		fmt.Fprintln(tw, row)
@@ -121,10 +143,16 @@ func report(w io.Writer, systems []controllerManager, results map[string][]testO
 	}
 	for _, s := range systems {
 		c := counts[s.name]
-		fmt.Fprintf(w, "%s: %d passed, %d failed, %d skipped\n", s.name, c["passed"], c["failed"], c["skipped"])
+		other := 0
+		for status, n := range c {
+			if failing(status) && status != "failed" {
+				other += n
+			}
+		}
+		fmt.Fprintf(w, "%s: %d passed, %d failed, %d timed out or aborted, %d skipped\n", s.name, c["passed"], c["failed"], other, c["skipped"])
 	}
 	if len(regressions) > 0 {
-		return fmt.Errorf("%d tests fail under a fleet that pass under kube-controller-manager (or with no kube-controller-manager beside it): %s", len(regressions), strings.Join(regressions, "; "))
+		return fmt.Errorf("%d tests do not pass under a fleet that pass under kube-controller-manager (or with no kube-controller-manager beside it): %s", len(regressions), strings.Join(regressions, "; "))
 	}
 	return nil
 }

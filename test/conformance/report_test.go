@@ -8,8 +8,9 @@ import (
 	"testing"
 )
 
-// TestReportFailsOnRegression: a test failing under a fleet fails the run
-// only where it passed under kube-controller-manager, or where no
+// TestReportFailsOnRegression: a test that does not pass under a fleet
+// (failed, timed out, panicked, interrupted, or no outcome at all) fails
+// the run only where it passed under kube-controller-manager, or where no
 // kube-controller-manager ran beside it.
 func TestReportFailsOnRegression(t *testing.T) {
 	kcm, fleet := controllerManager{name: "kube-controller-manager"}, controllerManager{name: "fleet of 3", replicas: 3}
@@ -27,15 +28,21 @@ func TestReportFailsOnRegression(t *testing.T) {
 		{"skipped under the fleet", []controllerManager{kcm, fleet}, "passed", "skipped", false},
 		{"fleet alone fails", []controllerManager{fleet}, "", "failed", true},
 		{"fleet alone passes", []controllerManager{fleet}, "", "passed", false},
+		{"timed out under the fleet only", []controllerManager{kcm, fleet}, "passed", "timedout", true},
+		{"panicked under the fleet only", []controllerManager{kcm, fleet}, "passed", "panicked", true},
+		{"interrupted under the fleet alone", []controllerManager{fleet}, "", "interrupted", true},
+		{"no outcome under the fleet", []controllerManager{kcm, fleet}, "passed", "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			results := map[string][]testOutcome{}
 			if tc.kcm != "" {
 				results[kcm.name] = []testOutcome{{name: "[sig-x] a test", status: tc.kcm}}
 			}
-			results[fleet.name] = []testOutcome{{name: "[sig-x] a test", status: tc.fleet}}
+			if tc.fleet != "" {
+				results[fleet.name] = []testOutcome{{name: "[sig-x] a test", status: tc.fleet}}
+			}
 			var out bytes.Buffer
-			err := report(&out, tc.systems, results)
+			err := report(&out, tc.systems, results, []string{"[sig-x] a test"})
 			if (err != nil) != tc.wantError {
 				t.Errorf("report error %v, want an error: %v\n%s", err, tc.wantError, out.String())
 			}
