@@ -139,6 +139,23 @@ $(BIN)/fleet-controller-manager:
 	@mkdir -p $(BIN)
 	$(GO) build $(GOFLAGS_BUILD) -ldflags '$(FCM_LDFLAGS)' -o $@ ./cmd/fleet-controller-manager
 
+# The release before this one, which the rolling upgrade test (make
+# test-long) upgrades from and rolls back to: its tagged commit's source,
+# from this repository's history, built into bin/ once. The commit is
+# pinned beside the tag, so a clone without tags builds it too (a shallow
+# clone cannot: it says so).
+PREVIOUS_RELEASE        := v0.1.0
+PREVIOUS_RELEASE_COMMIT := ecf4cae3595913b90703f65ae6768bee72c1a70e
+PREVIOUS_RELEASE_BIN    := $(BIN)/fleet-controller-manager-$(PREVIOUS_RELEASE)
+$(PREVIOUS_RELEASE_BIN):
+	@git cat-file -e '$(PREVIOUS_RELEASE_COMMIT)^{commit}' 2>/dev/null || { echo "commit $(PREVIOUS_RELEASE_COMMIT) of release $(PREVIOUS_RELEASE) is not in this clone (a shallow clone? git fetch --unshallow)"; exit 1; }
+	@if git rev-parse -q --verify 'refs/tags/$(PREVIOUS_RELEASE)' >/dev/null && [ "$$(git rev-parse '$(PREVIOUS_RELEASE)^{commit}')" != "$$(git rev-parse '$(PREVIOUS_RELEASE_COMMIT)^{commit}')" ]; then echo "tag $(PREVIOUS_RELEASE) is not commit $(PREVIOUS_RELEASE_COMMIT)"; exit 1; fi
+	rm -rf build/release-$(PREVIOUS_RELEASE) && mkdir -p build/release-$(PREVIOUS_RELEASE) $(BIN)
+	git archive $(PREVIOUS_RELEASE_COMMIT) | tar -x -C build/release-$(PREVIOUS_RELEASE)
+	cd build/release-$(PREVIOUS_RELEASE) && $(GO) build $(GOFLAGS_BUILD) -ldflags '$(KUBE_LDFLAGS) -X github.com/fleet-controller-manager/fleet-controller-manager/cmd/fleet-controller-manager/app.fleetVersion=$(PREVIOUS_RELEASE)' -o $@.tmp ./cmd/fleet-controller-manager
+	mv $@.tmp $@
+	rm -rf build/release-$(PREVIOUS_RELEASE)
+
 # The handover tests' replica: the product's command with recording pieces
 # in place of controllers (test/recordingpieces).
 $(BIN)/fleet-recording-replica:
@@ -200,12 +217,12 @@ test: tools build $(BIN)/fleet-recording-replica image-host test-deps
 # bound on time) and a rolling upgrade and rollback of three replicas (two
 # minutes of a heavy lane): the long build tag keeps both out of make test,
 # which vets them; and a 20-minute chaos soak with a random seed (printed).
-test-long: tools build $(BIN)/fleet-recording-replica test-deps
+test-long: tools build $(BIN)/fleet-recording-replica $(PREVIOUS_RELEASE_BIN) test-deps
 	set -o pipefail; CGO_ENABLED=1 $(GO) test -count=1 -race -json ./... | $(GO) run ./test/testsummary
 	set -o pipefail; $(GO) test -count=1 -json ./shard/ -run '^TestProtocolSimulation' -args -sim.runs=1000 | $(GO) run ./test/testsummary
 	set -o pipefail; $(GO) test -count=1 -json -parallel 16 -timeout 60m ./informers/ -run '^TestOwnedCacheSimulation$$' -args -ownedsim.runs=300 | $(GO) run ./test/testsummary
 	set -o pipefail; PARTITION_MOVES=50 $(GO) test -count=1 -tags e2e -json -timeout 60m ./test/e2e/ -run '^TestPartitionMovesUnderLoad$$' | $(GO) run ./test/testsummary
-	set -o pipefail; $(GO) test -count=1 -tags 'e2e long' -json -timeout 20m ./test/e2e/ -run '^(TestKillServesVictimNamespacesWithinLease|TestRollingUpgradeAndRollback|TestNamespaceFirstMoments|TestPlacementByWeight)$$' | $(GO) run ./test/testsummary
+	set -o pipefail; FCM_PREVIOUS_RELEASE=$(PREVIOUS_RELEASE) $(GO) test -count=1 -tags 'e2e long' -json -timeout 20m ./test/e2e/ -run '^(TestKillServesVictimNamespacesWithinLease|TestRollingUpgradeAndRollback|TestNamespaceFirstMoments|TestPlacementByWeight)$$' | $(GO) run ./test/testsummary
 	$(MAKE) chaos DURATION=20
 	$(MAKE) conformance
 

@@ -24,23 +24,40 @@ import (
 	"github.com/fleet-controller-manager/fleet-controller-manager/test/localcluster"
 )
 
-// previousRelease plays the release before this one: it computes only the
-// older placement and reads and writes only Lease state version 1
-// (--supported-placements, --supported-state-versions: hidden test flags),
-// as a build from before PlacementColocatedShare and state version 2
-// would. Such a replica refuses a version 2 state as that build does.
-var previousRelease = []string{"--supported-placements=" + shard.PlacementColocated, "--supported-state-versions=1"}
+// previousReleaseBin is the release before this one, built from its tag
+// in the repository's history (make test-long: PREVIOUS_RELEASE). It reads
+// and writes Lease state versions 1 and 2 and places pieces by
+// PlacementColocatedShare at newest; it has never heard of version 3 or of
+// placement by weight.
+func previousReleaseBin(t *testing.T) string {
+	t.Helper()
+	release := os.Getenv("FCM_PREVIOUS_RELEASE")
+	if release == "" {
+		t.Fatal("FCM_PREVIOUS_RELEASE is not set: make test-long builds the previous release and names it")
+	}
+	bin := filepath.Join(binDir(t), "fleet-controller-manager-"+release)
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("the previous release %s: %v (make %s builds it)", release, err, bin)
+	}
+	return bin
+}
+
+// thisRelease's replicas place pieces by weight, a placement the previous
+// release does not know, so the upgrade switches placement as well as the
+// state version.
+var thisRelease = []string{"--placement-by-weight"}
 
 // TestRollingUpgradeAndRollback replaces a fleet of three replicas of the
-// previous release one by one with this release, as a Deployment's rolling
-// update does (the new replica ready before the old one leaves), under a
-// workload, then rolls back the same way. While any replica of the previous
-// release takes part, every replica places pieces its way; once the last one
-// has left, the fleet switches to the newer placement, moving only what it
-// moves; the rollback switches back as soon as the first old replica joins.
-// No piece is without an owner for more than 2 s, every write of the
-// partition controllers falls inside its writer's runs (the audit-log
-// checker), and the workload converges after each phase.
+// previous release (its own binary) one by one with this release, as a
+// Deployment's rolling update does (the new replica ready before the old
+// one leaves), under a workload, then rolls back the same way. While any
+// replica of the previous release takes part, every replica places pieces
+// its way and writes the Lease state version it reads; once the last one
+// has left, the fleet switches to placement by weight and state version 3,
+// moving only what it moves; the rollback switches back as soon as the
+// first old replica joins. No piece is without an owner for more than 2 s,
+// every write of the partition controllers falls inside its writer's runs
+// (the audit-log checker), and the workload converges after each phase.
 func TestRollingUpgradeAndRollback(t *testing.T) {
 	inLane(t, laneHeavy)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
@@ -51,14 +68,15 @@ func TestRollingUpgradeAndRollback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	previous, current := previousReleaseBin(t), filepath.Join(binDir(t), "fleet-controller-manager")
 	u := &upgrade{t: t, ctx: ctx, cluster: cluster, client: client, logs: map[string]string{}, ports: map[string]int{}}
 	old := []string{"old-0", "old-1", "old-2"}
 	for _, name := range old {
-		u.start(name, previousRelease...)
+		u.start(previous, name)
 	}
 	waitFleetRunning(ctx, t, client, old)
-	u.checkPlacement(old, shard.PlacementColocated)
-	u.checkStateVersion(old, 1)
+	u.checkPlacement(old, shard.PlacementColocatedShare)
+	u.checkStateVersion(old, 2)
 	// One namespace of workload now; each roll adds one halfway, and one
 	// more runs under the newer placement.
 	namespaces := []string{"upgrade-0"}
@@ -66,17 +84,17 @@ func TestRollingUpgradeAndRollback(t *testing.T) {
 	waitWorkload(ctx, t, client, namespaces[0])
 
 	from := time.Now()
-	upgraded := u.roll(old, []string{"new-0", "new-1", "new-2"}, nil, &namespaces)
+	upgraded := u.roll(old, []string{"new-0", "new-1", "new-2"}, current, thisRelease, &namespaces)
 	waitFleetRunning(ctx, t, client, upgraded)
 	// The new replicas placed pieces the old way while an old one took
 	// part (else they could not have agreed with it and turned ready).
-	u.checkPlacementUsed(upgraded[0], shard.PlacementColocated)
-	u.checkPlacement(upgraded, shard.PlacementColocatedShare)
-	u.logSwitch(upgraded, shard.PlacementColocatedShare)
-	// The new replicas wrote state version 1 while an old one read their
-	// Leases, and version 2 once the last had left.
-	u.checkStateVersion(upgraded, 2)
-	u.checkVersionSwitch(upgraded[0], 1, 2)
+	u.checkPlacementUsed(upgraded[0], shard.PlacementColocatedShare)
+	u.checkPlacement(upgraded, shard.PlacementWeighted)
+	u.logSwitch(upgraded, shard.PlacementWeighted)
+	// The new replicas wrote state version 2 while an old one read their
+	// Leases, and version 3 once the last had left.
+	u.checkStateVersion(upgraded, 3)
+	u.checkVersionSwitch(upgraded[0], 2, 3)
 	// The controllers work under the newer placement.
 	ns := fmt.Sprintf("upgrade-%d", len(namespaces))
 	namespaces = append(namespaces, ns)
@@ -87,14 +105,14 @@ func TestRollingUpgradeAndRollback(t *testing.T) {
 	upgradeGap := u.longestUnowned(from, time.Now())
 
 	from = time.Now()
-	rolledBack := u.roll(upgraded, []string{"back-0", "back-1", "back-2"}, previousRelease, &namespaces)
+	rolledBack := u.roll(upgraded, []string{"back-0", "back-1", "back-2"}, previous, nil, &namespaces)
 	waitFleetRunning(ctx, t, client, rolledBack)
-	u.checkPlacement(rolledBack, shard.PlacementColocated)
-	u.logSwitch(upgraded, shard.PlacementColocated)
-	u.checkStateVersion(rolledBack, 1)
-	// The replicas of this release went back to version 1 when the first
+	u.checkPlacement(rolledBack, shard.PlacementColocatedShare)
+	u.logSwitch(upgraded, shard.PlacementColocatedShare)
+	u.checkStateVersion(rolledBack, 2)
+	// The replicas of this release went back to version 2 when the first
 	// old one joined, before they left.
-	u.checkVersionSwitch(upgraded[len(upgraded)-1], 2, 1)
+	u.checkVersionSwitch(upgraded[len(upgraded)-1], 3, 2)
 	for _, ns := range namespaces {
 		waitWorkload(ctx, t, client, ns)
 	}
@@ -106,9 +124,9 @@ func TestRollingUpgradeAndRollback(t *testing.T) {
 			t.Errorf("%s: %s had no owner for %v, more than 2 s", phase, gap.piece, gap.length.Round(time.Millisecond))
 		}
 	}
-	violations, checked := checkRunsAgainstAudit(t, cluster.AuditLog, u.logs, nil, nil, namespaces)
-	t.Logf("ownership: %d partition-controller writes checked against the runs of %d replicas", checked, len(u.logs))
-	if checked == 0 {
+	violations, judged := checkRunsAgainstAudit(t, cluster.AuditLog, u.logs, nil, nil, namespaces)
+	t.Logf("ownership: %d partition controller writes (%d into the workload's namespaces) and %d singleton writes checked against the runs of %d replicas; %d writes of the previous release's clients whose piece its user agents do not tell", judged.partition, judged.inNamespaces, judged.singleton, len(u.logs), judged.unattributed)
+	if judged.inNamespaces == 0 {
 		t.Error("no partition-controller write was checked")
 	}
 	for _, v := range violations {
@@ -129,9 +147,9 @@ type upgrade struct {
 	rollStarted time.Time
 }
 
-func (u *upgrade) start(name string, args ...string) {
+func (u *upgrade) start(bin, name string, args ...string) {
 	u.t.Helper()
-	proc, port, err := u.cluster.StartFleetReplica(u.ctx, filepath.Join(binDir(u.t), "fleet-controller-manager"), name, args...)
+	proc, port, err := u.cluster.StartFleetReplica(u.ctx, bin, name, args...)
 	if err != nil {
 		u.t.Fatal(err)
 	}
@@ -141,16 +159,16 @@ func (u *upgrade) start(name string, args ...string) {
 	u.byName[name], u.logs[name], u.ports[name] = proc, proc.LogPath, port
 }
 
-// roll replaces each of from with one of to started with args: the new
+// roll replaces each of from with one of to, bin started with args: the new
 // replica ready first, then the old one stopped with SIGTERM (a rolling
 // update with maxSurge 1, maxUnavailable 0). A namespace of workload is
 // created halfway, so the controllers work while pieces move.
-func (u *upgrade) roll(from, to []string, args []string, namespaces *[]string) []string {
+func (u *upgrade) roll(from, to []string, bin string, args []string, namespaces *[]string) []string {
 	u.t.Helper()
 	u.rollStarted = time.Now()
 	for i := range from {
 		start := time.Now()
-		u.start(to[i], args...)
+		u.start(bin, to[i], args...)
 		u.waitReady(to[i])
 		if err := u.byName[from[i]].Stop(time.Minute); err != nil {
 			u.t.Fatal(err)

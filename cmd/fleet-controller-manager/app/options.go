@@ -43,8 +43,7 @@ type FleetOptions struct {
 	// defaultQPS is KCM's default --kube-api-qps, for ShareWorkers auto.
 	defaultQPS float32
 	// Placements are the placements this replica computes and says it
-	// supports; the fleet uses the newest every replica supports. Only
-	// tests narrow it (to play a previous release).
+	// supports; the fleet uses the newest every replica supports.
 	Placements []string
 	// PlacementByWeight adds shard.PlacementWeighted to Placements: a
 	// fleet whose every replica asks for it balances the partitions by
@@ -54,8 +53,7 @@ type FleetOptions struct {
 	// keeps the weight table moves partitions.
 	WeightHold time.Duration
 	// StateVersions are the Lease state versions this replica reads and
-	// says it reads (all of this release's; narrowed by a hidden test
-	// flag to play the previous release in upgrade tests).
+	// says it reads: all of this release's.
 	StateVersions []int
 }
 
@@ -99,11 +97,6 @@ func (o *FleetOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar((*string)(&o.ShareWorkers), "share-workers", string(o.ShareWorkers), "true: divide the worker counts of the controllers that run on every replica (--concurrent-deployment-syncs, --concurrent-replicaset-syncs, ...) among the fleet's live replicas when they start, rounded up, so the fleet runs about as many workers as one kube-controller-manager with the same flags (fewer status writes for a busy apiserver). false: every replica runs the full counts (faster while each replica's client rate limiter holds its workers back). auto: true when --kube-api-qps is raised above kube-controller-manager's default. See docs/operations.md.")
 	fs.BoolVar(&o.PlacementByWeight, "placement-by-weight", o.PlacementByWeight, "Balance the namespace partitions across the replicas by what they hold (objects in each replica's cache, published in its Lease) rather than by count: the first replica by name keeps a table of the partitions' weights, and once the busiest replica has held more than 1.1x the mean for a minute, the fewest partitions move to even it out. Takes effect when every replica of the fleet sets it. Alpha; see docs/design.md.")
 	fs.DurationVar(&o.WeightHold, "placement-weight-hold", time.Minute, "With --placement-by-weight: how long the busiest replica must stay above 1.1x the mean before partitions move. Shorter reacts sooner to a shifting load and moves more often.")
-	fs.StringSliceVar(&o.Placements, "supported-placements", o.Placements, "Test mode: the placements this replica says it supports (a previous release's, for upgrade tests).")
-	fs.IntSliceVar(&o.StateVersions, "supported-state-versions", o.StateVersions, "Test mode: the Lease state versions this replica reads and says it reads (a previous release's, for upgrade tests).")
-	for _, name := range []string{"supported-placements", "supported-state-versions"} {
-		_ = fs.MarkHidden(name)
-	}
 }
 
 // Complete fills in the identity and the placements.
@@ -136,27 +129,11 @@ func (o *FleetOptions) Validate() error {
 	if err := o.Ring.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if len(o.Placements) == 0 {
-		errs = append(errs, errors.New("--supported-placements must name at least one placement"))
-	}
 	if o.WeightHold < time.Second {
 		errs = append(errs, fmt.Errorf("--placement-weight-hold must be at least 1s, got %v", o.WeightHold))
 	}
-	for _, p := range o.Placements {
-		if !slices.Contains(shard.Placements, p) {
-			errs = append(errs, fmt.Errorf("--supported-placements: %q is not one of %v", p, shard.Placements))
-		}
-	}
 	if err := o.ShareWorkers.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("--share-workers: %w", err))
-	}
-	if len(o.StateVersions) == 0 {
-		errs = append(errs, errors.New("--supported-state-versions must name at least one version"))
-	}
-	for _, v := range o.StateVersions {
-		if !slices.Contains(membership.StateVersions, v) {
-			errs = append(errs, fmt.Errorf("--supported-state-versions: %d is not one of %v", v, membership.StateVersions))
-		}
 	}
 	cfg := membership.Config{
 		Namespace: o.Namespace, Fleet: o.Name, Identity: o.Identity,
