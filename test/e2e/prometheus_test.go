@@ -145,6 +145,22 @@ scrape_configs:
 		t.Logf("%-60s %d series", e.source, len(got))
 	}
 
+	// Quiet first: an alert firing or pending on a healthy fleet would
+	// make the firing below prove nothing. Watched for longer than an
+	// alert's `for` and two evaluations, so one pending at the start
+	// would have fired within it.
+	quietUntil := time.Now().Add(10 * time.Second)
+	for time.Now().Before(quietUntil) {
+		active, err := activeAlerts(base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(active) > 0 {
+			t.Fatalf("alerts active on a healthy fleet before the kill: %v", active)
+		}
+		time.Sleep(time.Second)
+	}
+
 	// Kill one replica: it is down at once; the fleet has fewer members
 	// once its lease expires.
 	if err := procs["prom-2"].Signal(syscall.SIGKILL); err != nil {
@@ -291,20 +307,45 @@ func ruleExprs(t *testing.T) []checkedExpr {
 	return out
 }
 
-func firingAlerts(base string) (map[string]bool, error) {
+// activeAlerts names each alert firing or pending, with its state.
+func activeAlerts(base string) (map[string]string, error) {
+	alerts, err := alertStates(base)
+	if err != nil {
+		return nil, err
+	}
+	active := map[string]string{}
+	for _, a := range alerts {
+		if a.State == "firing" || a.State == "pending" {
+			active[a.Labels["alertname"]] = a.State
+		}
+	}
+	return active, nil
+}
+
+type alertState struct {
+	Labels map[string]string `json:"labels"`
+	State  string            `json:"state"`
+}
+
+func alertStates(base string) ([]alertState, error) {
 	var out struct {
 		Data struct {
-			Alerts []struct {
-				Labels map[string]string `json:"labels"`
-				State  string            `json:"state"`
-			} `json:"alerts"`
+			Alerts []alertState `json:"alerts"`
 		} `json:"data"`
 	}
 	if err := promGet(base+"/api/v1/alerts", &out); err != nil {
 		return nil, fmt.Errorf("alerts: %w", err)
 	}
+	return out.Data.Alerts, nil
+}
+
+func firingAlerts(base string) (map[string]bool, error) {
+	alerts, err := alertStates(base)
+	if err != nil {
+		return nil, err
+	}
 	firing := map[string]bool{}
-	for _, a := range out.Data.Alerts {
+	for _, a := range alerts {
 		if a.State == "firing" {
 			firing[a.Labels["alertname"]] = true
 		}
