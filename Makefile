@@ -63,6 +63,9 @@ E2E_TEST      := $(KUBE_BIN)/e2e.test
 # make conformance: which systems and which tests of test/conformance/selection.txt.
 CONFORMANCE_SYSTEMS ?= kcm,fleet3
 CONFORMANCE_SET     ?= all
+# e2e.test processes at once per system (the tests mostly wait on the
+# controllers); [Serial] tests run alone after them.
+CONFORMANCE_PROCS   ?= 3
 
 all: build
 
@@ -87,7 +90,7 @@ $(E2E_TEST):
 # Upstream's end-to-end tests under kube-controller-manager and a fleet of
 # three, side by side; fails if one passes under KCM and fails under the fleet.
 conformance: tools build $(E2E_TEST)
-	$(GO) run ./test/conformance -systems $(CONFORMANCE_SYSTEMS) -set $(CONFORMANCE_SET) $(CONFORMANCE_ARGS)
+	$(GO) run ./test/conformance -systems $(CONFORMANCE_SYSTEMS) -set $(CONFORMANCE_SET) -procs $(CONFORMANCE_PROCS) $(CONFORMANCE_ARGS)
 
 # The tests of the controllers whose pieces move, against a fleet of three.
 conformance-ci: tools build $(E2E_TEST)

@@ -38,13 +38,14 @@ func main() {
 		keep      = flag.String("keep", "", "keep each system's control plane files and e2e output in this folder")
 		timeout   = flag.Duration("timeout", 3*time.Hour, "the whole run's limit")
 		suite     = flag.Duration("suite-timeout", 2*time.Hour, "each run of e2e.test's limit: ginkgo then stops and reports the tests it ran")
+		procs     = flag.Int("procs", 1, "processes of e2e.test at once per system for the tests that may share a cluster (as ginkgo -p); [Serial] and [Disruptive] tests run alone after them")
 	)
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	if err := run(ctx, runOptions{systems: strings.Split(*systems, ","), selection: *selection, set: *set, focus: *focus, repeat: *repeat, binDir: *binDir, e2e: *e2e, keep: *keep, suiteTimeout: *suite}); err != nil {
+	if err := run(ctx, runOptions{systems: strings.Split(*systems, ","), selection: *selection, set: *set, focus: *focus, repeat: *repeat, binDir: *binDir, e2e: *e2e, keep: *keep, suiteTimeout: *suite, procs: *procs}); err != nil {
 		fmt.Fprintln(os.Stderr, "conformance:", err)
 		os.Exit(1)
 	}
@@ -59,6 +60,7 @@ type runOptions struct {
 	binDir, e2e    string
 	keep           string
 	suiteTimeout   time.Duration
+	procs          int
 }
 
 func run(ctx context.Context, o runOptions) error {

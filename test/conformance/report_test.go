@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -122,6 +123,30 @@ func TestWithoutLabels(t *testing.T) {
 	} {
 		if got := withoutLabels(name); got != want {
 			t.Errorf("withoutLabels(%q) = %q, want %q", name, got, want)
+		}
+	}
+}
+
+// TestSplitForProcs: the tests that may share a cluster are dealt into at
+// most procs batches; [Serial] and [Disruptive] ones go apart, to run alone.
+func TestSplitForProcs(t *testing.T) {
+	focus := focusOf([]string{"[sig-a] one", "[sig-a] two [Serial]", "[sig-a] three", "[sig-a] four [Disruptive] [Serial]", "[sig-a] five", "[sig-a] six"})
+	for _, tc := range []struct {
+		procs       int
+		wantBatches []int // sizes
+	}{
+		{1, []int{4}},
+		{2, []int{2, 2}},
+		{3, []int{2, 1, 1}},
+		{8, []int{1, 1, 1, 1}},
+	} {
+		parallel, serial := splitForProcs(focus, tc.procs)
+		var sizes []int
+		for _, b := range parallel {
+			sizes = append(sizes, len(b))
+		}
+		if !slices.Equal(sizes, tc.wantBatches) || len(serial) != 2 {
+			t.Errorf("procs %d: batches of %v and %d alone, want %v and 2", tc.procs, sizes, len(serial), tc.wantBatches)
 		}
 	}
 }

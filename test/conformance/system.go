@@ -2,13 +2,16 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -68,7 +71,7 @@ func runSystem(ctx context.Context, s controllerManager, bin string, o runOption
 	var out []testOutcome
 	passed := 0
 	for i := range repeat {
-		out, err = runE2E(ctx, s, cluster, e2e, focus, dir, i, seed, o.suiteTimeout)
+		out, err = runBatches(ctx, s, cluster, e2e, focus, o.procs, dir, i, seed, o.suiteTimeout)
 		if err != nil {
 			return nil, err
 		}
@@ -86,15 +89,74 @@ func runSystem(ctx context.Context, s controllerManager, bin string, o runOption
 	return out, nil
 }
 
+// serialMarks: a test named with one runs alone against the cluster, as
+// upstream's ginkgo -p runs it.
+var serialMarks = []string{regexp.QuoteMeta("[Serial]"), regexp.QuoteMeta("[Disruptive]")}
+
+// splitForProcs deals the focused tests (quoted names, focusOf) into at
+// most procs batches that may run at once, and the tests that must run
+// alone.
+func splitForProcs(focus []string, procs int) (parallel [][]string, serial []string) {
+	procs = max(procs, 1)
+	n := 0
+	for _, f := range focus {
+		if slices.ContainsFunc(serialMarks, func(m string) bool { return strings.Contains(f, m) }) {
+			serial = append(serial, f)
+			continue
+		}
+		if len(parallel) < procs {
+			parallel = append(parallel, nil)
+		}
+		parallel[n%procs] = append(parallel[n%procs], f)
+		n++
+	}
+	return parallel, serial
+}
+
+// runBatches runs the focused tests once: at most procs processes of
+// e2e.test at once for the tests that may share the cluster, then one for
+// those that must run alone.
+func runBatches(ctx context.Context, s controllerManager, cluster *localcluster.Cluster, e2e string, focus []string, procs int, dir string, run int, seed int64, suiteTimeout time.Duration) ([]testOutcome, error) {
+	parallel, serial := splitForProcs(focus, procs)
+	var (
+		mu   sync.Mutex
+		out  []testOutcome
+		errs []error
+		wg   sync.WaitGroup
+	)
+	collect := func(got []testOutcome, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		out = append(out, got...)
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for i, batch := range parallel {
+		wg.Go(func() {
+			collect(runE2E(ctx, s, cluster, e2e, batch, dir, fmt.Sprintf("%d-%d", run, i), seed, suiteTimeout))
+		})
+	}
+	wg.Wait()
+	if len(serial) > 0 {
+		collect(runE2E(ctx, s, cluster, e2e, serial, dir, fmt.Sprintf("%d-serial", run), seed, suiteTimeout))
+	}
+	return out, errors.Join(errs...)
+}
+
 // runE2E runs e2e.test once against cluster.
-func runE2E(ctx context.Context, s controllerManager, cluster *localcluster.Cluster, e2e string, focus []string, dir string, run int, seed int64, suiteTimeout time.Duration) ([]testOutcome, error) {
-	report := filepath.Join(dir, fmt.Sprintf("junit-%d.xml", run))
+func runE2E(ctx context.Context, s controllerManager, cluster *localcluster.Cluster, e2e string, focus []string, dir string, run string, seed int64, suiteTimeout time.Duration) ([]testOutcome, error) {
+	report := filepath.Join(dir, fmt.Sprintf("junit-%s.xml", run))
+	reportDir := filepath.Join(dir, "report-"+run)
+	if err := os.MkdirAll(reportDir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating the e2e report folder: %w", err)
+	}
 	args := []string{"--kubeconfig=" + cluster.AdminKubeconfig, "--provider=local", "--ginkgo.junit-report=" + report,
-		"--ginkgo.no-color", "--ginkgo.timeout=" + suiteTimeout.String(), "--report-dir=" + dir, fmt.Sprintf("--ginkgo.seed=%d", seed)}
+		"--ginkgo.no-color", "--ginkgo.timeout=" + suiteTimeout.String(), "--report-dir=" + reportDir, fmt.Sprintf("--ginkgo.seed=%d", seed)}
 	for _, f := range focus {
 		args = append(args, "--ginkgo.focus="+f)
 	}
-	logPath := filepath.Join(dir, fmt.Sprintf("e2e-%d.log", run))
+	logPath := filepath.Join(dir, fmt.Sprintf("e2e-%s.log", run))
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return nil, fmt.Errorf("creating the e2e log: %w", err)
