@@ -26,6 +26,7 @@ type auditEvent struct {
 	} `json:"user"`
 	ObjectRef *struct {
 		Resource  string `json:"resource"`
+		APIGroup  string `json:"apiGroup"`
 		Namespace string `json:"namespace"`
 		Name      string `json:"name"`
 	} `json:"objectRef"`

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -170,6 +171,12 @@ func TestInformersLikeKubeControllerManager(t *testing.T) {
 	if seen == 0 {
 		t.Fatal("the census lists no informer")
 	}
+	// The other way round: every resource KCM's informers list is read by
+	// an informer of the fleet's, or a controller lost one.
+	kcmListed := kcmInformerResources(ctx, t, q)
+	for _, res := range missingFromCensus(kcmListed, census) {
+		problems = append(problems, fmt.Sprintf("KCM's informers list %s; no informer of the fleet's reads it", res))
+	}
 	for row := range allowed {
 		if !documentedUsed[row] {
 			problems = append(problems, fmt.Sprintf("docs/controllers.md names a difference the census no longer shows: %s", row))
@@ -179,7 +186,96 @@ func TestInformersLikeKubeControllerManager(t *testing.T) {
 	if len(problems) > 0 {
 		t.Errorf("informers that differ from KCM's:\n%s", strings.Join(problems, "\n"))
 	}
-	t.Logf("%d informers of %d pieces compared with KCM's factory; %d documented differences apply", seen, len(census), len(documentedUsed))
+	t.Logf("%d informers of %d pieces compared with KCM's factory; %d documented differences apply; the %d resources KCM's informers list all read by the fleet's", seen, len(census), len(documentedUsed), len(kcmListed))
+}
+
+// kcmInformerResources runs kube-controller-manager on a control plane of
+// its own, with quota counted in a namespace as in the fleet's, and returns
+// the resources ("group/resource") its informer factories listed or
+// watched (the audit log's requests by its shared-informers and
+// metadata-informers clients).
+func kcmInformerResources(ctx context.Context, t *testing.T, quota *corev1.ResourceQuota) map[string]bool {
+	t.Helper()
+	cluster := startClusterIn(ctx, t, "kcm", localcluster.Options{KubeControllerManager: true, AuditReads: true})
+	client, err := cluster.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	createNamespace(ctx, t, client, "census")
+	q := quota.DeepCopy()
+	q.ResourceVersion, q.UID, q.Namespace = "", "", "census"
+	if _, err := client.CoreV1().ResourceQuotas("census").Create(ctx, q, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(ctx, t, "KCM to count the quota", time.Minute, func() (bool, string) {
+		got, err := client.CoreV1().ResourceQuotas("census").Get(ctx, "quota", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(got.Status.Used) == len(q.Spec.Hard), fmt.Sprint(got.Status.Used)
+	})
+	listed := map[string]bool{}
+	readAudit(t, cluster.AuditLog, func(e auditEvent) {
+		// An informer's first list is a watch streaming the initial
+		// events (WatchListClient), or a list where that is refused.
+		if e.ObjectRef == nil || (e.Verb != "list" && e.Verb != "watch") || !strings.HasPrefix(e.UserAgent, "kube-controller-manager/") {
+			return
+		}
+		if strings.HasSuffix(e.UserAgent, "/shared-informers") || strings.HasSuffix(e.UserAgent, "/metadata-informers") {
+			listed[e.ObjectRef.APIGroup+"/"+e.ObjectRef.Resource] = true
+		}
+	})
+	if len(listed) == 0 {
+		t.Fatal("no list or watch by KCM's informers in its audit log")
+	}
+	return listed
+}
+
+// missingFromCensus lists, sorted, the resources of kcm that no informer
+// of the census reads.
+func missingFromCensus(kcm map[string]bool, census map[string][]informers.InformerRecord) []string {
+	read := map[string]bool{}
+	for _, records := range census {
+		for _, r := range records {
+			read[r.Group+"/"+r.Resource] = true
+		}
+	}
+	var out []string
+	for res := range kcm {
+		if !read[res] {
+			out = append(out, res)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestMissingFromCensus: a resource KCM's informers list that no piece's
+// informer reads is reported, whichever piece reads the others.
+func TestMissingFromCensus(t *testing.T) {
+	census := map[string][]informers.InformerRecord{
+		"partition":                {{Resource: "pods"}, {Group: "apps", Resource: "replicasets"}},
+		"resourcequota-controller": {{Resource: "resourcequotas"}},
+	}
+	for _, tc := range []struct {
+		name string
+		kcm  []string
+		want []string
+	}{
+		{"all read", []string{"/pods", "apps/replicasets", "/resourcequotas"}, nil},
+		{"one lost", []string{"/pods", "apps/replicasets", "apps/deployments"}, []string{"apps/deployments"}},
+		{"same resource, other group", []string{"/replicasets"}, []string{"/replicasets"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			kcm := map[string]bool{}
+			for _, r := range tc.kcm {
+				kcm[r] = true
+			}
+			if got := missingFromCensus(kcm, census); !slices.Equal(got, tc.want) {
+				t.Errorf("missing %v, want %v", got, tc.want)
+			}
+		})
+	}
 }
 
 func describe(r informers.InformerRecord) string {
