@@ -41,8 +41,8 @@ func newClosedBackoff() wait.Backoff {
 // (docs/benchmarks/chaos).
 const closedBackoffReset = 10 * time.Second
 
-// closedWait is how long a source waits before resuming after a watch that
-// lasted lasted was closed early, stepping b.
+// closedWait is how long a source waits before resuming after a watch,
+// open for lasted, was closed early; it steps b.
 func closedWait(b *wait.Backoff, lasted time.Duration) time.Duration {
 	if lasted >= closedBackoffReset {
 		*b = newClosedBackoff()
@@ -209,9 +209,9 @@ func (p *producer) watchEnded(ctx context.Context, expired, superseded bool) rou
 		// replay ends.
 		watchesClosedEarly.WithLabelValues(p.target.resource).Inc()
 		lasted := time.Since(p.opened)
-		wait := closedWait(&p.closedBackoff, lasted)
-		p.logger.V(2).Info("A watch of the owned cache was closed early; resuming after a wait", "lasted", lasted.Round(time.Millisecond), "wait", wait.Round(time.Millisecond))
-		if !p.sleep(ctx, wait) {
+		pause := closedWait(&p.closedBackoff, lasted)
+		p.logger.V(2).Info("A watch of the owned cache was closed early; resuming after a wait", "lasted", lasted.Round(time.Millisecond), "wait", pause.Round(time.Millisecond))
+		if !p.sleep(ctx, pause) {
 			return roundDone
 		}
 	default:
