@@ -63,11 +63,14 @@ func (s *selection) names(set string) ([]string, error) {
 	return nil, fmt.Errorf("set %q: want all or ci", set)
 }
 
-// focusOf makes one ginkgo focus per test: its name, quoted.
+// focusOf makes one ginkgo focus per test: its whole name, quoted (a
+// name alone would also select every test whose name it begins).
 func focusOf(names []string) []string {
 	out := make([]string, 0, len(names))
 	for _, n := range names {
-		out = append(out, regexp.QuoteMeta(n))
+		// The spec's text ginkgo matches begins with a space (its
+		// top container's empty text), so a name starts after a space.
+		out = append(out, `(^|\s)`+regexp.QuoteMeta(n)+"$")
 	}
 	return out
 }
