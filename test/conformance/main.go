@@ -18,8 +18,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -79,6 +82,11 @@ func run(ctx context.Context, o runOptions) error {
 	if err != nil {
 		return err
 	}
+	if selected != nil {
+		if err := checkSelects(ctx, o.e2e, focus, len(selected)); err != nil {
+			return err
+		}
+	}
 	var systems []controllerManager
 	for _, name := range o.systems {
 		s, err := parseSystem(name)
@@ -132,4 +140,29 @@ func (o runOptions) focusList() (focus, selected []string, err error) {
 		return nil, nil, err
 	}
 	return focusOf(names), names, nil
+}
+
+// willRun is ginkgo's count of the specs a focus selects.
+var willRun = regexp.MustCompile(`Will run (\d+) of \d+ specs`)
+
+// checkSelects makes sure, by a dry run of e2e, that focus selects exactly
+// want specs: a test renamed upstream selects none, and a focus that is a
+// prefix of another test's name selects both.
+func checkSelects(ctx context.Context, e2e string, focus []string, want int) error {
+	args := []string{"--ginkgo.dry-run", "--ginkgo.no-color"}
+	for _, f := range focus {
+		args = append(args, "--ginkgo.focus="+f)
+	}
+	out, err := exec.CommandContext(ctx, e2e, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("dry run of %s: %w\n%s", filepath.Base(e2e), err, out)
+	}
+	m := willRun.FindSubmatch(out)
+	if m == nil {
+		return fmt.Errorf("dry run of %s: no %q in its output", filepath.Base(e2e), willRun)
+	}
+	if got, _ := strconv.Atoi(string(m[1])); got != want {
+		return fmt.Errorf("the selection's %d tests select %d specs of %s: a test was renamed upstream, or a name selects another too", want, got, filepath.Base(e2e))
+	}
+	return nil
 }
