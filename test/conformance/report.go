@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -99,7 +98,6 @@ func report(w io.Writer, systems []controllerManager, results map[string][]testO
 		}
 	}
 	sort.Strings(names)
-	names = slices.Compact(names)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	header := "test"
 	for _, s := range systems {

@@ -179,7 +179,7 @@ func runE2E(ctx context.Context, s controllerManager, cluster *localcluster.Clus
 
 func failed(out []testOutcome) bool {
 	for _, o := range out {
-		if o.status == "failed" {
+		if failing(o.status) {
 			return true
 		}
 	}

@@ -319,10 +319,10 @@ func lateWrites(t *testing.T, auditLog string, runs map[string][]pieceRun) []tim
 		if !ok {
 			return
 		}
-		piece, _ := pieceOfWrite(a, e)
 		if a.piece == legacyUnattributed {
 			return
 		}
+		piece, _ := pieceOfWrite(a, e)
 		for _, r := range runs[piece] {
 			if r.replica == a.replica && !r.authorityEnded.IsZero() && e.RequestReceivedTimestamp.After(r.authorityEnded) && !e.RequestReceivedTimestamp.After(r.writesUntil) {
 				out = append(out, e.RequestReceivedTimestamp.Sub(r.authorityEnded))

@@ -169,11 +169,11 @@ scrape_configs:
 	killed := time.Now()
 	for _, alert := range []string{"FleetReplicaDown", "FleetMembersBelowDesired"} {
 		poll(ctx, t, alert+" to fire", 2*time.Minute, func() (bool, string) {
-			firing, err := firingAlerts(base)
+			active, err := activeAlerts(base)
 			if err != nil {
 				return false, err.Error()
 			}
-			return firing[alert], fmt.Sprintf("firing: %v", firing)
+			return active[alert] == "firing", fmt.Sprintf("active: %v", active)
 		})
 		t.Logf("%s firing %v after the kill", alert, time.Since(killed).Round(time.Second))
 	}
@@ -309,48 +309,24 @@ func ruleExprs(t *testing.T) []checkedExpr {
 
 // activeAlerts names each alert firing or pending, with its state.
 func activeAlerts(base string) (map[string]string, error) {
-	alerts, err := alertStates(base)
-	if err != nil {
-		return nil, err
-	}
-	active := map[string]string{}
-	for _, a := range alerts {
-		if a.State == "firing" || a.State == "pending" {
-			active[a.Labels["alertname"]] = a.State
-		}
-	}
-	return active, nil
-}
-
-type alertState struct {
-	Labels map[string]string `json:"labels"`
-	State  string            `json:"state"`
-}
-
-func alertStates(base string) ([]alertState, error) {
 	var out struct {
 		Data struct {
-			Alerts []alertState `json:"alerts"`
+			Alerts []struct {
+				Labels map[string]string `json:"labels"`
+				State  string            `json:"state"`
+			} `json:"alerts"`
 		} `json:"data"`
 	}
 	if err := promGet(base+"/api/v1/alerts", &out); err != nil {
 		return nil, fmt.Errorf("alerts: %w", err)
 	}
-	return out.Data.Alerts, nil
-}
-
-func firingAlerts(base string) (map[string]bool, error) {
-	alerts, err := alertStates(base)
-	if err != nil {
-		return nil, err
-	}
-	firing := map[string]bool{}
-	for _, a := range alerts {
-		if a.State == "firing" {
-			firing[a.Labels["alertname"]] = true
+	active := map[string]string{}
+	for _, a := range out.Data.Alerts {
+		if a.State == "firing" || a.State == "pending" {
+			active[a.Labels["alertname"]] = a.State
 		}
 	}
-	return firing, nil
+	return active, nil
 }
 
 // promGet decodes a 200 reply of Prometheus' HTTP API into out; any
