@@ -259,26 +259,56 @@ func keepLogsOnFailure(t *testing.T, cluster *localcluster.Cluster) {
 		if !t.Failed() || os.Getenv("FCM_E2E_KEEP_DIR") != "" {
 			return
 		}
-		dir, err := os.MkdirTemp("", "fcm-"+strings.ReplaceAll(t.Name(), "/", "-")+"-")
-		if err != nil {
-			t.Logf("keeping the logs: %v", err)
+		if dir := copyLogs(t, cluster); dir != "" {
+			t.Logf("the replicas' logs, kube-apiserver's and the audit log are kept in %s", dir)
+		}
+	})
+}
+
+// keepLogsIfParentFails copies cluster's logs now, before the cluster is
+// stopped and its folder removed, and keeps them if parent fails: a test
+// that compares the end states of several clusters fails after each is
+// gone.
+func keepLogsIfParentFails(parent, t *testing.T, cluster *localcluster.Cluster) {
+	if os.Getenv("FCM_E2E_KEEP_DIR") != "" {
+		return
+	}
+	dir := copyLogs(t, cluster)
+	if dir == "" {
+		return
+	}
+	parent.Cleanup(func() {
+		if !parent.Failed() {
+			_ = os.RemoveAll(dir)
 			return
 		}
-		paths := []string{cluster.AuditLog}
-		for _, p := range cluster.Processes() {
-			paths = append(paths, p.LogPath)
-		}
-		for _, path := range paths {
-			data, err := os.ReadFile(path)
-			if err == nil {
-				err = os.WriteFile(filepath.Join(dir, filepath.Base(path)), data, 0o644)
-			}
-			if err != nil {
-				t.Logf("keeping %s: %v", path, err)
-			}
-		}
-		t.Logf("the replicas' logs, kube-apiserver's and the audit log are kept in %s", dir)
+		parent.Logf("%s: the replicas' logs, kube-apiserver's and the audit log are kept in %s", t.Name(), dir)
 	})
+}
+
+// copyLogs copies every process's log and the audit log of cluster into a
+// new folder that outlives the test, and returns it ("" if it could not
+// be made).
+func copyLogs(t *testing.T, cluster *localcluster.Cluster) string {
+	dir, err := os.MkdirTemp("", "fcm-"+strings.ReplaceAll(t.Name(), "/", "-")+"-")
+	if err != nil {
+		t.Logf("keeping the logs: %v", err)
+		return ""
+	}
+	paths := []string{cluster.AuditLog}
+	for _, p := range cluster.Processes() {
+		paths = append(paths, p.LogPath)
+	}
+	for _, path := range paths {
+		data, err := os.ReadFile(path)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, filepath.Base(path)), data, 0o644)
+		}
+		if err != nil {
+			t.Logf("keeping %s: %v", path, err)
+		}
+	}
+	return dir
 }
 
 func (c *chaosRun) startReplica(r *chaosReplica) {

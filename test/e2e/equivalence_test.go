@@ -36,6 +36,7 @@ func TestSameEndStateAsKubeControllerManager(t *testing.T) {
 		facts   map[string]string
 		watches map[string]int
 	}
+	parent := t
 	states := sidesAtOnce(t, laneLight, []string{kcmSide, fleetOfOne, fleetOfThree}, func(t *testing.T, side string) endState {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
@@ -56,6 +57,7 @@ func TestSameEndStateAsKubeControllerManager(t *testing.T) {
 			facts[k] = v
 		}
 		watches := openWatches(ctx, t, client)
+		keepLogsIfParentFails(parent, t, cluster)
 		cluster.Stop()
 		return endState{facts, watches}
 	})
