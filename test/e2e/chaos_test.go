@@ -58,10 +58,16 @@ const (
 	faultEtcd         chaosFault = "etcd"          // etcd restarted
 	faultLeaseDeleted chaosFault = "lease-deleted" // a live replica's Lease deleted
 	faultLeaseGarbage chaosFault = "lease-garbage" // a live replica's state overwritten with garbage
+	faultSlow         chaosFault = "slow"          // the replica's CPU capped at 0.01-0.04 cores for 20-60 s
+	faultThrottled    chaosFault = "throttled"     // APF answers 429 to the replica's own requests, or to the whole fleet's, for 5-20 s
+	faultExpired      chaosFault = "expired"       // etcd compacted and restarted: every watch resumes into 410 Gone at once
+	faultStalledWatch chaosFault = "stalled-watch" // the replica's watch streams frozen for 10-30 s, its other requests answered
+	faultTwoAtOnce    chaosFault = "two-at-once"   // a cut while etcd restarts, two replicas paused, or a kill during a handover
 )
 
 var chaosFaults = []chaosFault{faultCut, faultBlackhole, faultLatency, faultBandwidth, faultKill, faultPause,
-	faultAPIServer, faultEtcd, faultLeaseDeleted, faultLeaseGarbage}
+	faultAPIServer, faultEtcd, faultLeaseDeleted, faultLeaseGarbage,
+	faultSlow, faultThrottled, faultExpired, faultStalledWatch, faultTwoAtOnce}
 
 // chaosConvergeBound is how soon after a fault is healed the workload
 // must have converged: a lost replica's pieces wait out its lease, then
@@ -77,6 +83,7 @@ const chaosGrace = 2 * time.Second
 type chaosReplica struct {
 	name       string
 	proxy      *faultproxy.Proxy
+	httpProxy  *faultproxy.HTTPProxy
 	kubeconfig string
 	proc       *localcluster.Process
 }
@@ -135,8 +142,11 @@ func TestChaos(t *testing.T) {
 		// kube-apiserver restart: the soak's one failure came in such a
 		// pair (a 14 s blackhole, then etcd restarted for 8 s).
 		kinds = []chaosFault{faultBlackhole, faultCut, faultEtcd, faultAPIServer}
+	case "gray":
+		// The faults that are not one clean fault.
+		kinds = []chaosFault{faultSlow, faultThrottled, faultExpired, faultStalledWatch, faultTwoAtOnce}
 	default:
-		t.Fatalf("CHAOS_SCHEDULE=%q: want empty or restarts", schedule)
+		t.Fatalf("CHAOS_SCHEDULE=%q: want empty, restarts or gray", schedule)
 	}
 	t.Logf("chaos: seed %d, %v of faults%s (replay: CHAOS_SEED=%d CHAOS_DURATION=%v CHAOS_SCHEDULE=%s)", seed, duration, map[bool]string{true: ", " + schedule}[schedule != ""], seed, duration, schedule)
 
@@ -147,13 +157,9 @@ func TestChaos(t *testing.T) {
 	c := &chaosRun{t: t, ctx: ctx, cluster: cluster, client: client, bin: bin, rng: rand.New(rand.NewSource(seed)),
 		deaths: map[int]time.Time{}, pauses: map[int][][2]time.Time{}, live: map[string]*chaosNamespace{}}
 
-	kubeconfig, err := cluster.Kubeconfig("fleet-controller-manager", "system:kube-controller-manager", "system:masters")
-	if err != nil {
-		t.Fatal(err)
-	}
+	c.grantLeastPrivilege()
 	for _, name := range []string{"fcm-a", "fcm-b", "fcm-c"} {
-		proxy, proxied := proxiedKubeconfig(t, cluster.URL, kubeconfig, t.TempDir())
-		r := &chaosReplica{name: name, proxy: proxy, kubeconfig: proxied}
+		r := c.chainedKubeconfig(name)
 		c.replicas = append(c.replicas, r)
 		c.startReplica(r)
 	}
@@ -166,6 +172,7 @@ func TestChaos(t *testing.T) {
 
 	counts := map[chaosFault]int{}
 	var converge []time.Duration
+	var windows []faultWindow
 	late := 0
 	deadline := time.Now().Add(duration)
 	var bag []chaosFault
@@ -182,6 +189,7 @@ func TestChaos(t *testing.T) {
 			c.changeWorkload()
 		}
 		victim := c.replicas[c.rng.Intn(len(c.replicas))]
+		from := time.Now()
 		what := c.inject(fault, victim)
 		counts[fault]++
 		if schedule == "restarts" && (fault == faultBlackhole || fault == faultCut) {
@@ -192,6 +200,7 @@ func TestChaos(t *testing.T) {
 		took, ok := c.waitConverged(chaosConvergeBound + 2*time.Minute)
 		t.Logf("chaos: fault %d: %s; workload converged %v after it was healed", n, what, took.Round(time.Millisecond))
 		converge = append(converge, took)
+		windows = append(windows, faultWindow{kind: fault, what: fmt.Sprintf("fault %d, %s", n, what), from: from, to: time.Now()})
 		if !ok {
 			t.Fatalf("fault %d (%s): the workload did not converge within %v of the heal", n, what, took)
 		}
@@ -224,6 +233,10 @@ func TestChaos(t *testing.T) {
 	if late := lateWrites(t, cluster.AuditLog, runs); len(late) > 0 {
 		t.Logf("chaos: %d controller writes received after their replica's authority ended (deadline or logged stop), within the %v transit grace: median %v, latest %v after it",
 			len(late), chaosGrace, percentile(late, 0.5).Round(time.Microsecond), late[len(late)-1].Round(time.Microsecond))
+	}
+	figures := figuresByKind(windows, writesPastAuthority(t, cluster.AuditLog, runs), unservedGaps(runs, windows[0].from, time.Now()))
+	for _, f := range kinds {
+		t.Logf("chaos: %s: %v", f, figures[f])
 	}
 	if judged.inNamespaces == 0 || judged.singleton == 0 {
 		t.Fatalf("the audit log holds %d partition controller writes into the workload's namespaces and %d singleton writes: the checker looked at nothing", judged.inNamespaces, judged.singleton)
@@ -359,11 +372,7 @@ func (c *chaosRun) inject(fault chaosFault, victim *chaosReplica) string {
 		return fmt.Sprintf("%s bandwidth %d KiB/s for %v", victim.name, rate>>10, d)
 	case faultKill:
 		pid := victim.proc.Pid()
-		c.deaths[pid] = time.Now()
-		if err := victim.proc.Signal(syscall.SIGKILL); err != nil {
-			c.t.Fatal(err)
-		}
-		<-victim.proc.Done()
+		c.kill(victim)
 		d := hold(1, 6)
 		c.startReplica(victim)
 		return fmt.Sprintf("%s killed (pid %d), started again %v later", victim.name, pid, d)
@@ -419,6 +428,16 @@ func (c *chaosRun) inject(fault chaosFault, victim *chaosReplica) string {
 			})
 		})
 		return fmt.Sprintf("%s's Lease state overwritten with garbage", victim.name)
+	case faultSlow:
+		return c.slowReplica(victim)
+	case faultThrottled:
+		return c.throttle(victim)
+	case faultExpired:
+		return c.expireWatches()
+	case faultStalledWatch:
+		return c.stallWatches(victim)
+	case faultTwoAtOnce:
+		return c.twoAtOnce(victim)
 	}
 	c.t.Fatalf("unknown fault %q", fault)
 	return ""

@@ -3,7 +3,8 @@
 // every connection and refuse new ones), blackhole (accept and never
 // answer; connections stay open and silent), latency with jitter, and a
 // bandwidth limit. TLS passes through untouched, so the replica still
-// verifies the apiserver's certificate.
+// verifies the apiserver's certificate. HTTPProxy, an HTTPS proxy, can
+// freeze a client's watch streams while its other requests flow.
 package faultproxy
 
 import (
