@@ -247,11 +247,23 @@ bench: tools build test-deps
 # changing workload; every write is checked at the end. The seed is
 # printed; SEED=<n> replays a run. SCHEDULE=restarts follows each network
 # fault of a replica with an etcd or kube-apiserver restart.
-# FLEET_ARGS=<flag>,<flag> adds flags to every replica (other settings).
+# SCHEDULE=gray runs only the faults that are not one clean fault;
+# KINDS=<kind>,<kind> names the kinds. FLEET_ARGS=<flag>,<flag> adds flags
+# to every replica (other settings). PLANT=<name> runs a build with a
+# planted fault (membership/plants.go), to show the soak catches it.
 DURATION ?= 20
-chaos: tools build
+chaos: tools build $(if $(PLANT),$(BIN)/fleet-controller-manager-planted-$(PLANT))
 	seed=$${SEED:-$$(date +%s)}; echo "chaos: seed $$seed"; \
-	  CHAOS_SEED=$$seed CHAOS_DURATION=$(DURATION)m CHAOS_SCHEDULE=$(SCHEDULE) CHAOS_FLEET_ARGS=$(FLEET_ARGS) $(GO) test -count=1 -tags e2e -v -run '^TestChaos$$' -timeout $$(( $(DURATION) + 25 ))m ./test/e2e/
+	  CHAOS_SEED=$$seed CHAOS_DURATION=$(DURATION)m CHAOS_SCHEDULE=$(SCHEDULE) CHAOS_KINDS=$(KINDS) CHAOS_FLEET_ARGS=$(FLEET_ARGS) \
+	  CHAOS_FLEET_BIN=$(if $(PLANT),$(abspath $(BIN))/fleet-controller-manager-planted-$(PLANT)) \
+	  $(GO) test -count=1 -tags e2e -v -run '^TestChaos$$' -timeout $$(( $(DURATION) + 25 ))m ./test/e2e/
+
+# A build with one planted fault (membership/plants.go), for make chaos
+# PLANT=<name>.
+$(BIN)/fleet-controller-manager-planted-%: FORCE
+	@mkdir -p $(BIN)
+	$(GO) build $(GOFLAGS_BUILD) -tags plant_$* -ldflags '$(FCM_LDFLAGS)' -o $@ ./cmd/fleet-controller-manager
+FORCE:
 
 fuzz:
 	$(GO) test ./membership -run '^$$' -fuzz FuzzParseLeaseState -fuzztime 60s

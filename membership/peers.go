@@ -321,6 +321,9 @@ func (m *Member) confirmExpiry(ctx context.Context, name, rv string) {
 	reqCtx, cancel := context.WithTimeout(ctx, m.cfg.RetryPeriod)
 	lease, err := m.cfg.Store.Get(reqCtx, m.cfg.Namespace, name)
 	cancel()
+	if plantedUnconfirmedExpiry {
+		lease, err = nil, apierrors.NewNotFound(coordinationv1.Resource("leases"), name)
+	}
 	m.mu.Lock()
 	defer m.notify()
 	defer m.mu.Unlock()

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -148,11 +149,27 @@ func TestChaos(t *testing.T) {
 	default:
 		t.Fatalf("CHAOS_SCHEDULE=%q: want empty, restarts or gray", schedule)
 	}
-	t.Logf("chaos: seed %d, %v of faults%s (replay: CHAOS_SEED=%d CHAOS_DURATION=%v CHAOS_SCHEDULE=%s)", seed, duration, map[bool]string{true: ", " + schedule}[schedule != ""], seed, duration, schedule)
+	// CHAOS_KINDS: only these kinds (comma-separated).
+	if s := os.Getenv("CHAOS_KINDS"); s != "" {
+		kinds = nil
+		for _, k := range strings.Split(s, ",") {
+			if !slices.Contains(chaosFaults, chaosFault(k)) {
+				t.Fatalf("CHAOS_KINDS: no fault kind %q; the kinds: %v", k, chaosFaults)
+			}
+			kinds = append(kinds, chaosFault(k))
+		}
+	}
+	t.Logf("chaos: seed %d, %v of faults%s (replay: CHAOS_SEED=%d CHAOS_DURATION=%v CHAOS_SCHEDULE=%s CHAOS_KINDS=%s)", seed, duration, map[bool]string{true: ", " + schedule}[schedule != ""],
+		seed, duration, schedule, os.Getenv("CHAOS_KINDS"))
 
 	ctx, cancel := context.WithTimeout(context.Background(), duration+15*time.Minute)
 	defer cancel()
 	cluster, client, bin := podCluster(ctx, t)
+	// CHAOS_FLEET_BIN: another build of the replicas (a planted fault's).
+	if other := os.Getenv("CHAOS_FLEET_BIN"); other != "" {
+		bin = other
+		t.Logf("chaos: replicas run %s", bin)
+	}
 	keepLogsOnFailure(t, cluster)
 	c := &chaosRun{t: t, ctx: ctx, cluster: cluster, client: client, bin: bin, rng: rand.New(rand.NewSource(seed)),
 		deaths: map[int]time.Time{}, pauses: map[int][][2]time.Time{}, live: map[string]*chaosNamespace{}}

@@ -1,0 +1,5 @@
+//go:build plant_unbounded_authority
+
+package membership
+
+func init() { plantedUnboundedAuthority = true }
