@@ -1,7 +1,9 @@
 package localcluster
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -69,5 +71,47 @@ func TestCPUCgroups(t *testing.T) {
 	}
 	if _, err := newCPUCgroups(CPUQuota{Cores: 0}); err == nil {
 		t.Error("a quota of 0 cores was accepted")
+	}
+}
+
+// TestCapCPU caps a busy process for real (cgroup v1's cpu controller, as
+// the chaos soak's slow replica does): the kernel throttles it, and
+// release moves it back to the root cgroup and removes the cgroup.
+func TestCapCPU(t *testing.T) {
+	busy := exec.Command("sh", "-c", "while :; do :; done")
+	if err := busy.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = busy.Process.Kill(); _ = busy.Wait() }()
+	release, err := CapCPU("busy", busy.Process.Pid, 0.05)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dirs, _ := filepath.Glob(filepath.Join(cgroupCPURoot, "fleet-cap-busy-*"))
+	if len(dirs) != 1 {
+		t.Fatalf("cgroups made: %v, want one", dirs)
+	}
+	time.Sleep(500 * time.Millisecond)
+	stat, err := os.ReadFile(filepath.Join(dirs[0], "cpu.stat"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(stat), "nr_throttled") || strings.Contains(string(stat), "nr_throttled 0\n") {
+		t.Errorf("a busy process capped at 0.05 cores for 0.5 s was not throttled: %s", stat)
+	}
+	if err := release(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dirs[0]); !os.IsNotExist(err) {
+		t.Errorf("the cgroup %s is still there after release (%v)", dirs[0], err)
+	}
+	cgroup, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", busy.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(cgroup), "\n") {
+		if strings.Contains(line, ":cpu") && !strings.HasSuffix(line, ":/") {
+			t.Errorf("after release the process is in %q, want the root cpu cgroup", line)
+		}
 	}
 }
