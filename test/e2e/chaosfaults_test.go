@@ -134,10 +134,12 @@ func (c *chaosRun) slowReplica(victim *chaosReplica) string {
 	}
 	from := time.Now()
 	c.holdChanging(hold)
-	if err := release(); err != nil {
+	throttled, err := release()
+	if err != nil {
 		c.t.Fatal(err)
 	}
-	return fmt.Sprintf("%s's CPU capped at %g cores for %v (%s)", victim.name, cores, hold, c.renewals(victim, from, time.Now()))
+	return fmt.Sprintf("%s's CPU capped at %g cores for %v (throttled in %d of %d periods, %v in all; %s)", victim.name, cores, hold,
+		throttled.Throttled, throttled.Periods, throttled.Time.Round(time.Millisecond), c.renewals(victim, from, time.Now()))
 }
 
 // throttle squeezes the fleet's requests for 5-20 s, one of two ways:

@@ -84,10 +84,10 @@ func (c *Cluster) ServingCert(name string) (certFile, keyFile string, err error)
 
 // CapCPU gives process pid (every thread of it) a CPU budget of cores
 // with a cgroup v1 quota of its own, as if it had been moved to a node
-// short of CPU, until the returned release is called (which moves it
-// back to the root cgroup and removes the cgroup; a process that has
-// ended meanwhile is fine).
-func CapCPU(name string, pid int, cores float64) (release func() error, err error) {
+// short of CPU, until the returned release is called: it says how the
+// kernel throttled the process, moves it back to the root cgroup and
+// removes the cgroup (a process that has ended meanwhile is fine).
+func CapCPU(name string, pid int, cores float64) (release func() (Throttling, error), err error) {
 	g := &cpuCgroups{quota: CPUQuota{Cores: cores}}
 	g.dir = filepath.Join(cgroupCPURoot, fmt.Sprintf("fleet-cap-%s-%d-%d", name, pid, time.Now().UnixNano()))
 	if err := os.Mkdir(g.dir, 0o755); err != nil {
@@ -99,19 +99,24 @@ func CapCPU(name string, pid int, cores float64) (release func() error, err erro
 	if err := os.WriteFile(filepath.Join(g.dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
 		return nil, errors.Join(fmt.Errorf("placing %s (pid %d) under a CPU cap: %w", name, pid, err), g.remove())
 	}
-	return func() error {
-		err := os.WriteFile(filepath.Join(cgroupCPURoot, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644)
+	g.quota.Shared = true // one cgroup: throttling reads g.dir
+	return func() (Throttling, error) {
+		throttled, err := g.throttling()
+		if err != nil {
+			return throttled, err
+		}
+		err = os.WriteFile(filepath.Join(cgroupCPURoot, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644)
 		if err != nil && !ProcessAlive(pid) {
 			err = nil
 		}
 		if err != nil {
-			return fmt.Errorf("releasing %s (pid %d) from its CPU cap: %w", name, pid, err)
+			return throttled, fmt.Errorf("releasing %s (pid %d) from its CPU cap: %w", name, pid, err)
 		}
 		// The kernel frees a cgroup only once every task has left it.
 		for i := 0; ; i++ {
 			err := g.remove()
 			if err == nil || i == 20 {
-				return err
+				return throttled, err
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
