@@ -188,7 +188,7 @@ func TestChaos(t *testing.T) {
 
 	c.grantLeastPrivilege()
 	for _, name := range []string{"fcm-a", "fcm-b", "fcm-c"} {
-		r := c.chainedKubeconfig(name)
+		r := c.newChaosReplica(name)
 		c.replicas = append(c.replicas, r)
 		c.startReplica(r)
 	}

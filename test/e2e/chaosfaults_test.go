@@ -91,11 +91,11 @@ func (c *chaosRun) grantLeastPrivilege() {
 	}
 }
 
-// chainedKubeconfig puts two proxies between replica and kube-apiserver:
-// an HTTPProxy next to kube-apiserver (it terminates TLS with the
-// replica's credentials) and a TCP fault proxy in front of it, which the
-// returned kubeconfig points at.
-func (c *chaosRun) chainedKubeconfig(replica string) *chaosReplica {
+// newChaosReplica makes replica's user and puts two proxies between it and
+// kube-apiserver: an HTTPProxy next to kube-apiserver (it terminates TLS
+// with the replica's credentials) and a TCP fault proxy in front of it,
+// which the replica's kubeconfig points at.
+func (c *chaosRun) newChaosReplica(replica string) *chaosReplica {
 	c.t.Helper()
 	kubeconfig, err := c.cluster.Kubeconfig("fleet-"+replica, chaosReplicaUser(replica), chaosReplicasGroup)
 	if err != nil {
