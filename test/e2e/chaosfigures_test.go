@@ -4,6 +4,8 @@ package e2e
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -41,7 +43,8 @@ type pastAuthority struct {
 // writer's last run of the write's piece that began before the write, and
 // returns the writes received after that run's authority had ended,
 // however late (judgeWrite allows chaosGrace; what is later is also a
-// violation).
+// violation). A write of the writer's next run of the piece is not late,
+// however soon after the last run's end that run began.
 func writesPastAuthority(t *testing.T, auditLog string, runs map[string][]pieceRun) []pastAuthority {
 	t.Helper()
 	var out []pastAuthority
@@ -232,5 +235,41 @@ func TestFiguresByKind(t *testing.T) {
 	}
 	if len(figures) != 2 {
 		t.Errorf("figures for %d kinds, want 2: a write outside every window is charged to none", len(figures))
+	}
+}
+
+// TestWritesPastAuthority: a write counts against its writer's last run of
+// the piece that began before it; one of a run started again after a
+// lost authority is that run's, not late.
+func TestWritesPastAuthority(t *testing.T) {
+	base := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return base.Add(time.Duration(s * float64(time.Second))) }
+	const piece = "singleton/ttl-controller"
+	runs := map[string][]pieceRun{piece: {
+		{replica: "fcm-a", start: at(0), end: at(10.2), authorityEnded: at(10), writesUntil: at(12)},
+		{replica: "fcm-a", start: at(11), end: at(30), authorityEnded: at(30), writesUntil: at(32)},
+		{replica: "fcm-b", start: at(40), end: at(50)},
+	}}
+	write := func(replica string, received float64) string {
+		return fmt.Sprintf(`{"stage":"ResponseComplete","verb":"update","userAgent":"fleet-controller-manager/%s/singleton/ttl-controller/ttl-controller","objectRef":{"resource":"nodes","name":"n"},"responseStatus":{"code":200},"requestReceivedTimestamp":%q,"stageTimestamp":%q}`,
+			replica, at(received).Format(time.RFC3339Nano), at(received+0.01).Format(time.RFC3339Nano))
+	}
+	lines := []string{
+		write("fcm-a", 5),    // in the first run
+		write("fcm-a", 10.5), // after the first run's authority, before the second run
+		write("fcm-a", 11.5), // the second run's
+		write("fcm-a", 31),   // after the second run's authority
+		write("fcm-b", 45),   // fcm-b's run, no authority lost
+	}
+	path := filepath.Join(t.TempDir(), "audit.log")
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range writesPastAuthority(t, path, runs) {
+		got = append(got, fmt.Sprintf("%s %v", p.replica, p.late))
+	}
+	if want := []string{"fcm-a 500ms", "fcm-a 1s"}; strings.Join(got, ", ") != strings.Join(want, ", ") {
+		t.Errorf("writes past authority %q, want %q", got, want)
 	}
 }

@@ -305,34 +305,6 @@ func ownershipViolations(t *testing.T, auditLog string, runs map[string][]pieceR
 	return out, judged
 }
 
-// lateWrites lists, for every write by a fleet client that the apiserver
-// received after its replica's authority over the write's piece had ended
-// (within the transit grace judgeWrite allows), how long after.
-func lateWrites(t *testing.T, auditLog string, runs map[string][]pieceRun) []time.Duration {
-	t.Helper()
-	var out []time.Duration
-	readAudit(t, auditLog, func(e auditEvent) {
-		if e.ObjectRef == nil || !isWriteVerb(e.Verb) {
-			return
-		}
-		a, ok := parseFleetAgent(e.UserAgent)
-		if !ok {
-			return
-		}
-		if a.piece == legacyUnattributed {
-			return
-		}
-		piece, _ := pieceOfWrite(a, e)
-		for _, r := range runs[piece] {
-			if r.replica == a.replica && !r.authorityEnded.IsZero() && e.RequestReceivedTimestamp.After(r.authorityEnded) && !e.RequestReceivedTimestamp.After(r.writesUntil) {
-				out = append(out, e.RequestReceivedTimestamp.Sub(r.authorityEnded))
-			}
-		}
-	})
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
-	return out
-}
-
 // checkRunsAgainstAudit reads every replica's runs of every piece from its
 // log (logs: replica -> log path, its incarnations appended; deaths and
 // pauses by process id, as parsePieceRuns takes them) and checks them
