@@ -39,7 +39,12 @@ type Member struct {
 	// listWanted: a join began then and wants a list sent after it;
 	// listSent: when the last successful list was sent (listLoop).
 	listWanted, listSent time.Time
-	listWake             chan struct{}
+	// unseenRenewals: this member's renewals its Lease watch has not
+	// delivered yet, oldest first; watchLagging: it is listing for them
+	// (watchlag.go).
+	unseenRenewals []unseenRenewal
+	watchLagging   bool
+	listWake       chan struct{}
 	// renewAsked: the start of the join that asked KCM's leader Lease for
 	// a renewal now.
 	renewAsked time.Time
@@ -204,8 +209,8 @@ func (m *Member) Run(ctx context.Context) error {
 			o.LabelSelector = labels.SelectorFromSet(labels.Set{FleetLabel: m.cfg.Fleet}).String()
 		},
 		cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { m.observe(obj, false) },
-			UpdateFunc: func(_, obj any) { m.observe(obj, false) },
+			AddFunc:    func(obj any) { m.watchedOwn(obj); m.observe(obj, false) },
+			UpdateFunc: func(_, obj any) { m.watchedOwn(obj); m.observe(obj, false) },
 			DeleteFunc: func(obj any) { m.observe(obj, true) },
 		})
 	if err != nil {

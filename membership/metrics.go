@@ -40,6 +40,11 @@ var (
 		Help:           "1 while this replica's last renewal of kube-controller-manager's leader Lease lets it act, else 0 (a KCM holds it, or renewals fail). Always 1 with --leader-elect=false.",
 		StabilityLevel: metrics.ALPHA,
 	})
+	watchLagLists = metrics.NewCounter(&metrics.CounterOpts{
+		Namespace: "fleet", Name: "lease_watch_lag_lists_total",
+		Help:           "Lists of the fleet's Leases made because the Lease watch had not delivered one of this replica's own renewals within the retry period (a stalled watch).",
+		StabilityLevel: metrics.ALPHA,
+	})
 	peersGauge = metrics.NewGauge(&metrics.GaugeOpts{
 		Namespace: "fleet", Name: "peers",
 		Help:           "Other live members this replica sees in the fleet's Leases, joining ones included.",
@@ -52,7 +57,7 @@ var registerOnce sync.Once
 // RegisterMetrics registers the membership metrics (once per process).
 func RegisterMetrics() {
 	registerOnce.Do(func() {
-		for _, c := range []metrics.Registerable{renewDuration, renewals, authorityGauge, joiningGauge, peersGauge, leaderLeaseRenewals, leaderLeaseGauge} {
+		for _, c := range []metrics.Registerable{renewDuration, renewals, authorityGauge, joiningGauge, peersGauge, leaderLeaseRenewals, leaderLeaseGauge, watchLagLists} {
 			legacyregistry.MustRegister(c)
 		}
 		renewals.WithLabelValues("success")

@@ -154,11 +154,8 @@ func (m *Member) otherWriterStatusLocked(identity, incarnation string) writerSta
 
 // observe records a Lease event.
 func (m *Member) observe(obj any, deleted bool) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	lease, ok := obj.(*coordinationv1.Lease)
-	if !ok || lease.Name == m.cfg.Identity {
+	lease := leaseOf(obj)
+	if lease == nil || lease.Name == m.cfg.Identity {
 		return
 	}
 	now := m.cfg.Clock.Now()
@@ -204,6 +201,15 @@ func (m *Member) observe(obj any, deleted bool) {
 		// Honour a longer duration a member asks for, never a shorter one.
 		o.duration = time.Duration(d) * time.Second
 	}
+}
+
+// leaseOf is the Lease an informer handler was given (nil if none).
+func leaseOf(obj any) *coordinationv1.Lease {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	lease, _ := obj.(*coordinationv1.Lease)
+	return lease
 }
 
 // adopt takes st, read from lease, as what o's member publishes. Called

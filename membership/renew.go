@@ -68,6 +68,8 @@ func (m *Member) renew(ctx context.Context) {
 	renewals.WithLabelValues("success").Inc()
 	m.renewFails = 0
 	m.lease = lease
+	m.renewedLocked(lease.ResourceVersion, sent)
+	m.listIfWatchBehindLocked(answered)
 	m.confirmed = st
 	if heldAtSend || len(st.Running) == 0 {
 		m.deadline = sent.Add(m.cfg.RenewDeadline)
