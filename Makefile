@@ -260,10 +260,12 @@ chaos: tools build $(if $(PLANT),$(BIN)/fleet-controller-manager-planted-$(PLANT
 
 # A build with one planted fault (membership/plants.go), for make chaos
 # PLANT=<name>.
-$(BIN)/fleet-controller-manager-planted-%: FORCE
+PLANTS       := unbounded_authority unconfirmed_expiry no_relist_on_expiry
+PLANTED_BINS := $(PLANTS:%=$(BIN)/fleet-controller-manager-planted-%)
+.PHONY: $(PLANTED_BINS)
+$(PLANTED_BINS): $(BIN)/fleet-controller-manager-planted-%:
 	@mkdir -p $(BIN)
 	$(GO) build $(GOFLAGS_BUILD) -tags plant_$* -ldflags '$(FCM_LDFLAGS)' -o $@ ./cmd/fleet-controller-manager
-FORCE:
 
 fuzz:
 	$(GO) test ./membership -run '^$$' -fuzz FuzzParseLeaseState -fuzztime 60s

@@ -200,7 +200,7 @@ func (p *producer) watchFailed(ctx context.Context, err error) roundEnd {
 // watchEnded decides what follows a watch that ended.
 func (p *producer) watchEnded(ctx context.Context, expired, superseded bool) roundEnd {
 	switch {
-	case expired:
+	case expired && !plantedNoRelistOnExpiry:
 		p.relist(p.src)
 	case ctx.Err() != nil:
 	case !superseded && p.closedEarly(p.opened):

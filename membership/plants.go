@@ -6,7 +6,8 @@ import "time"
 // plant_<name> (make bin/fleet-controller-manager-planted-<name>) breaks
 // one safety rule of membership, and the soak must name the breach.
 // Every other build leaves them false, and a replica built with one says
-// so when it starts.
+// so when it starts. informers/plants.go holds one more, in the owned
+// cache.
 var (
 	// plantedUnboundedAuthority (plant_unbounded_authority): authority
 	// does not end when renewals stop being accepted.

@@ -1,0 +1,9 @@
+package informers
+
+// plantedNoRelistOnExpiry is a planted fault for showing that the chaos
+// soak's checks bite (membership/plants.go has the others): in a build
+// tagged plant_no_relist_on_expiry, a source of the owned cache told its
+// version is gone (410) watches again from that version instead of
+// listing its namespaces again, so it never catches up. Every other build
+// leaves it false.
+var plantedNoRelistOnExpiry bool
