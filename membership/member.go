@@ -41,9 +41,11 @@ type Member struct {
 	listWanted, listSent time.Time
 	// unseenRenewals: this member's renewals its Lease watch has not
 	// delivered yet, oldest first; watchLagging: it is listing for them
-	// (watchlag.go).
+	// (watchlag.go); deliveredOwn: the version of its Lease the watch
+	// delivered last.
 	unseenRenewals []unseenRenewal
 	watchLagging   bool
+	deliveredOwn   string
 	listWake       chan struct{}
 	// renewAsked: the start of the join that asked KCM's leader Lease for
 	// a renewal now.

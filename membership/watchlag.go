@@ -24,6 +24,10 @@ type unseenRenewal struct {
 // renewedLocked records a renewal of this member's Lease, written at rv;
 // m.mu is held.
 func (m *Member) renewedLocked(rv string, sent time.Time) {
+	if rv == m.deliveredOwn {
+		// The watch delivered it before its answer was read.
+		return
+	}
 	if len(m.unseenRenewals) == maxUnseenRenewals {
 		m.unseenRenewals = m.unseenRenewals[1:]
 	}
@@ -39,6 +43,7 @@ func (m *Member) watchedOwn(obj any) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.deliveredOwn = lease.ResourceVersion
 	for i, r := range m.unseenRenewals {
 		if r.rv == lease.ResourceVersion {
 			m.unseenRenewals = m.unseenRenewals[i+1:]

@@ -46,6 +46,11 @@ func TestListsWhenWatchLags(t *testing.T) {
 			{delivered: "5", at: 8.1},
 			{renewed: "6", at: 10},
 		}},
+		{"delivered before the renewal's answer was read", []step{
+			{delivered: "1", at: 0.005}, {renewed: "1", at: 0},
+			{delivered: "2", at: 2.005}, {renewed: "2", at: 2},
+			{renewed: "3", at: 4.1}, {delivered: "3", at: 4.2},
+		}},
 		{"another writer's version is not a delivery of ours", []step{
 			{renewed: "1", at: 0},
 			{delivered: "99", at: 1},
