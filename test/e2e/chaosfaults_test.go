@@ -5,6 +5,7 @@ package e2e
 import (
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -128,6 +129,14 @@ func (c *chaosRun) newChaosReplica(replica string) *chaosReplica {
 func (c *chaosRun) slowReplica(victim *chaosReplica) string {
 	cores := float64(1+c.rng.Intn(4)) / 100
 	hold := time.Duration(20+c.rng.Intn(41)) * time.Second
+	// CHAOS_SLOW_CORES: every slow replica gets this budget instead (under
+	// 0.01, over a 1 s period), to starve its renewals too.
+	if s := os.Getenv("CHAOS_SLOW_CORES"); s != "" {
+		var err error
+		if cores, err = strconv.ParseFloat(s, 64); err != nil {
+			c.t.Fatalf("CHAOS_SLOW_CORES=%q: %v", s, err)
+		}
+	}
 	release, err := localcluster.CapCPU(victim.name, victim.proc.Pid(), cores)
 	if err != nil {
 		c.t.Fatal(err)

@@ -68,11 +68,15 @@ func newCPUCgroups(quota CPUQuota) (*cpuCgroups, error) {
 }
 
 // limit sets the quota on cgroup dir.
-func (g *cpuCgroups) limit(dir string) error {
-	period := cfsPeriod.Microseconds()
+func (g *cpuCgroups) limit(dir string) error { return g.limitOver(dir, cfsPeriod) }
+
+// limitOver sets the quota on cgroup dir over period (the kernel allows
+// 1 ms to 1 s).
+func (g *cpuCgroups) limitOver(dir string, over time.Duration) error {
+	period := over.Microseconds()
 	quota := int64(g.quota.Cores * float64(period))
 	if quota < 1000 {
-		return fmt.Errorf("a CPU quota of %g cores is under the kernel's minimum of 1 ms per %v", g.quota.Cores, cfsPeriod)
+		return fmt.Errorf("a CPU quota of %g cores is under the kernel's minimum of 1 ms per %v", g.quota.Cores, over)
 	}
 	for file, value := range map[string]int64{"cpu.cfs_period_us": period, "cpu.cfs_quota_us": quota} {
 		if err := os.WriteFile(filepath.Join(dir, file), []byte(strconv.FormatInt(value, 10)), 0o644); err != nil {

@@ -93,7 +93,13 @@ func CapCPU(name string, pid int, cores float64) (release func() (Throttling, er
 	if err := os.Mkdir(g.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("creating a cgroup under %s to cap %s's CPU (cgroup v1's cpu controller, writable by this user?): %w", cgroupCPURoot, name, err)
 	}
-	if err := g.limit(g.dir); err != nil {
+	// Under a hundredth of a core, a longer period: the kernel's least
+	// quota is 1 ms per period.
+	period := cfsPeriod
+	if cores < 0.01 {
+		period = time.Second
+	}
+	if err := g.limitOver(g.dir, period); err != nil {
 		return nil, errors.Join(err, g.remove())
 	}
 	if err := os.WriteFile(filepath.Join(g.dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
