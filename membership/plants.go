@@ -3,7 +3,7 @@ package membership
 import "time"
 
 // Planted faults show that the chaos soak's checks bite: a build tagged
-// plant_<name> (make bin/fleet-controller-manager-planted-<name>) breaks
+// plant_<name> (make chaos PLANT=<name> builds and runs one) breaks
 // one safety rule of membership, and the soak must name the breach.
 // Every other build leaves them false, and a replica built with one says
 // so when it starts. informers/plants.go holds one more, in the owned

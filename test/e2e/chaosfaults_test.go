@@ -123,9 +123,10 @@ func (c *chaosRun) newChaosReplica(replica string) *chaosReplica {
 	return &chaosReplica{name: replica, proxy: proxy, httpProxy: httpProxy, kubeconfig: proxied}
 }
 
-// slowReplica caps victim's CPU at a few hundredths of a core: its
-// renewals arrive late and its writes trickle, the gray failure a pause
-// does not model.
+// slowReplica caps victim's CPU at a few hundredths of a core, the gray
+// failure a pause does not model: its controllers' work trickles. Its
+// renewals keep up at 0.01 cores and more; CHAOS_SLOW_CORES under that
+// starves them too.
 func (c *chaosRun) slowReplica(victim *chaosReplica) string {
 	cores := float64(1+c.rng.Intn(4)) / 100
 	hold := time.Duration(20+c.rng.Intn(41)) * time.Second
@@ -171,11 +172,7 @@ func (c *chaosRun) throttle(victim *chaosReplica) string {
 		victim.httpProxy.Throttle(false)
 		return fmt.Sprintf("every request of %s answered 429 for %v (%d requests; %s)", victim.name, hold, victim.httpProxy.Rejected()-before, c.renewals(victim, from, time.Now()))
 	}
-	var users []string
-	for _, r := range c.replicas {
-		users = append(users, chaosReplicaUser(r.name))
-	}
-	c.retry("throttling the fleet", func() error { return c.applyThrottle(users, []string{controllerServiceAccounts}) })
+	c.retry("throttling the fleet", c.throttleFleet)
 	c.holdChanging(hold)
 	c.retry("ending the throttle", func() error {
 		err := c.client.FlowcontrolV1().FlowSchemas().Delete(c.ctx, chaosThrottle, metav1.DeleteOptions{})
@@ -207,7 +204,9 @@ func (c *chaosRun) holdChanging(d time.Duration) {
 // (it sorts before "probes", by name).
 const chaosThrottle = "chaos-throttle"
 
-func (c *chaosRun) applyThrottle(users, groups []string) error {
+// throttleFleet sends every request of the fleet (each replica's user,
+// the controllers' ServiceAccounts) to a priority level of no seats.
+func (c *chaosRun) throttleFleet() error {
 	_, err := c.client.FlowcontrolV1().PriorityLevelConfigurations().Create(c.ctx, &flowcontrolv1.PriorityLevelConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: chaosThrottle},
 		Spec: flowcontrolv1.PriorityLevelConfigurationSpec{
@@ -223,12 +222,9 @@ func (c *chaosRun) applyThrottle(users, groups []string) error {
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
-	var subjects []flowcontrolv1.Subject
-	for _, u := range users {
-		subjects = append(subjects, flowcontrolv1.Subject{Kind: flowcontrolv1.SubjectKindUser, User: &flowcontrolv1.UserSubject{Name: u}})
-	}
-	for _, g := range groups {
-		subjects = append(subjects, flowcontrolv1.Subject{Kind: flowcontrolv1.SubjectKindGroup, Group: &flowcontrolv1.GroupSubject{Name: g}})
+	subjects := []flowcontrolv1.Subject{{Kind: flowcontrolv1.SubjectKindGroup, Group: &flowcontrolv1.GroupSubject{Name: controllerServiceAccounts}}}
+	for _, r := range c.replicas {
+		subjects = append(subjects, flowcontrolv1.Subject{Kind: flowcontrolv1.SubjectKindUser, User: &flowcontrolv1.UserSubject{Name: chaosReplicaUser(r.name)}})
 	}
 	_, err = c.client.FlowcontrolV1().FlowSchemas().Create(c.ctx, &flowcontrolv1.FlowSchema{
 		ObjectMeta: metav1.ObjectMeta{Name: chaosThrottle},
