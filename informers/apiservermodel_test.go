@@ -44,6 +44,9 @@ type apiServerModel struct {
 	// namespace ("" all): from the version its watch was told 410 Gone
 	// for through the version of its next list, into which they fold.
 	folded []foldedRange
+	// stalled: open watches deliver nothing, bookmarks included, while
+	// their connections stay up and lists are answered (stall).
+	stalled bool
 }
 
 type foldedRange struct {
@@ -170,6 +173,15 @@ func (m *apiServerModel) compact() {
 	m.counts["compactions"]++
 	m.mu.Unlock()
 	m.closeWatches()
+}
+
+// stall freezes (or thaws) every watch's stream: a stalled watch keeps its
+// connection and delivers nothing until thawed.
+func (m *apiServerModel) stall(stalled bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.stalled = stalled
+	m.changed.Broadcast()
 }
 
 // closeWatches ends every open watch early, as kube-apiserver ends one
@@ -373,12 +385,13 @@ func (m *apiServerModel) watch(w http.ResponseWriter, r *http.Request, resource,
 	lastBookmark := time.Now()
 	for {
 		var batch []modelEvent
+		stalled := m.stalled
 		for _, e := range m.history {
-			if e.rv > from && e.resource == resource && (namespace == "" || e.obj.(metav1.Object).GetNamespace() == namespace) {
+			if !stalled && e.rv > from && e.resource == resource && (namespace == "" || e.obj.(metav1.Object).GetNamespace() == namespace) {
 				batch = append(batch, e)
 			}
 		}
-		if len(m.history) > 0 && m.history[len(m.history)-1].rv > from {
+		if !stalled && len(m.history) > 0 && m.history[len(m.history)-1].rv > from {
 			from = m.history[len(m.history)-1].rv
 		}
 		now := m.rv
@@ -392,14 +405,14 @@ func (m *apiServerModel) watch(w http.ResponseWriter, r *http.Request, resource,
 				return
 			}
 		}
-		if bookmarks && time.Since(lastBookmark) > 100*time.Millisecond {
+		if bookmarks && !stalled && time.Since(lastBookmark) > 100*time.Millisecond {
 			lastBookmark = time.Now()
 			if !send(watch.Bookmark, m.bookmarkObject(resource, now)) {
 				return
 			}
 		}
 		m.mu.Lock()
-		if _, open := m.watchers[end]; open && (len(m.history) == 0 || m.history[len(m.history)-1].rv <= from) {
+		if _, open := m.watchers[end]; open && (m.stalled || len(m.history) == 0 || m.history[len(m.history)-1].rv <= from) {
 			waitFor(m.changed, 100*time.Millisecond)
 		}
 	}

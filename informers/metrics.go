@@ -58,6 +58,17 @@ var (
 		Help:           "Watches the owned cache opened with a shard selector naming its namespaces: at the first watch, after every close, and when namespaces join it.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"resource"})
+	catchUpWaits = metrics.NewHistogramVec(&metrics.HistogramOpts{
+		Namespace: "fleet", Name: "owned_cache_catch_up_seconds",
+		Help:           "How long a gain waited for the owned cache to hold, per resource, namespaces it gained without listing them (held everywhere for a singleton) at least as the server had them after the gain.",
+		Buckets:        []float64{0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60},
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource"})
+	catchUpRelists = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "fleet", Name: "owned_cache_catch_up_relists_total",
+		Help:           "Sources of the owned cache made to list again because a gain found them behind the server for 5 s.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource"})
 	sharedInformers = metrics.NewGauge(&metrics.GaugeOpts{
 		Namespace: "fleet", Name: "shared_informers",
 		Help:           "Cluster-wide informers (typed and metadata-only) the replica runs for its pieces; one stops when the last piece using it stops.",
@@ -69,6 +80,6 @@ var registerOnce sync.Once
 
 func registerMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(ownedNamespaces, namespacesHeldLate, ownedPartitions, ownedSources, ownedWideSources, selectorIgnored, sourceRelists, watchesClosedEarly, eventsSkipped, selectedWatchOpens, sharedInformers)
+		legacyregistry.MustRegister(ownedNamespaces, namespacesHeldLate, ownedPartitions, ownedSources, ownedWideSources, selectorIgnored, sourceRelists, watchesClosedEarly, eventsSkipped, selectedWatchOpens, catchUpWaits, catchUpRelists, sharedInformers)
 	})
 }

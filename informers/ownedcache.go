@@ -308,18 +308,32 @@ func (o *OwnedCache) load(ctx context.Context, partitions []int, await bool) err
 	}
 	namespaces := o.namespacesOf(adding)
 	var lws []*ownedListWatch
+	var catchUps []func() error
 	for _, i := range o.informers {
-		i.lw.load(namespaces, await)
+		unlisted := i.lw.load(namespaces, await)
 		lws = append(lws, i.lw)
+		if len(unlisted) > 0 && o.stop != nil {
+			lw, synced := i.lw, i.informer.HasSynced
+			catchUps = append(catchUps, func() error { return lw.catchUp(ctx, unlisted, synced) })
+		}
 	}
 	o.mu.Unlock()
 	ownedNamespaces.Add(float64(len(namespaces)))
 	ownedPartitions.Add(float64(len(adding)))
+	caughtUp := make(chan error, len(catchUps))
+	for _, catchUp := range catchUps {
+		go func() { caughtUp <- catchUp() }()
+	}
 	if await {
 		err := wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) {
 			return loadedInto(lws, namespaces), nil
 		})
 		if err != nil {
+			return fmt.Errorf("loading partitions %v: %w", partitions, err)
+		}
+	}
+	for range catchUps {
+		if err := <-caughtUp; err != nil {
 			return fmt.Errorf("loading partitions %v: %w", partitions, err)
 		}
 	}

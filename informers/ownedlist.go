@@ -25,35 +25,8 @@ func (lw *ownedListWatch) listSource(ctx context.Context, t *listWatchTarget, sr
 	lw.mu.Lock()
 	namespaces := slices.Clone(src.namespaces)
 	lw.mu.Unlock()
-	covered := func(namespaces []string, version string, versions map[string]string) {
-		for _, ns := range namespaces {
-			versions[ns] = version
-		}
-	}
-	versions := map[string]string{}
-	switch {
-	case src.feeds != nil && lw.sharded:
-		var out []runtime.Object
-		for _, group := range chunks(namespaces, lw.maxTerms) {
-			items, version, err := lw.listRequest(ctx, t, group, selectorList)
-			if err != nil {
-				return nil, nil, err
-			}
-			out = append(out, items...)
-			covered(group, version, versions)
-		}
-		return out, versions, nil
-	case src.feeds != nil && (lw.wideAbove == 0 || len(namespaces) <= lw.wideAbove):
-		var out []runtime.Object
-		for _, ns := range namespaces {
-			items, version, err := t.listNamespace(ctx, ns, metav1.ListOptions{})
-			if err != nil {
-				return nil, nil, err
-			}
-			out = append(out, items...)
-			versions[ns] = version
-		}
-		return out, versions, nil
+	if src.feeds != nil {
+		return lw.listNamespaces(ctx, t, namespaces)
 	}
 	kind := wideList
 	switch {
@@ -68,9 +41,54 @@ func (lw *ownedListWatch) listSource(ctx context.Context, t *listWatchTarget, sr
 	if err != nil {
 		return nil, nil, err
 	}
-	covered(namespaces, version, versions)
-	versions[""] = version
+	versions := map[string]string{"": version}
+	for _, ns := range namespaces {
+		versions[ns] = version
+	}
 	return items, versions, nil
+}
+
+// listNamespaces lists the objects of namespaces as a feeder does, as
+// they are when it is called, with the version each namespace was read
+// at: with shard selectors one request per maxTerms namespaces, else one
+// request per namespace, or past wideAbove namespaces one cluster-wide
+// request.
+func (lw *ownedListWatch) listNamespaces(ctx context.Context, t *listWatchTarget, namespaces []string) ([]runtime.Object, map[string]string, error) {
+	versions := map[string]string{}
+	var out []runtime.Object
+	switch {
+	case lw.sharded:
+		for _, group := range chunks(namespaces, lw.maxTerms) {
+			items, version, err := lw.listRequest(ctx, t, group, selectorList)
+			if err != nil {
+				return nil, nil, err
+			}
+			out = append(out, items...)
+			for _, ns := range group {
+				versions[ns] = version
+			}
+		}
+	case lw.wideAbove == 0 || len(namespaces) <= lw.wideAbove:
+		for _, ns := range namespaces {
+			items, version, err := t.listNamespace(ctx, ns, metav1.ListOptions{})
+			if err != nil {
+				return nil, nil, err
+			}
+			out = append(out, items...)
+			versions[ns] = version
+		}
+	default:
+		items, version, err := lw.listRequest(ctx, t, namespaces, wideList)
+		if err != nil {
+			return nil, nil, err
+		}
+		out = items
+		for _, ns := range namespaces {
+			versions[ns] = version
+		}
+		versions[""] = version
+	}
+	return out, versions, nil
 }
 
 // listKind is how listRequest asks.

@@ -344,8 +344,11 @@ func (lw *ownedListWatch) namespaces() []string {
 }
 
 // load adds namespaces; with await, loaded reports when the informer
-// holds what their lists handed over.
-func (lw *ownedListWatch) load(namespaces []string, await bool) {
+// holds what their lists handed over. It returns the namespaces no list
+// of this load reads: those loaded already (held everywhere for a
+// singleton, or joining) and those an adopting source takes without a
+// list.
+func (lw *ownedListWatch) load(namespaces []string, await bool) (unlisted []string) {
 	lw.sendMu.Lock()
 	defer lw.sendMu.Unlock()
 	lw.mu.Lock()
@@ -353,6 +356,7 @@ func (lw *ownedListWatch) load(namespaces []string, await bool) {
 	var added []string
 	for _, ns := range namespaces {
 		if lw.loaded[ns] {
+			unlisted = append(unlisted, ns)
 			continue
 		}
 		lw.loaded[ns] = true
@@ -363,7 +367,10 @@ func (lw *ownedListWatch) load(namespaces []string, await bool) {
 	}
 	sort.Strings(added)
 	if len(added) == 0 && (!lw.everywhere || lw.adopter() != nil) {
-		return
+		return unlisted
+	}
+	if lw.everywhere && lw.adopter() != nil {
+		unlisted = append(unlisted, added...)
 	}
 	sources := lw.newSources(added)
 	if lw.stream != nil {
@@ -372,6 +379,7 @@ func (lw *ownedListWatch) load(namespaces []string, await bool) {
 		}
 	}
 	lw.countSources()
+	return unlisted
 }
 
 // loaded says whether the informer holds every object the lists of

@@ -1,0 +1,160 @@
+package informers
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+)
+
+// A gain that lists nothing must still hand its controllers a cache at
+// least as new as the server after the gain. Namespaces held everywhere
+// for a singleton (Pods, PVCs) are not listed when their partition is
+// gained: the source adopting every namespace already carries them. But
+// that source can be behind the server, its watch waiting to resume after
+// kube-apiserver closed it, told 410 Gone and not yet listed again, or
+// stalled, and the partition's previous owner (another replica, or an
+// earlier run here before its authority ran out) wrote in between. A Job
+// controller handed such a cache saw no Pod for a Job whose Pod had run,
+// and ran it again. KCM has no such window: a new leader's informers
+// start with a list. Upstream's read-your-writes check
+// (pkg/controller/util/consistency) knows only its own writes.
+
+// catchUpRelistAfter is how long a gain waits for a source behind the
+// server before making it list again: a watch kube-apiserver closed
+// resumes within a few seconds, one stalled may not resume for long.
+const catchUpRelistAfter = 5 * time.Second
+
+// catchUp returns once the informer holds namespaces at least as they
+// are on the server now: it lists them (one request per shard selector's
+// worth, as a feeder) and waits for the informer's store, not handing the
+// list over, since the source carrying them delivers the same objects in
+// order. A source still behind after catchUpRelistAfter lists again.
+func (lw *ownedListWatch) catchUp(ctx context.Context, namespaces []string, synced cache.InformerSynced) error {
+	t, err := lw.target()
+	if err != nil {
+		return err
+	}
+	if err := wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) { return synced(), nil }); err != nil {
+		return fmt.Errorf("waiting for the %s informer's first list: %w", t.resource, err)
+	}
+	items, versions, err := lw.listNamespaces(ctx, t, namespaces)
+	if err != nil {
+		return fmt.Errorf("reading the %s of %d namespaces held already: %w", t.resource, len(namespaces), err)
+	}
+	listed := map[string][]keyVersion{}
+	for _, item := range items {
+		m, err := meta.Accessor(item)
+		if err != nil {
+			continue
+		}
+		listed[m.GetNamespace()] = append(listed[m.GetNamespace()], keyVersion{key: m.GetNamespace() + "/" + m.GetName(), version: m.GetResourceVersion()})
+	}
+	logger := klog.FromContext(ctx).WithValues("resource", t.resource)
+	start := time.Now()
+	behind := slices.Clone(namespaces)
+	relisted := false
+	err = wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) {
+		behind = slices.DeleteFunc(behind, func(ns string) bool { return lw.caughtUp(ns, listed[ns], versions[ns]) })
+		if len(behind) > 0 && !relisted && time.Since(start) >= catchUpRelistAfter {
+			relisted = true
+			catchUpRelists.WithLabelValues(t.resource).Inc()
+			logger.Info("The owned cache is still behind the server for namespaces gained; its source lists them again", "behind", len(behind), "waited", time.Since(start).Round(time.Millisecond))
+			lw.relistCarriers(behind)
+		}
+		return len(behind) == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for the %s informer to catch up with the server in %d namespaces: %w", t.resource, len(behind), err)
+	}
+	if waited := time.Since(start); waited >= time.Second || relisted {
+		logger.V(2).Info("The owned cache caught up with the server for namespaces gained", "namespaces", len(namespaces), "waited", waited.Round(time.Millisecond))
+	}
+	catchUpWaits.WithLabelValues(t.resource).Observe(time.Since(start).Seconds())
+	return nil
+}
+
+// caughtUp says whether the informer holds ns at least as a list read at
+// version did (listed): every listed object at its listed version or
+// newer, or absent because its deletion has been sent since (the source
+// carrying ns has delivered past version); and no object the list lacks
+// older than version.
+func (lw *ownedListWatch) caughtUp(ns string, listed []keyVersion, version string) bool {
+	lw.sendMu.Lock()
+	lw.mu.Lock()
+	passed := false
+	for s := range lw.sources {
+		if s.feeds == nil && s.version != "" && s.has(ns) && s.joining[ns] == nil {
+			passed = !newerVersion(version, s.delivered(ns))
+		}
+	}
+	sent := map[string]bool{}
+	for _, kv := range listed {
+		_, name, _ := cache.SplitMetaNamespaceKey(kv.key)
+		if _, ok := lw.ledger[ns][name]; ok {
+			sent[kv.key] = true
+		}
+	}
+	lw.mu.Unlock()
+	lw.sendMu.Unlock()
+	indexer := lw.indexer()
+	inList := make(map[string]bool, len(listed))
+	for _, kv := range listed {
+		inList[kv.key] = true
+		obj, exists, err := indexer.GetByKey(kv.key)
+		if err != nil {
+			return false
+		}
+		if exists {
+			m, err := meta.Accessor(obj)
+			if err != nil || newerVersion(kv.version, m.GetResourceVersion()) {
+				return false
+			}
+			continue
+		}
+		if !passed || sent[kv.key] {
+			// Never delivered, or delivered and not stored yet.
+			return false
+		}
+	}
+	held, err := indexer.ByIndex(cache.NamespaceIndex, ns)
+	if err != nil {
+		return false
+	}
+	for _, obj := range held {
+		m, err := meta.Accessor(obj)
+		if err != nil {
+			return false
+		}
+		if !inList[ns+"/"+m.GetName()] && !newerVersion(m.GetResourceVersion(), version) {
+			// Deleted before the list, and the deletion not stored yet.
+			return false
+		}
+	}
+	return true
+}
+
+// relistCarriers makes the sources carrying namespaces list them again
+// now, their open watches superseded: what they have not delivered is
+// read at once rather than when their watches resume.
+func (lw *ownedListWatch) relistCarriers(namespaces []string) {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	for s := range lw.sources {
+		if s.feeds != nil || s.version == "" {
+			continue
+		}
+		for _, ns := range namespaces {
+			if s.has(ns) {
+				s.version = ""
+				s.supersedeWatch()
+				break
+			}
+		}
+	}
+}

@@ -1,0 +1,235 @@
+package informers
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/testutil"
+)
+
+// TestGainCatchesUpWithTheServer gains partitions whose namespaces the
+// owned cache holds already, everywhere for a singleton, while the source
+// carrying them is behind the server (its watch stalled, or told 410 Gone
+// and not listed again yet) and something changed there: Load must not
+// return before the informer holds the namespace as the server did after
+// the gain began. Without the catch-up it returned at once, and a Job
+// controller handed the cache ran a Job's Pod again.
+func TestGainCatchesUpWithTheServer(t *testing.T) {
+	for _, sharded := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sharded=%v", sharded), func(t *testing.T) {
+			testGainCatchesUp(t, sharded)
+		})
+	}
+}
+
+func testGainCatchesUp(t *testing.T, sharded bool) {
+	model := newAPIServerModel()
+	defer model.close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	config := &rest.Config{Host: model.server.URL, QPS: -1}
+	client, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type row struct {
+		name string
+		// before writes the namespace's objects while the cache follows.
+		before func(ns string)
+		// behind puts the source carrying the namespace behind the
+		// server and changes what it has not delivered.
+		behind func(ns string)
+		// thaw: the stalled watches are thawed once Load has been
+		// called; otherwise they stay stalled and the source must be
+		// made to list again.
+		thaw   bool
+		relist bool
+		want   map[string]bool // names the informer must hold
+	}
+	rows := []row{
+		{
+			name:   "nothing changed while stalled",
+			before: func(ns string) { model.writeConfigMap(ns, "kept", false) },
+			behind: func(string) { model.stall(true) },
+			want:   map[string]bool{"kept": true},
+		},
+		{
+			name:   "created while stalled",
+			before: func(ns string) { model.writeConfigMap(ns, "kept", false) },
+			behind: func(ns string) { model.stall(true); model.writeConfigMap(ns, "new", false) },
+			thaw:   true,
+			want:   map[string]bool{"kept": true, "new": true},
+		},
+		{
+			name:   "the namespace's first object created while stalled",
+			before: func(string) {},
+			behind: func(ns string) { model.stall(true); model.writeConfigMap(ns, "first", false) },
+			thaw:   true,
+			want:   map[string]bool{"first": true},
+		},
+		{
+			name:   "deleted while stalled",
+			before: func(ns string) { model.writeConfigMap(ns, "kept", false); model.writeConfigMap(ns, "gone", false) },
+			behind: func(ns string) { model.stall(true); model.deleteConfigMap(ns, "gone") },
+			thaw:   true,
+			want:   map[string]bool{"kept": true},
+		},
+		{
+			name:   "updated while stalled",
+			before: func(ns string) { model.writeConfigMap(ns, "changed", false) },
+			behind: func(ns string) { model.stall(true); model.writeConfigMap(ns, "changed", true) },
+			thaw:   true,
+			want:   map[string]bool{"changed": true},
+		},
+		{
+			name:   "created, then the history compacted",
+			before: func(ns string) { model.writeConfigMap(ns, "kept", false) },
+			behind: func(ns string) {
+				model.stall(true)
+				model.writeConfigMap(ns, "new", false)
+				model.compact()
+				model.stall(false)
+			},
+			want: map[string]bool{"kept": true, "new": true},
+		},
+		{
+			name:   "created while stalled for good",
+			before: func(ns string) { model.writeConfigMap(ns, "kept", false) },
+			behind: func(ns string) { model.stall(true); model.writeConfigMap(ns, "new", false) },
+			relist: true,
+			want:   map[string]bool{"kept": true, "new": true},
+		},
+	}
+	// Each row gains a partition of its own: partition i+1 is namespace
+	// ns-i; partition 0 is the replica's from the start.
+	partitionOf := func(ns string) int {
+		var i int
+		if _, err := fmt.Sscanf(ns, "ns-%d", &i); err != nil {
+			return 0
+		}
+		return i + 1
+	}
+	model.createNamespace("home")
+	for i, r := range rows {
+		ns := fmt.Sprintf("ns-%d", i)
+		model.createNamespace(ns)
+		r.before(ns)
+	}
+	pool := NewPool(ctx, PoolConfig{Client: client})
+	namespaces, err := pool.ForResource(t, corev1.SchemeGroupVersion.WithResource("namespaces"), corev1.SchemeGroupVersion.WithKind("Namespace"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool.Start(t)
+	mapper := meta.NewDefaultRESTMapper(nil)
+	mapper.Add(schema.GroupVersionKind{Version: "v1", Kind: "Namespace"}, meta.RESTScopeRoot)
+	mapper.Add(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, meta.RESTScopeNamespace)
+	owned, err := NewOwnedCache(OwnedCacheConfig{Sharded: sharded, MaxTerms: 2, RESTClients: NewRESTClients(config), Mapper: mapper, Namespaces: namespaces, PartitionOf: partitionOf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	informer := owned.InformerFor(&corev1.ConfigMap{})
+	if err := owned.Include(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	owned.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+		t.Fatal("the owned cache never synced")
+	}
+	// A singleton reads every ConfigMap here: the rows' namespaces are
+	// held before their partitions are gained.
+	if _, err := owned.HoldEverywhere(ctx, &corev1.ConfigMap{}); err != nil {
+		t.Fatal(err)
+	}
+	holds := func(ns string) map[string]string {
+		out := map[string]string{}
+		objs, _ := informer.GetIndexer().ByIndex(cache.NamespaceIndex, ns)
+		for _, obj := range objs {
+			m, _ := meta.Accessor(obj)
+			out[m.GetName()] = m.GetResourceVersion()
+		}
+		return out
+	}
+	for i, r := range rows {
+		ns := fmt.Sprintf("ns-%d", i)
+		t.Run(r.name, func(t *testing.T) {
+			defer model.stall(false)
+			// The cache follows the server before the row's change.
+			server := func() map[string]string {
+				out := map[string]string{}
+				for key, version := range model.configMapVersions() {
+					if name, ok := strings.CutPrefix(key, ns+"/"); ok {
+						out[name] = version
+					}
+				}
+				return out
+			}
+			if err := pollFor(ctx, func() bool { return diffVersions(holds(ns), server()) == "" }); err != nil {
+				t.Fatalf("before the row, the cache never held %s as the server: %s", ns, diffVersions(holds(ns), server()))
+			}
+			relists := counterValue(t, catchUpRelists.WithLabelValues("configmaps"))
+			r.behind(ns)
+			want := server()
+			loaded := make(chan error, 1)
+			go func() { loaded <- owned.Load(ctx, i+1) }()
+			if r.thaw {
+				// Thawed only once the gain has read the server, so the
+				// gain finds its source behind.
+				time.Sleep(200 * time.Millisecond)
+				model.stall(false)
+			}
+			if err := <-loaded; err != nil {
+				t.Fatal(err)
+			}
+			got := holds(ns)
+			for name := range r.want {
+				if _, ok := got[name]; !ok {
+					t.Errorf("Load returned while the informer lacked %s/%s; it holds %v", ns, name, got)
+				}
+			}
+			// Every object at least as new as the server's after the
+			// change, and nothing the server no longer has.
+			for name, version := range got {
+				if !r.want[name] {
+					t.Errorf("Load returned while the informer held %s/%s, deleted on the server", ns, name)
+				} else if newerVersion(want[name], version) {
+					t.Errorf("Load returned while the informer held %s/%s at version %s, older than the server's %s", ns, name, version, want[name])
+				}
+			}
+			relisted := counterValue(t, catchUpRelists.WithLabelValues("configmaps")) > relists
+			if relisted != r.relist {
+				t.Errorf("the gain made the source list again: %v, want %v", relisted, r.relist)
+			}
+		})
+	}
+}
+
+func pollFor(ctx context.Context, done func() bool) error {
+	for !done() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+func counterValue(t *testing.T, c metrics.CounterMetric) float64 {
+	t.Helper()
+	v, err := testutil.GetCounterMetricValue(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
