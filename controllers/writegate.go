@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -196,12 +197,13 @@ func (f fencedRoundTripper) RoundTrip(req *http.Request) (*http.Response, error)
 	if f.fence != nil && !f.fence.Valid() {
 		return nil, ErrNoAuthority
 	}
+	var answered []func()
 	if f.run != nil {
 		done, ok := f.run.admit()
 		if !ok {
 			return nil, fmt.Errorf("%w: %s %s", ErrPieceStopped, req.Method, req.URL.Path)
 		}
-		defer done()
+		answered = append(answered, done)
 	}
 	if f.partitions != nil {
 		if ns := requestNamespace(req.URL.Path); ns != "" {
@@ -211,19 +213,68 @@ func (f fencedRoundTripper) RoundTrip(req *http.Request) (*http.Response, error)
 				done, ok = gate.admit()
 			}
 			if !ok {
+				for _, done := range answered {
+					done()
+				}
 				return partitionMovedResponse(req, ns), nil
 			}
-			// Answered once the response headers are in: the apiserver
-			// has acted (or refused) by then.
-			defer done()
+			answered = append(answered, done)
 		}
 	}
 	next := f.next
 	if f.write != nil {
 		next = f.write
 	}
-	if f.fence != nil {
-		return abandonAtDeadline(req, f.fence, next)
+	if f.fence == nil {
+		// Nothing bounds a write kept past its caller: it ends with it.
+		defer func() {
+			for _, done := range answered {
+				done()
+			}
+		}()
+		return next.RoundTrip(req)
 	}
-	return next.RoundTrip(req)
+	// Answered once the response headers are in: the apiserver has acted
+	// (or refused) by then.
+	return sendAdmitted(req, answered, func(req *http.Request) (*http.Response, error) {
+		return abandonAtDeadline(req, f.fence, next)
+	})
+}
+
+// sendAdmitted sends an admitted write and reports it answered (each of
+// answered) only once the apiserver has answered it, or its connection
+// was reset when authority ran out (abandonAtDeadline bounds it). A
+// caller that gives up on it, its piece stopping, gets its error at once,
+// but the write is not cancelled: an HTTP/2 cancel is a stream reset sent
+// behind the request's own bytes, which the apiserver may still act on,
+// so a write counted answered at its cancel let the piece count as ended,
+// and the next owner start, before the write had arrived (a singleton's
+// status patch received 1 ms after its run was logged stopped, under
+// TestStalledWatchTakesItsShare).
+func sendAdmitted(req *http.Request, answered []func(), send func(*http.Request) (*http.Response, error)) (*http.Response, error) {
+	type result struct {
+		resp *http.Response
+		err  error
+	}
+	caller := req.Context()
+	results := make(chan result, 1)
+	go func() {
+		resp, err := send(req.WithContext(context.WithoutCancel(caller)))
+		for _, done := range answered {
+			done()
+		}
+		results <- result{resp, err}
+	}()
+	select {
+	case r := <-results:
+		return r.resp, r.err
+	case <-caller.Done():
+		go func() {
+			if r := <-results; r.resp != nil {
+				_, _ = io.Copy(io.Discard, r.resp.Body)
+				r.resp.Body.Close()
+			}
+		}()
+		return nil, fmt.Errorf("%s %s: %w", req.Method, req.URL.Path, context.Cause(caller))
+	}
 }

@@ -270,3 +270,80 @@ func TestPartitionMovedReadsAsNamespaceNotFound(t *testing.T) {
 		t.Fatalf("the apiserver received %d requests", n)
 	}
 }
+
+// TestWriteGiveUpStaysInFlight: a write whose caller gives up (its piece
+// stopping cancels the controller's context) still holds its gate until
+// the apiserver answers it, for a partition's and a singleton's gate
+// alike: the apiserver can act on a request whose cancel comes behind it,
+// so a gate drained at the cancel let the next owner start before the
+// write arrived.
+func TestWriteGiveUpStaysInFlight(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		gate func() (fencedRoundTripper, *writeGate)
+	}{
+		{"partition", func() (fencedRoundTripper, *writeGate) {
+			gates := gatesByPartition{1: newWriteGate()}
+			return fencedRoundTripper{fence: authorityBack{}, partitions: gates}, gates[1]
+		}},
+		{"singleton", func() (fencedRoundTripper, *writeGate) {
+			run := newWriteGate()
+			return fencedRoundTripper{fence: authorityBack{}, run: run}, run
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			arrived, release := make(chan struct{}), make(chan struct{})
+			var acted atomic.Bool
+			server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				close(arrived)
+				<-release
+				acted.Store(true)
+				w.WriteHeader(http.StatusOK)
+			}))
+			defer server.Close()
+			released := false
+			defer func() {
+				if !released {
+					close(release) // the handler must return before Close
+				}
+			}()
+			rt, gate := tc.gate()
+			rt.next = http.DefaultTransport
+			gate.Open()
+			ctx, cancel := context.WithCancel(context.Background())
+			req, err := http.NewRequestWithContext(ctx, http.MethodPatch, server.URL+"/api/v1/namespaces/one-a/pods/p", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gaveUp := make(chan error, 1)
+			go func() {
+				resp, err := (&http.Client{Transport: rt}).Do(req)
+				if resp != nil {
+					resp.Body.Close()
+				}
+				gaveUp <- err
+			}()
+			<-arrived
+			cancel()
+			if err := <-gaveUp; !errors.Is(err, context.Canceled) {
+				t.Fatalf("the caller that gave up got %v, want context.Canceled", err)
+			}
+			gate.Shut()
+			select {
+			case <-gate.Drained():
+				t.Fatal("drained when the write's caller gave up, while the apiserver had not answered it")
+			default:
+			}
+			close(release)
+			released = true
+			select {
+			case <-gate.Drained():
+			case <-time.After(10 * time.Second):
+				t.Fatal("not drained after the apiserver answered the write")
+			}
+			if !acted.Load() {
+				t.Error("drained before the apiserver acted on the write")
+			}
+		})
+	}
+}
