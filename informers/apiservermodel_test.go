@@ -1,6 +1,7 @@
 package informers
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand"
@@ -9,13 +10,18 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 )
 
 // apiServerModel is an in-memory kube-apiserver of Namespaces and
@@ -434,4 +440,20 @@ func waitFor(c *sync.Cond, d time.Duration) {
 	})
 	c.Wait()
 	t.Stop()
+}
+
+// startModelPool starts a pool with the Namespaces informer the owned
+// cache follows, and a RESTMapper of the model's two kinds.
+func startModelPool(ctx context.Context, t *testing.T, client kubernetes.Interface) (*Pool, cache.SharedIndexInformer, meta.RESTMapper) {
+	t.Helper()
+	pool := NewPool(ctx, PoolConfig{Client: client})
+	namespaces, err := pool.ForResource(t, corev1.SchemeGroupVersion.WithResource("namespaces"), corev1.SchemeGroupVersion.WithKind("Namespace"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool.Start(t)
+	mapper := meta.NewDefaultRESTMapper(nil)
+	mapper.Add(schema.GroupVersionKind{Version: "v1", Kind: "Namespace"}, meta.RESTScopeRoot)
+	mapper.Add(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, meta.RESTScopeNamespace)
+	return pool, namespaces, mapper
 }

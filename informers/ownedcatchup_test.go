@@ -9,7 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -127,15 +127,7 @@ func testGainCatchesUp(t *testing.T, sharded bool) {
 		model.createNamespace(ns)
 		r.before(ns)
 	}
-	pool := NewPool(ctx, PoolConfig{Client: client})
-	namespaces, err := pool.ForResource(t, corev1.SchemeGroupVersion.WithResource("namespaces"), corev1.SchemeGroupVersion.WithKind("Namespace"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool.Start(t)
-	mapper := meta.NewDefaultRESTMapper(nil)
-	mapper.Add(schema.GroupVersionKind{Version: "v1", Kind: "Namespace"}, meta.RESTScopeRoot)
-	mapper.Add(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, meta.RESTScopeNamespace)
+	_, namespaces, mapper := startModelPool(ctx, t, client)
 	owned, err := NewOwnedCache(OwnedCacheConfig{Sharded: sharded, MaxTerms: 2, RESTClients: NewRESTClients(config), Mapper: mapper, Namespaces: namespaces, PartitionOf: partitionOf})
 	if err != nil {
 		t.Fatal(err)
@@ -176,7 +168,7 @@ func testGainCatchesUp(t *testing.T, sharded bool) {
 				}
 				return out
 			}
-			if err := pollFor(ctx, func() bool { return diffVersions(holds(ns), server()) == "" }); err != nil {
+			if err := wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) { return diffVersions(holds(ns), server()) == "", nil }); err != nil {
 				t.Fatalf("before the row, the cache never held %s as the server: %s", ns, diffVersions(holds(ns), server()))
 			}
 			relists := counterValue(t, catchUpRelists.WithLabelValues("configmaps"))
@@ -214,17 +206,6 @@ func testGainCatchesUp(t *testing.T, sharded bool) {
 			}
 		})
 	}
-}
-
-func pollFor(ctx context.Context, done func() bool) error {
-	for !done() {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	return nil
 }
 
 func counterValue(t *testing.T, c metrics.CounterMetric) float64 {

@@ -16,7 +16,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -215,15 +214,7 @@ func runOwnedSim(t *testing.T, seed int64) map[string]int {
 		_, _ = h.Write([]byte(ns))
 		return int(h.Sum32() % simPartitions)
 	}
-	pool := NewPool(ctx, PoolConfig{Client: client})
-	namespaces, err := pool.ForResource(t, corev1.SchemeGroupVersion.WithResource("namespaces"), corev1.SchemeGroupVersion.WithKind("Namespace"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool.Start(t)
-	mapper := meta.NewDefaultRESTMapper(nil)
-	mapper.Add(schema.GroupVersionKind{Version: "v1", Kind: "Namespace"}, meta.RESTScopeRoot)
-	mapper.Add(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, meta.RESTScopeNamespace)
+	pool, namespaces, mapper := startModelPool(ctx, t, client)
 	sharded := rnd.Intn(2) == 0
 	owned, err := NewOwnedCache(OwnedCacheConfig{Sharded: sharded, MaxTerms: 2, NamespaceWatchMax: rnd.Intn(3), RESTClients: NewRESTClients(config), Mapper: mapper, Namespaces: namespaces, PartitionOf: partitionOf})
 	if err != nil {
