@@ -49,11 +49,13 @@ const simPartitions = 4
 // namespaces created and deleted, ConfigMaps created, updated and
 // deleted (the publisher's own among them, the moment it appears),
 // partitions gained and lost, watches ended early and history
-// compacted (every watch resumes into 410 Gone and relists). At each
-// quiescent point:
+// compacted (every watch resumes into 410 Gone and relists), and a
+// singleton holding every namespace and letting go. At each quiescent
+// point:
 //
 //   - the informer holds exactly the model's ConfigMaps of the loaded
-//     partitions' namespaces, at the model's versions;
+//     partitions' namespaces (of every namespace while held everywhere),
+//     at the model's versions;
 //   - every handler's view (what its notifications left it knowing)
 //     equals the scope's: nothing the apiserver deleted is kept, nothing
 //     visible is missing;
@@ -265,6 +267,10 @@ func runOwnedSim(t *testing.T, seed int64) map[string]int {
 	// deleted the moment it appeared.
 	var rootDeleted sync.Map
 	gaining := map[int]chan struct{}{}
+	// everywhere: a singleton holds every namespace (HoldEverywhere), as
+	// the replica running pod-garbage-collector does with Pods; its
+	// authority running out lets go of them with the partitions.
+	everywhere := false
 	var live []string
 	next := 0
 	for round := range 4 {
@@ -360,6 +366,18 @@ func runOwnedSim(t *testing.T, seed int64) map[string]int {
 				simDebugf("", "compaction")
 				model.compact()
 				counts["compactions"]++
+			case op < 90:
+				simDebugf("", "a singleton holds every namespace: %v", !everywhere)
+				if everywhere {
+					owned.ReleaseEverywhere(&corev1.ConfigMap{})
+					counts["singletons let go of every namespace"]++
+				} else {
+					if _, err := owned.HoldEverywhere(ctx, &corev1.ConfigMap{}); err != nil {
+						t.Fatal(err)
+					}
+					counts["singletons held every namespace"]++
+				}
+				everywhere = !everywhere
 			default:
 				time.Sleep(time.Duration(rnd.Intn(300)) * time.Millisecond)
 			}
@@ -374,7 +392,7 @@ func runOwnedSim(t *testing.T, seed int64) map[string]int {
 			version, ok := rootDeleted.Load(ns)
 			return ok && model.wasFolded("configmaps", ns, version.(int64))
 		}
-		checkOwnedSim(ctx, t, seed, round, model, namespaces, scope, owned, cmInformer, checker, loaded, partitionOf, exempt)
+		checkOwnedSim(ctx, t, seed, round, model, namespaces, scope, owned, checker, loaded, everywhere, partitionOf, exempt)
 		if t.Failed() {
 			break
 		}
@@ -393,7 +411,7 @@ func runOwnedSim(t *testing.T, seed int64) map[string]int {
 }
 
 // checkOwnedSim waits for quiescence and checks the invariants.
-func checkOwnedSim(ctx context.Context, t *testing.T, seed int64, round int, model *apiServerModel, namespaces cache.SharedIndexInformer, scope *Scope, owned *OwnedCache, informer cache.SharedIndexInformer, checker *simHandler, loaded map[int]bool, partitionOf func(string) int, exempt func(namespace string) bool) {
+func checkOwnedSim(ctx context.Context, t *testing.T, seed int64, round int, model *apiServerModel, namespaces cache.SharedIndexInformer, scope *Scope, owned *OwnedCache, checker *simHandler, loaded map[int]bool, everywhere bool, partitionOf func(string) int, exempt func(namespace string) bool) {
 	t.Helper()
 	// The Namespaces informer is a plain one: after watches ended again
 	// and again its reflector backs off, up to 30 s.
@@ -424,31 +442,31 @@ func checkOwnedSim(ctx context.Context, t *testing.T, seed int64, round int, mod
 		why = ""
 		want := map[string]string{}
 		visible := map[string]string{}
+		weights := map[int]uint64{}
+		for p := range loaded {
+			weights[p] = 0
+		}
 		for key, version := range model.configMapVersions() {
 			ns, _, _ := cache.SplitMetaNamespaceKey(key)
 			if loaded[partitionOf(ns)] {
-				want[key] = version
+				weights[partitionOf(ns)]++
 				if scope.HasNamespace(ns) {
 					visible[key] = version
 				}
 			}
+			if loaded[partitionOf(ns)] || everywhere {
+				want[key] = version
+			}
 		}
 		got := map[string]string{}
-		for _, obj := range informer.GetStore().List() {
+		// The owned cache's own informer: the controllers' is scoped.
+		for _, obj := range owned.InformerFor(&corev1.ConfigMap{}).GetStore().List() {
 			m, _ := meta.Accessor(obj)
 			got[m.GetNamespace()+"/"+m.GetName()] = m.GetResourceVersion()
 		}
 		if d := diffVersions(got, want); d != "" {
 			why = "the informer's store against the model: " + d
 			return false, nil
-		}
-		weights := map[int]uint64{}
-		for p := range loaded {
-			weights[p] = 0
-		}
-		for key := range want {
-			ns, _, _ := cache.SplitMetaNamespaceKey(key)
-			weights[partitionOf(ns)]++
 		}
 		if got := owned.PartitionObjects(); !maps.Equal(got, weights) {
 			why = fmt.Sprintf("the partitions' weights are %v, want %v", got, weights)

@@ -28,11 +28,12 @@ func (lw *ownedListWatch) scheduleCompact() {
 // compact makes the watching sources one trunk again, adopting exactly
 // while every namespace is held: holding every namespace for a singleton
 // starts an adopting source beside the trunk (its list carries every
-// namespace), and releasing them leaves an adopter that should no longer
-// adopt. The merged source watches from the oldest version of those it
-// replaces and drops, per namespace, the events they had delivered, so
-// nothing is lost or repeated; if that version has expired, it lists its
-// namespaces again (a local relist).
+// namespace), and releasing them ends its adopting at once
+// (holdEverywhere) and leaves two sources to merge. The merged source
+// watches from the oldest version of those it replaces and drops, per
+// namespace, the events they had delivered, so nothing is lost or
+// repeated; if that version has expired, it lists its namespaces again (a
+// local relist).
 func (lw *ownedListWatch) compact() {
 	lw.sendMu.Lock()
 	defer lw.sendMu.Unlock()

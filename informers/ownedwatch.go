@@ -142,6 +142,18 @@ func (lw *ownedListWatch) holdEverywhere(everywhere bool) {
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
 	lw.everywhere = everywhere
+	if !everywhere {
+		// An adopting source vouches that a namespace no source holds had
+		// no objects at its version only while every namespace stays
+		// held: those released next leave the informer, objects and
+		// events, and one held again before compaction must be listed,
+		// not taken back empty (a ReplicaSet controller saw none of its
+		// Pods after its replica's authority came back, and created them
+		// all again).
+		for s := range lw.sources {
+			s.adopts = false
+		}
+	}
 	lw.scheduleCompact()
 }
 
