@@ -36,11 +36,21 @@ func (sc *scaleCell) failover() error {
 	if err != nil {
 		return err
 	}
+	unserved, err := sc.watchUnserved(victim)
+	if err != nil {
+		return err
+	}
 	if err := sc.procs[victim].Signal(syscall.SIGKILL); err != nil {
 		return err
 	}
 	<-sc.procs[victim].Done()
 	killed := time.Now()
+	radius := make(chan error, 1)
+	go func() {
+		r, err := unserved.finish(sc.ctx, sc.bench, killed)
+		sc.figures["s_failover_unserved_namespaces"], sc.figures["s_failover_unserved_ns_s"] = float64(r.namespaces), r.seconds
+		radius <- err
+	}()
 	if err := sc.scaleTo(sample, sc.replicas+1); err != nil {
 		return err
 	}
@@ -54,6 +64,9 @@ func (sc *scaleCell) failover() error {
 		return err
 	}
 	sc.figures["s_failover_owner_s"] = back.Sub(killed).Seconds()
+	if err := <-radius; err != nil {
+		return err
+	}
 	return sc.bringBack(victim)
 }
 

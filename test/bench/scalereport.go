@@ -36,6 +36,8 @@ var scaleFigureNames = []struct{ key, label string }{
 	{"s_failover_first_s", "kill -9 (KCM: the leader, standby running): first of the victim's namespaces served again (s)"},
 	{"s_failover_last_s", "kill -9: last of 20 of the victim's namespaces served again (s)"},
 	{"s_failover_owner_s", "kill -9: every piece the victim ran has a live owner (KCM: the standby holds the Lease) (s)"},
+	{"s_failover_unserved_namespaces", "kill -9: namespaces left unserved (KCM: all)"},
+	{"s_failover_unserved_ns_s", "kill -9: unserved namespace-seconds (each namespace until a live replica runs it: Leases)"},
 	{"s_restart_first_s", "whole restart: first namespace served again, from the start (s)"},
 	{"s_restart_last_s", "whole restart: last namespace served again (s)"},
 	{"s_join_s", "fleet x3: a fourth replica joins, the fleet settled (s)"},
@@ -263,6 +265,8 @@ func scaleTargets(rep report) string {
 	row("failover, fleet x3: victim's namespaces served again <= lease + 3 s (18 s)", v, v <= 18)
 	v = ratio("fleet x3", "s_failover_last_s")
 	row("failover, fleet x3: <= 0.5x KCM's (leader killed, standby running)", v, v <= 0.5)
+	v = ratio("fleet x3", "s_failover_unserved_ns_s")
+	row("kill -9 of a replica of 3: unserved namespace-seconds <= 0.4x KCM's", v, v <= 0.4)
 	v = ratio("fleet x3", "s_restart_last_s")
 	row("whole restart, fleet x3: last namespace served <= KCM's time", v, v <= 1)
 	v = value("fleet x3", "s_join_max_unowned_s")

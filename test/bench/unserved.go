@@ -63,10 +63,16 @@ func (b *bench) watchUnserved(victim int) (*unservedWatch, error) {
 	return w, nil
 }
 
+// blastRadius is what a failover left unserved: how many namespaces, and
+// the namespace-seconds they went unserved.
+type blastRadius struct {
+	namespaces int
+	seconds    float64
+}
+
 // finish polls the Leases from killed until every namespace the victim
-// served is served again, and records the blast radius: how many
-// namespaces went unserved and the namespace-seconds they did.
-func (w *unservedWatch) finish(ctx context.Context, b *bench, killed time.Time) error {
+// served is served again, and returns the blast radius.
+func (w *unservedWatch) finish(ctx context.Context, b *bench, killed time.Time) (blastRadius, error) {
 	servedAt := map[int]time.Duration{} // partition (fleet) or -1 (KCM) -> since the kill
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, workloadTimeout, true, func(ctx context.Context) (bool, error) {
 		now := time.Since(killed)
@@ -99,17 +105,15 @@ func (w *unservedWatch) finish(ctx context.Context, b *bench, killed time.Time) 
 		return true, nil
 	})
 	if err != nil {
-		return fmt.Errorf("namespaces served again after the kill: %w", err)
+		return blastRadius{}, fmt.Errorf("namespaces served again after the kill: %w", err)
 	}
-	unserved, seconds := 0, 0.0
+	var r blastRadius
 	if !b.system.Fleet {
-		unserved, seconds = w.total, float64(w.total)*servedAt[-1].Seconds()
+		r = blastRadius{namespaces: w.total, seconds: float64(w.total) * servedAt[-1].Seconds()}
 	}
 	for _, p := range w.victimParts {
-		unserved += w.namespaces[p]
-		seconds += float64(w.namespaces[p]) * servedAt[p].Seconds()
+		r.namespaces += w.namespaces[p]
+		r.seconds += float64(w.namespaces[p]) * servedAt[p].Seconds()
 	}
-	b.figures["d_unserved_namespaces"] = float64(unserved)
-	b.figures["d_unserved_ns_s"] = seconds
-	return nil
+	return r, nil
 }

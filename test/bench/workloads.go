@@ -247,8 +247,12 @@ func (b *bench) failover() error {
 	}
 	<-b.procs[victim].Done()
 	killed := time.Now()
-	blastRadius := make(chan error, 1)
-	go func() { blastRadius <- unserved.finish(b.ctx, b, killed) }()
+	radius := make(chan error, 1)
+	go func() {
+		r, err := unserved.finish(b.ctx, b, killed)
+		b.figures["d_unserved_namespaces"], b.figures["d_unserved_ns_s"] = float64(r.namespaces), r.seconds
+		radius <- err
+	}()
 	for _, ns := range []string{owned, other} {
 		if err := b.createDeployment(ns, "after-kill", 2); err != nil {
 			return err
@@ -273,7 +277,7 @@ func (b *bench) failover() error {
 	for k, v := range times {
 		b.figures[k] = v
 	}
-	if err := <-blastRadius; err != nil {
+	if err := <-radius; err != nil {
 		return err
 	}
 	// Bring the victim back for (e).
