@@ -170,6 +170,15 @@ func (s *ownedStream) emit(ctx context.Context, src *source, watched *uint64, ev
 			if floor, ok := src.floors[ns]; ok && !newerVersion(m.GetResourceVersion(), floor) {
 				continue
 			}
+			if e.Type == watch.Deleted && !lw.sent(ns, m.GetName()) {
+				// The deletion of an object the informer was never
+				// handed: an adopting source that resumed from before a
+				// namespace was unloaded replays it, and takes the
+				// namespace at that first event. A plain informer's
+				// watch never tells its handlers of the deletion of an
+				// object they never saw.
+				continue
+			}
 		} else if e.Type == watch.Added && lw.holds(ns, m.GetName(), m.GetResourceVersion()) {
 			// Unchanged since it was sent: sending it again would only
 			// make the informer call every handler's OnUpdate with the
@@ -293,6 +302,15 @@ func (lw *ownedListWatch) holds(ns, name, version string) bool {
 	}
 	m, err := meta.Accessor(obj)
 	return err == nil && m.GetResourceVersion() == version
+}
+
+// sent says whether the ledger has ns/name: its last event sent was not a
+// deletion.
+func (lw *ownedListWatch) sent(ns, name string) bool {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	_, ok := lw.ledger[ns][name]
+	return ok
 }
 
 // recordSent records a sent event in the ledger.
