@@ -2,6 +2,8 @@ package controllers
 
 import (
 	"crypto/tls"
+	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -88,10 +90,24 @@ func abandonAtDeadline(req *http.Request, fence shard.Authority, next http.Round
 	mu.Lock()
 	answered = true
 	timer.Stop()
+	wasAbandoned := abandoned || conn != nil && resetForAuthority(conn)
 	mu.Unlock()
+	if err != nil {
+		if ok, _ := fence.Authority(); wasAbandoned || !ok {
+			// Its connection was reset here (this check, or the write
+			// transport's), not by the apiserver: say so, rather than
+			// "use of closed network connection".
+			return nil, fmt.Errorf("%w: %w", ErrWriteAbandoned, err)
+		}
+	}
 	// Answered despite a reset: the apiserver acted before the deadline.
 	return resp, err
 }
+
+// ErrWriteAbandoned is returned for a write whose connection this
+// replica reset when its authority ran out before the apiserver answered:
+// the apiserver may or may not have acted on it.
+var ErrWriteAbandoned = errors.New("this replica's fleet authority ran out with the write in flight; its connection was reset")
 
 // resetConn closes the TCP connection under conn (TLS or not) with RST,
 // dropping what the kernel has not delivered yet.

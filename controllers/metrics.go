@@ -25,6 +25,6 @@ var registerOnce sync.Once
 
 func registerMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(informerSync, memberInfo, partitionObjects, replicaObjects)
+		legacyregistry.MustRegister(informerSync, memberInfo, partitionObjects, replicaObjects, refusalEventsDropped)
 	})
 }

@@ -2,10 +2,12 @@ package controllers
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	restclient "k8s.io/client-go/rest"
@@ -108,11 +110,24 @@ type authorityConn struct {
 	fence  shard.Authority
 	logger klog.Logger
 	once   sync.Once
+	// reset: this connection was reset when authority ran out.
+	reset atomic.Bool
+}
+
+// resetForAuthority says whether conn (under TLS or not) is a write
+// connection reset when this replica's authority ran out.
+func resetForAuthority(conn net.Conn) bool {
+	if tc, ok := conn.(*tls.Conn); ok {
+		conn = tc.NetConn()
+	}
+	ac, ok := conn.(*authorityConn)
+	return ok && ac.reset.Load()
 }
 
 func (c *authorityConn) Write(b []byte) (int, error) {
 	if !c.fence.Valid() {
 		c.once.Do(func() {
+			c.reset.Store(true)
 			c.logger.Info("Write connection reset: this replica's authority ran out with bytes still to send", "remote", c.RemoteAddr().String(), "bytes", len(b))
 			resetConn(c.Conn)
 		})

@@ -194,6 +194,13 @@ func (f fencedRoundTripper) RoundTrip(req *http.Request) (*http.Response, error)
 	if !isWrite(req.Method) {
 		return f.next.RoundTrip(req)
 	}
+	req, refusal, err := refusalEvent(req)
+	if err != nil {
+		return nil, err
+	}
+	if refusal {
+		return refusalEventDropped(req), nil
+	}
 	if f.fence != nil && !f.fence.Valid() {
 		return nil, ErrNoAuthority
 	}
