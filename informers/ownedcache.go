@@ -166,14 +166,24 @@ func (o *OwnedCache) HoldEverywhere(ctx context.Context, obj runtime.Object) (ca
 	o.mu.Lock()
 	i := o.informers[reflect.TypeOf(obj)]
 	i.everywhere++
+	first := i.everywhere == 1
 	i.lw.holdEverywhere(true)
 	namespaces := o.config.Namespaces.GetStore().ListKeys()
 	sort.Strings(namespaces)
-	i.lw.load(namespaces, true)
+	unlisted := i.lw.load(namespaces, true)
+	started := o.stop != nil
 	o.mu.Unlock()
 	err := wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) {
 		return i.lw.loadedInto(namespaces), nil
 	})
+	if err == nil && first && started && len(unlisted) > 0 {
+		// The namespaces held already (the replica's partitions') come
+		// from a source that can be behind the server, as at a gain
+		// (ownedcatchup.go): a singleton starting on them reads them at
+		// least as new as the server after it started. A later hold
+		// finds every namespace held and followed since the first.
+		err = i.lw.catchUp(ctx, unlisted, informer.HasSynced)
+	}
 	if err != nil {
 		o.ReleaseEverywhere(obj)
 		return nil, fmt.Errorf("loading every namespace of %T: %w", obj, err)

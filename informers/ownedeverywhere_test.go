@@ -151,3 +151,90 @@ func testHeldEverywhereAgain(t *testing.T, sharded bool) {
 		})
 	}
 }
+
+// TestHoldEverywhereCatchesUpWithTheServer: a singleton starting to hold
+// every namespace reads those the replica's partitions hold already from
+// the source carrying them, which can be behind the server (its watch
+// stalled) after an object there was created: the first HoldEverywhere
+// must not return before the informer holds it, and makes a source still
+// behind after catchUpRelistAfter list again.
+func TestHoldEverywhereCatchesUpWithTheServer(t *testing.T) {
+	model := newAPIServerModel()
+	defer model.close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	config := &rest.Config{Host: model.server.URL, QPS: -1}
+	client, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := []struct {
+		name string
+		// thaw: the stalled watches are thawed once HoldEverywhere has
+		// been called; otherwise the source must be made to list again.
+		thaw   bool
+		relist bool
+	}{
+		{name: "created while stalled", thaw: true},
+		{name: "created while stalled for good", relist: true},
+	}
+	// Row i's namespace is ns-i, of partition i+1, loaded before the row.
+	partitionOf := func(ns string) int {
+		var i int
+		if _, err := fmt.Sscanf(ns, "ns-%d", &i); err != nil {
+			return 0
+		}
+		return i + 1
+	}
+	model.createNamespace("home")
+	for i := range rows {
+		ns := fmt.Sprintf("ns-%d", i)
+		model.createNamespace(ns)
+		model.writeConfigMap(ns, "kept", false)
+	}
+	_, namespaces, mapper := startModelPool(ctx, t, client)
+	owned, err := NewOwnedCache(OwnedCacheConfig{MaxTerms: 2, RESTClients: NewRESTClients(config), Mapper: mapper, Namespaces: namespaces, PartitionOf: partitionOf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	informer := owned.InformerFor(&corev1.ConfigMap{})
+	if err := owned.Include(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	owned.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+		t.Fatal("the owned cache never synced")
+	}
+	for i, r := range rows {
+		ns := fmt.Sprintf("ns-%d", i)
+		t.Run(r.name, func(t *testing.T) {
+			defer model.stall(false)
+			if err := owned.Load(ctx, i+1); err != nil {
+				t.Fatal(err)
+			}
+			relists := counterValue(t, catchUpRelists.WithLabelValues("configmaps"))
+			model.stall(true)
+			model.writeConfigMap(ns, "new", false)
+			held := make(chan error, 1)
+			go func() {
+				_, err := owned.HoldEverywhere(ctx, &corev1.ConfigMap{})
+				held <- err
+			}()
+			if r.thaw {
+				time.Sleep(200 * time.Millisecond)
+				model.stall(false)
+			}
+			if err := <-held; err != nil {
+				t.Fatal(err)
+			}
+			defer owned.ReleaseEverywhere(&corev1.ConfigMap{})
+			if _, exists, _ := informer.GetIndexer().GetByKey(ns + "/new"); !exists {
+				t.Errorf("HoldEverywhere returned while the informer lacked %s/new", ns)
+			}
+			relisted := counterValue(t, catchUpRelists.WithLabelValues("configmaps")) > relists
+			if relisted != r.relist {
+				t.Errorf("the hold made the source list again: %v, want %v", relisted, r.relist)
+			}
+		})
+	}
+}
