@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -456,4 +457,64 @@ func startModelPool(ctx context.Context, t *testing.T, client kubernetes.Interfa
 	mapper.Add(schema.GroupVersionKind{Version: "v1", Kind: "Namespace"}, meta.RESTScopeRoot)
 	mapper.Add(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, meta.RESTScopeNamespace)
 	return pool, namespaces, mapper
+}
+
+// rowPartition places namespace ns-i in partition i+1 and every other
+// namespace in partition 0: the layout of the tests that gain or hold one
+// row's partition at a time.
+func rowPartition(ns string) int {
+	var i int
+	if _, err := fmt.Sscanf(ns, "ns-%d", &i); err != nil {
+		return 0
+	}
+	return i + 1
+}
+
+// startRowCache starts an owned cache of the model's ConfigMaps, placed
+// by rowPartition, with partition 0 loaded, and returns it and its
+// ConfigMap informer once synced. Create the rows' namespaces first.
+func startRowCache(ctx context.Context, t *testing.T, model *apiServerModel, sharded bool) (*OwnedCache, cache.SharedIndexInformer) {
+	t.Helper()
+	config := &rest.Config{Host: model.server.URL, QPS: -1}
+	client, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, namespaces, mapper := startModelPool(ctx, t, client)
+	owned, err := NewOwnedCache(OwnedCacheConfig{Sharded: sharded, MaxTerms: 2, RESTClients: NewRESTClients(config), Mapper: mapper, Namespaces: namespaces, PartitionOf: rowPartition})
+	if err != nil {
+		t.Fatal(err)
+	}
+	informer := owned.InformerFor(&corev1.ConfigMap{})
+	if err := owned.Include(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	owned.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+		t.Fatal("the owned cache never synced")
+	}
+	return owned, informer
+}
+
+// heldIn is what informer holds in namespace ns: name -> resourceVersion.
+func heldIn(informer cache.SharedIndexInformer, ns string) map[string]string {
+	out := map[string]string{}
+	objs, _ := informer.GetIndexer().ByIndex(cache.NamespaceIndex, ns)
+	for _, obj := range objs {
+		m, _ := meta.Accessor(obj)
+		out[m.GetName()] = m.GetResourceVersion()
+	}
+	return out
+}
+
+// configMapsIn is what the model holds in namespace ns: name ->
+// resourceVersion.
+func (m *apiServerModel) configMapsIn(ns string) map[string]string {
+	out := map[string]string{}
+	for key, version := range m.configMapVersions() {
+		if name, ok := strings.CutPrefix(key, ns+"/"); ok {
+			out[name] = version
+		}
+	}
+	return out
 }

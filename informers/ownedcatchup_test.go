@@ -3,16 +3,11 @@ package informers
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/testutil"
 )
@@ -37,11 +32,6 @@ func testGainCatchesUp(t *testing.T, sharded bool) {
 	defer model.close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	config := &rest.Config{Host: model.server.URL, QPS: -1}
-	client, err := kubernetes.NewForConfig(config)
-	if err != nil {
-		t.Fatal(err)
-	}
 	type row struct {
 		name string
 		// before writes the namespace's objects while the cache follows.
@@ -113,61 +103,26 @@ func testGainCatchesUp(t *testing.T, sharded bool) {
 		},
 	}
 	// Each row gains a partition of its own: partition i+1 is namespace
-	// ns-i; partition 0 is the replica's from the start.
-	partitionOf := func(ns string) int {
-		var i int
-		if _, err := fmt.Sscanf(ns, "ns-%d", &i); err != nil {
-			return 0
-		}
-		return i + 1
-	}
+	// ns-i (rowPartition); partition 0 is the replica's from the start.
 	model.createNamespace("home")
 	for i, r := range rows {
 		ns := fmt.Sprintf("ns-%d", i)
 		model.createNamespace(ns)
 		r.before(ns)
 	}
-	_, namespaces, mapper := startModelPool(ctx, t, client)
-	owned, err := NewOwnedCache(OwnedCacheConfig{Sharded: sharded, MaxTerms: 2, RESTClients: NewRESTClients(config), Mapper: mapper, Namespaces: namespaces, PartitionOf: partitionOf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	informer := owned.InformerFor(&corev1.ConfigMap{})
-	if err := owned.Include(ctx, 0); err != nil {
-		t.Fatal(err)
-	}
-	owned.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
-		t.Fatal("the owned cache never synced")
-	}
+	owned, informer := startRowCache(ctx, t, model, sharded)
 	// A singleton reads every ConfigMap here: the rows' namespaces are
 	// held before their partitions are gained.
 	if _, err := owned.HoldEverywhere(ctx, &corev1.ConfigMap{}); err != nil {
 		t.Fatal(err)
 	}
-	holds := func(ns string) map[string]string {
-		out := map[string]string{}
-		objs, _ := informer.GetIndexer().ByIndex(cache.NamespaceIndex, ns)
-		for _, obj := range objs {
-			m, _ := meta.Accessor(obj)
-			out[m.GetName()] = m.GetResourceVersion()
-		}
-		return out
-	}
+	holds := func(ns string) map[string]string { return heldIn(informer, ns) }
 	for i, r := range rows {
 		ns := fmt.Sprintf("ns-%d", i)
 		t.Run(r.name, func(t *testing.T) {
 			defer model.stall(false)
 			// The cache follows the server before the row's change.
-			server := func() map[string]string {
-				out := map[string]string{}
-				for key, version := range model.configMapVersions() {
-					if name, ok := strings.CutPrefix(key, ns+"/"); ok {
-						out[name] = version
-					}
-				}
-				return out
-			}
+			server := func() map[string]string { return model.configMapsIn(ns) }
 			if err := wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) { return diffVersions(holds(ns), server()) == "", nil }); err != nil {
 				t.Fatalf("before the row, the cache never held %s as the server: %s", ns, diffVersions(holds(ns), server()))
 			}

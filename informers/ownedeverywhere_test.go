@@ -3,16 +3,11 @@ package informers
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
 )
 
 // TestHeldEverywhereAgainAfterARelease follows what a replica whose
@@ -39,11 +34,6 @@ func testHeldEverywhereAgain(t *testing.T, sharded bool) {
 	defer model.close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	config := &rest.Config{Host: model.server.URL, QPS: -1}
-	client, err := kubernetes.NewForConfig(config)
-	if err != nil {
-		t.Fatal(err)
-	}
 	type row struct {
 		name string
 		// partitionFirst: the partition is released before the
@@ -60,15 +50,8 @@ func testHeldEverywhereAgain(t *testing.T, sharded bool) {
 		{name: "partition released first, back after the sources merged", partitionFirst: true, away: compactDelay + time.Second},
 		{name: "singleton released first, back after the sources merged", away: compactDelay + time.Second},
 	}
-	// Row i's namespace is ns-i, of partition i+1; partition 0 is the
-	// replica's throughout.
-	partitionOf := func(ns string) int {
-		var i int
-		if _, err := fmt.Sscanf(ns, "ns-%d", &i); err != nil {
-			return 0
-		}
-		return i + 1
-	}
+	// Row i's namespace is ns-i, of partition i+1 (rowPartition);
+	// partition 0 is the replica's throughout.
 	model.createNamespace("home")
 	for i := range rows {
 		ns := fmt.Sprintf("ns-%d", i)
@@ -77,47 +60,18 @@ func testHeldEverywhereAgain(t *testing.T, sharded bool) {
 		model.writeConfigMap(ns, "changed", false)
 		model.writeConfigMap(ns, "gone", false)
 	}
-	_, namespaces, mapper := startModelPool(ctx, t, client)
-	owned, err := NewOwnedCache(OwnedCacheConfig{Sharded: sharded, MaxTerms: 2, RESTClients: NewRESTClients(config), Mapper: mapper, Namespaces: namespaces, PartitionOf: partitionOf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	informer := owned.InformerFor(&corev1.ConfigMap{})
-	if err := owned.Include(ctx, 0); err != nil {
-		t.Fatal(err)
-	}
-	owned.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
-		t.Fatal("the owned cache never synced")
-	}
+	owned, informer := startRowCache(ctx, t, model, sharded)
 	if _, err := owned.HoldEverywhere(ctx, &corev1.ConfigMap{}); err != nil {
 		t.Fatal(err)
 	}
-	holds := func(ns string) map[string]string {
-		out := map[string]string{}
-		objs, _ := informer.GetIndexer().ByIndex(cache.NamespaceIndex, ns)
-		for _, obj := range objs {
-			m, _ := meta.Accessor(obj)
-			out[m.GetName()] = m.GetResourceVersion()
-		}
-		return out
-	}
-	server := func(ns string) map[string]string {
-		out := map[string]string{}
-		for key, version := range model.configMapVersions() {
-			if name, ok := strings.CutPrefix(key, ns+"/"); ok {
-				out[name] = version
-			}
-		}
-		return out
-	}
+	holds := func(ns string) map[string]string { return heldIn(informer, ns) }
 	for i, r := range rows {
 		ns, p := fmt.Sprintf("ns-%d", i), i+1
 		t.Run(r.name, func(t *testing.T) {
 			if err := owned.Load(ctx, p); err != nil {
 				t.Fatal(err)
 			}
-			if d := diffVersions(holds(ns), server(ns)); d != "" {
+			if d := diffVersions(holds(ns), model.configMapsIn(ns)); d != "" {
 				t.Fatalf("before the release, Load returned while the informer differed from the server: %s", d)
 			}
 			if r.partitionFirst {
@@ -139,13 +93,13 @@ func testHeldEverywhereAgain(t *testing.T, sharded bool) {
 			if _, err := owned.HoldEverywhere(ctx, &corev1.ConfigMap{}); err != nil {
 				t.Fatal(err)
 			}
-			if d := diffVersions(holds(ns), server(ns)); d != "" {
+			if d := diffVersions(holds(ns), model.configMapsIn(ns)); d != "" {
 				t.Errorf("HoldEverywhere returned while the informer differed from the server in %s: %s", ns, d)
 			}
 			if err := owned.Load(ctx, p); err != nil {
 				t.Fatal(err)
 			}
-			if d := diffVersions(holds(ns), server(ns)); d != "" {
+			if d := diffVersions(holds(ns), model.configMapsIn(ns)); d != "" {
 				t.Errorf("Load returned while the informer differed from the server in %s: %s", ns, d)
 			}
 		})
@@ -163,11 +117,6 @@ func TestHoldEverywhereCatchesUpWithTheServer(t *testing.T) {
 	defer model.close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	config := &rest.Config{Host: model.server.URL, QPS: -1}
-	client, err := kubernetes.NewForConfig(config)
-	if err != nil {
-		t.Fatal(err)
-	}
 	rows := []struct {
 		name string
 		// thaw: the stalled watches are thawed once HoldEverywhere has
@@ -178,33 +127,15 @@ func TestHoldEverywhereCatchesUpWithTheServer(t *testing.T) {
 		{name: "created while stalled", thaw: true},
 		{name: "created while stalled for good", relist: true},
 	}
-	// Row i's namespace is ns-i, of partition i+1, loaded before the row.
-	partitionOf := func(ns string) int {
-		var i int
-		if _, err := fmt.Sscanf(ns, "ns-%d", &i); err != nil {
-			return 0
-		}
-		return i + 1
-	}
+	// Row i's namespace is ns-i, of partition i+1 (rowPartition), loaded
+	// before the row.
 	model.createNamespace("home")
 	for i := range rows {
 		ns := fmt.Sprintf("ns-%d", i)
 		model.createNamespace(ns)
 		model.writeConfigMap(ns, "kept", false)
 	}
-	_, namespaces, mapper := startModelPool(ctx, t, client)
-	owned, err := NewOwnedCache(OwnedCacheConfig{MaxTerms: 2, RESTClients: NewRESTClients(config), Mapper: mapper, Namespaces: namespaces, PartitionOf: partitionOf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	informer := owned.InformerFor(&corev1.ConfigMap{})
-	if err := owned.Include(ctx, 0); err != nil {
-		t.Fatal(err)
-	}
-	owned.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
-		t.Fatal("the owned cache never synced")
-	}
+	owned, informer := startRowCache(ctx, t, model, false)
 	for i, r := range rows {
 		ns := fmt.Sprintf("ns-%d", i)
 		t.Run(r.name, func(t *testing.T) {
