@@ -2,11 +2,9 @@ package controllers
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/component-base/metrics"
@@ -49,14 +47,8 @@ func isEventWrite(method, path string) bool {
 	if method != http.MethodPost && method != http.MethodPut && method != http.MethodPatch {
 		return false
 	}
-	parts := strings.Split(strings.Trim(path, "/"), "/")
-	var rest []string
-	switch {
-	case len(parts) >= 2 && parts[0] == "api":
-		rest = parts[2:]
-	case len(parts) >= 3 && parts[0] == "apis" && parts[1] == "events.k8s.io":
-		rest = parts[3:]
-	default:
+	group, rest, ok := splitAPIPath(path)
+	if !ok || group != "" && group != "events.k8s.io" {
 		return false
 	}
 	return len(rest) >= 3 && len(rest) <= 4 && rest[0] == "namespaces" && rest[2] == "events"
@@ -90,21 +82,10 @@ func refusalEvent(req *http.Request) (*http.Request, bool, error) {
 func refusalEventDropped(req *http.Request) *http.Response {
 	refusalEventsDropped.Inc()
 	klog.FromContext(req.Context()).V(2).Info("Dropped an Event reporting a write this replica refused", "method", req.Method, "path", req.URL.Path)
-	status := metav1.Status{
-		TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
-		Status:   metav1.StatusFailure,
-		Message:  "the Event reports a write this fleet replica refused; not written",
-		Reason:   metav1.StatusReasonAlreadyExists,
-		Details:  &metav1.StatusDetails{Kind: "events"},
-		Code:     http.StatusConflict,
-	}
-	body, _ := json.Marshal(status)
-	return &http.Response{
-		Status: "409 Conflict", StatusCode: http.StatusConflict,
-		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header:        http.Header{"Content-Type": []string{"application/json"}},
-		Body:          io.NopCloser(bytes.NewReader(body)),
-		ContentLength: int64(len(body)),
-		Request:       req,
-	}
+	return statusResponse(req, metav1.Status{
+		Message: "the Event reports a write this fleet replica refused; not written",
+		Reason:  metav1.StatusReasonAlreadyExists,
+		Details: &metav1.StatusDetails{Kind: "events"},
+		Code:    http.StatusConflict,
+	})
 }

@@ -34,17 +34,22 @@ func partitionMovedResponse(req *http.Request, namespace string) *http.Response 
 	if req.Body != nil {
 		req.Body.Close()
 	}
-	status := metav1.Status{
-		TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
-		Status:   metav1.StatusFailure,
-		Message:  fmt.Sprintf("%s: %s %s", ErrPartitionMoved, req.Method, req.URL.Path),
-		Reason:   metav1.StatusReasonNotFound,
-		Details:  &metav1.StatusDetails{Name: namespace, Kind: "namespaces"},
-		Code:     http.StatusNotFound,
-	}
+	return statusResponse(req, metav1.Status{
+		Message: fmt.Sprintf("%s: %s %s", ErrPartitionMoved, req.Method, req.URL.Path),
+		Reason:  metav1.StatusReasonNotFound,
+		Details: &metav1.StatusDetails{Name: namespace, Kind: "namespaces"},
+		Code:    http.StatusNotFound,
+	})
+}
+
+// statusResponse answers req here, as kube-apiserver answers a failed
+// request: status (its Code, Reason, Message and Details) as JSON.
+func statusResponse(req *http.Request, status metav1.Status) *http.Response {
+	status.TypeMeta = metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}
+	status.Status = metav1.StatusFailure
 	body, _ := json.Marshal(status)
 	return &http.Response{
-		Status: "404 Not Found", StatusCode: http.StatusNotFound,
+		Status: fmt.Sprintf("%d %s", status.Code, http.StatusText(int(status.Code))), StatusCode: int(status.Code),
 		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		Header:        http.Header{"Content-Type": []string{"application/json"}},
 		Body:          io.NopCloser(bytes.NewReader(body)),
@@ -145,22 +150,24 @@ type namespaceGates interface {
 // in, or "" for cluster-scoped requests (including those on Namespace
 // objects themselves).
 func requestNamespace(path string) string {
-	// /api/v1/namespaces/NS/RESOURCE[/...] or
-	// /apis/GROUP/VERSION/namespaces/NS/RESOURCE[/...]
-	parts := strings.Split(strings.Trim(path, "/"), "/")
-	var rest []string
-	switch {
-	case len(parts) >= 2 && parts[0] == "api":
-		rest = parts[2:]
-	case len(parts) >= 3 && parts[0] == "apis":
-		rest = parts[3:]
-	default:
-		return ""
-	}
-	if len(rest) >= 3 && rest[0] == "namespaces" {
+	if _, rest, ok := splitAPIPath(path); ok && len(rest) >= 3 && rest[0] == "namespaces" {
 		return rest[1]
 	}
 	return ""
+}
+
+// splitAPIPath splits a Kubernetes API path into its group ("" for the
+// core API) and what follows the version:
+// /api/v1/REST... or /apis/GROUP/VERSION/REST...
+func splitAPIPath(path string) (group string, rest []string, ok bool) {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	switch {
+	case len(parts) >= 2 && parts[0] == "api":
+		return "", parts[2:], true
+	case len(parts) >= 3 && parts[0] == "apis":
+		return parts[1], parts[3:], true
+	}
+	return "", nil, false
 }
 
 func isWrite(method string) bool {

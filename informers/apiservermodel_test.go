@@ -518,3 +518,11 @@ func (m *apiServerModel) configMapsIn(ns string) map[string]string {
 	}
 	return out
 }
+
+// inBothListModes runs test with the owned cache listing by shard
+// selectors and without.
+func inBothListModes(t *testing.T, test func(t *testing.T, sharded bool)) {
+	for _, sharded := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sharded=%v", sharded), func(t *testing.T) { test(t, sharded) })
+	}
+}

@@ -20,11 +20,7 @@ import (
 // the gain began. Without the catch-up it returned at once, and a Job
 // controller handed the cache ran a Job's Pod again.
 func TestGainCatchesUpWithTheServer(t *testing.T) {
-	for _, sharded := range []bool{false, true} {
-		t.Run(fmt.Sprintf("sharded=%v", sharded), func(t *testing.T) {
-			testGainCatchesUp(t, sharded)
-		})
-	}
+	inBothListModes(t, testGainCatchesUp)
 }
 
 func testGainCatchesUp(t *testing.T, sharded bool) {

@@ -22,11 +22,7 @@ import (
 // empty: a ReplicaSet controller handed that cache saw none of its Pods
 // and created them all again.
 func TestHeldEverywhereAgainAfterARelease(t *testing.T) {
-	for _, sharded := range []bool{false, true} {
-		t.Run(fmt.Sprintf("sharded=%v", sharded), func(t *testing.T) {
-			testHeldEverywhereAgain(t, sharded)
-		})
-	}
+	inBothListModes(t, testHeldEverywhereAgain)
 }
 
 func testHeldEverywhereAgain(t *testing.T, sharded bool) {
