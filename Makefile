@@ -249,12 +249,14 @@ bench: tools build test-deps
 # fault of a replica with an etcd or kube-apiserver restart.
 # SCHEDULE=gray runs only the faults that are not one clean fault;
 # KINDS=<kind>,<kind> names the kinds. FLEET_ARGS=<flag>,<flag> adds flags
-# to every replica (other settings). PLANT=<name> runs a build with a
-# planted fault (membership/plants.go), to show the soak catches it.
+# to every replica (other settings). PLACEMENT=count|weight fixes the
+# placement, which otherwise follows the seed: an odd seed places by
+# weight, with a 10 s hold. PLANT=<name> runs a build with a planted fault
+# (membership/plants.go), to show the soak catches it.
 DURATION ?= 20
 chaos: tools build $(if $(PLANT),$(BIN)/fleet-controller-manager-planted-$(PLANT))
 	seed=$${SEED:-$$(date +%s)}; echo "chaos: seed $$seed"; \
-	  CHAOS_SEED=$$seed CHAOS_DURATION=$(DURATION)m CHAOS_SCHEDULE=$(SCHEDULE) CHAOS_KINDS=$(KINDS) CHAOS_FLEET_ARGS=$(FLEET_ARGS) \
+	  CHAOS_SEED=$$seed CHAOS_DURATION=$(DURATION)m CHAOS_SCHEDULE=$(SCHEDULE) CHAOS_KINDS=$(KINDS) CHAOS_FLEET_ARGS=$(FLEET_ARGS) CHAOS_PLACEMENT=$(PLACEMENT) \
 	  CHAOS_FLEET_BIN=$(if $(PLANT),$(abspath $(BIN))/fleet-controller-manager-planted-$(PLANT)) \
 	  $(GO) test -count=1 -tags e2e -v -run '^TestChaos$$' -timeout $$(( $(DURATION) + 25 ))m ./test/e2e/
 

@@ -71,8 +71,11 @@ type config struct {
 	rolling     bool // workload (e)
 	hot         bool // workload (h): one busy tenant
 	existing    bool // workload (i): existing namespaces scaled up
-	cascade     bool // workload (g): cascading deletion of (a)'s Deployments
-	nsDelete    bool // workload (f): deletion of (a)'s namespaces
+	placement   bool // workload (j): placement of a skewed cluster
+	// placementSteady: how long (j) watches a settled placement.
+	placementSteady time.Duration
+	cascade         bool // workload (g): cascading deletion of (a)'s Deployments
+	nsDelete        bool // workload (f): deletion of (a)'s namespaces
 	// apiServerArgs: extra kube-apiserver flags, for experiments.
 	apiServerArgs []string
 	// memory: the memory workload (memory.go) instead of (a)-(g).
@@ -102,6 +105,7 @@ type config struct {
 
 func main() {
 	var quick bool
+	var placementSteady time.Duration
 	var out string
 	var runs int
 	var only string
@@ -135,7 +139,8 @@ func main() {
 	flag.IntVar(&profileSeconds, "profile-seconds", 0, "With -profile: take the CPU profiles over this many seconds instead of the mode's span (10 s of (a), 45 s of the memory workload), e.g. to cover the memory workload's whole convergence.")
 	flag.StringVar(&profile, "profile", "", "Write CPU profiles of kube-apiserver and every controller-manager process (KCM too), taken over the first 10 s of workload (a), into this folder (with -memory: over the first 45 s of convergence, and a heap profile of every process once settled).")
 	flag.StringVar(&keep, "keep", "", "Keep each run's control plane folder (logs, audit log) under this folder, for diagnosis.")
-	flag.StringVar(&workloads, "workloads", "", "Comma-separated workloads (a, b, c, d, e, f, g, h, i) to run instead of the mode's, for experiments; (a) always runs first, (g) and then (f) last. (i), existing namespaces' Deployments scaled up at once, runs only when named here.")
+	flag.StringVar(&workloads, "workloads", "", "Comma-separated workloads (a, b, c, d, e, f, g, h, i, j) to run instead of the mode's, for experiments; (a) always runs first, (g) and then (f) last. (i), existing namespaces' Deployments scaled up at once, and (j), the placement of a skewed cluster (fleets only), run only when named here.")
+	flag.DurationVar(&placementSteady, "placement-steady", 10*time.Minute, "With -workloads j: how long (j) watches its settled placement before it shifts the load.")
 	klog.InitFlags(nil)
 	flag.Parse()
 
@@ -197,6 +202,7 @@ func main() {
 		cfg.limits = []limits{{Name: "raised (qps 1000, burst 2000)", QPS: 1000, Burst: 2000}}
 		cfg.size = size{Runs: runs}
 	}
+	cfg.placementSteady = placementSteady
 	if fleetArgs != "" {
 		cfg.fleetArgs = strings.Split(fleetArgs, ",")
 	}
@@ -206,10 +212,12 @@ func main() {
 			keep[strings.TrimSpace(k)] = true
 		}
 		cfg.scale, cfg.jobs, cfg.failover, cfg.rolling, cfg.hot, cfg.existing = keep["b"], keep["c"], keep["d"], keep["e"], keep["h"], keep["i"]
-		cfg.nsDelete, cfg.cascade = keep["f"], keep["g"]
-		if cfg.existing && len(keep) > 1 && !(len(keep) == 2 && keep["a"]) {
-			fmt.Fprintln(os.Stderr, "bench: -workloads i runs with (a) alone: it deletes (a)'s namespaces first")
-			os.Exit(2)
+		cfg.nsDelete, cfg.cascade, cfg.placement = keep["f"], keep["g"], keep["j"]
+		for k := range keep {
+			if (cfg.existing || cfg.placement) && !strings.Contains("aij", k) {
+				fmt.Fprintln(os.Stderr, "bench: -workloads i and j run with (a) and each other alone: they delete (a)'s namespaces first")
+				os.Exit(2)
+			}
 		}
 	}
 	if only != "" {

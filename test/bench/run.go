@@ -81,6 +81,9 @@ func benchRun(ctx context.Context, binDir string, s system, l limits, cfg config
 	if cfg.existing {
 		steps = append(steps, step{"i", b.existingScaleUp})
 	}
+	if cfg.placement {
+		steps = append(steps, step{"j", b.placement})
+	}
 	// Deletions last: they take (a)'s objects away.
 	if cfg.cascade {
 		steps = append(steps, step{"g", b.deleteDeployments})
@@ -175,7 +178,8 @@ func newBench(ctx context.Context, binDir string, s system, l limits, cfg config
 		return nil, err
 	}
 	return &bench{ctx: ctx, cluster: cluster, client: client, system: s, limits: l, binDir: binDir, size: cfg.size,
-		figures: map[string]float64{}, ports: map[int]int{}, profileDir: cfg.profile, profileSpan: cfg.profileSpan, fleetArgs: cfg.fleetArgs, extraPodWatchers: cfg.extraPodWatchers, busyCPUs: cfg.cpus.controlPlaneCPUs(), cmCPUs: cfg.cpus.controllerManagerCPUs()}, nil
+		figures: map[string]float64{}, ports: map[int]int{}, profileDir: cfg.profile, profileSpan: cfg.profileSpan, fleetArgs: cfg.fleetArgs, extraPodWatchers: cfg.extraPodWatchers, busyCPUs: cfg.cpus.controlPlaneCPUs(), cmCPUs: cfg.cpus.controllerManagerCPUs(),
+		out: cfg.out, placementSteady: cfg.placementSteady}, nil
 }
 
 type bench struct {
@@ -203,6 +207,10 @@ type bench struct {
 	busyCPUs []int
 	// cmCPUs: the controller managers' CPUs with -cpus (nil without).
 	cmCPUs []int
+	// out: the results folder, for (j)'s chart and samples.
+	out string
+	// placementSteady: (j)'s steady span (-placement-steady).
+	placementSteady time.Duration
 }
 
 // cmCPUsMeter reads the controller managers' CPUs' busy share from now

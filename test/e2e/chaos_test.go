@@ -120,6 +120,33 @@ type chaosRun struct {
 	deleted []string
 	used    []string
 	nextNS  int
+	// placementArgs: the replicas' placement flags (chaosPlacement).
+	placementArgs []string
+}
+
+// weightedChaosArgs place a soak's fleet by weight, with a hold short
+// enough that the changing workload makes the keeper adopt tables while
+// faults strike.
+var weightedChaosArgs = []string{"--placement-by-weight", "--placement-weight-hold=10s"}
+
+// chaosPlacement is a soak's placement: CHAOS_PLACEMENT (count or
+// weight), else by the seed, so that CI's soaks alternate between the
+// default placement by count and placement by weight and a seed replays
+// either. make test's one round places by count.
+func chaosPlacement(seed int64, soak bool) ([]string, error) {
+	switch p := os.Getenv("CHAOS_PLACEMENT"); p {
+	case "count":
+		return nil, nil
+	case "weight":
+		return weightedChaosArgs, nil
+	case "":
+		if soak && seed%2 != 0 {
+			return weightedChaosArgs, nil
+		}
+		return nil, nil
+	default:
+		return nil, fmt.Errorf("CHAOS_PLACEMENT=%q: want count or weight", p)
+	}
 }
 
 func TestChaos(t *testing.T) {
@@ -171,8 +198,16 @@ func TestChaos(t *testing.T) {
 			kinds = append(kinds, chaosFault(k))
 		}
 	}
-	t.Logf("chaos: seed %d, %v of faults%s (replay: CHAOS_SEED=%d CHAOS_DURATION=%v CHAOS_SCHEDULE=%s CHAOS_KINDS=%s)", seed, duration, map[bool]string{true: ", " + schedule}[schedule != ""],
-		seed, duration, schedule, os.Getenv("CHAOS_KINDS"))
+	placementArgs, err := chaosPlacement(seed, duration > 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	placement := "by count"
+	if placementArgs != nil {
+		placement = "by weight (" + strings.Join(placementArgs, " ") + ")"
+	}
+	t.Logf("chaos: seed %d, %v of faults%s, placement %s (replay: CHAOS_SEED=%d CHAOS_DURATION=%v CHAOS_SCHEDULE=%s CHAOS_KINDS=%s)", seed, duration, map[bool]string{true: ", " + schedule}[schedule != ""],
+		placement, seed, duration, schedule, os.Getenv("CHAOS_KINDS"))
 
 	ctx, cancel := context.WithTimeout(context.Background(), duration+15*time.Minute)
 	defer cancel()
@@ -184,7 +219,7 @@ func TestChaos(t *testing.T) {
 	}
 	keepLogsOnFailure(t, cluster)
 	c := &chaosRun{t: t, ctx: ctx, cluster: cluster, client: client, bin: bin, rng: rand.New(rand.NewSource(seed)),
-		deaths: map[int]time.Time{}, pauses: map[int][][2]time.Time{}, live: map[string]*chaosNamespace{}}
+		deaths: map[int]time.Time{}, pauses: map[int][][2]time.Time{}, live: map[string]*chaosNamespace{}, placementArgs: placementArgs}
 
 	c.grantLeastPrivilege()
 	for _, name := range []string{"fcm-a", "fcm-b", "fcm-c"} {
@@ -296,6 +331,13 @@ func TestChaos(t *testing.T) {
 	t.Logf("chaos: seed %d: %d faults (%s); converged after each: median %v, p90 %v, longest %v (bound %v, %d late)",
 		seed, total, strings.Join(ran, ", "), percentile(converge, 0.5).Round(time.Millisecond),
 		percentile(converge, 0.9).Round(time.Millisecond), converge[len(converge)-1].Round(time.Millisecond), chaosConvergeBound, late)
+	if placementArgs != nil {
+		tables := c.tablesAdopted()
+		t.Logf("chaos: the keepers adopted %d weight tables", tables)
+		if tables == 0 {
+			t.Errorf("chaos: placed by weight, but no weight table was adopted: the soak did not move a partition by weight")
+		}
+	}
 	t.Logf("chaos: every write of every fleet client judged: %d partition controller writes (%d into the workload's %d namespaces) and %d singleton controller writes against %d runs of %d pieces, and %d of the replicas' own (Leases, ServiceAccounts): %d violations; %d namespaces live and converged, %d deleted and gone",
 		judged.partition, judged.inNamespaces, len(c.used), judged.singleton, nruns, len(runs), judged.own, len(violations), len(c.live), len(c.deleted))
 }
@@ -363,7 +405,7 @@ func copyLogs(t *testing.T, cluster *localcluster.Cluster) string {
 
 func (c *chaosRun) startReplica(r *chaosReplica) {
 	c.t.Helper()
-	args := []string{"-v=2"}
+	args := append([]string{"-v=2"}, c.placementArgs...)
 	// CHAOS_FLEET_ARGS: comma-separated extra flags for every replica
 	// (make chaos FLEET_ARGS=...), to soak other settings, such as
 	// shorter member lease timings.
@@ -631,6 +673,21 @@ var klogPieceByPid = regexp.MustCompile(`^I(\d{4} \d{2}:\d{2}:\d{2}\.\d{6})\s+(\
 
 // pieceRuns reads every replica's runs of every piece from its log
 // (parsePieceRuns).
+// tablesAdopted counts the weight tables the replicas' logs say they
+// adopted as keepers.
+func (c *chaosRun) tablesAdopted() int {
+	c.t.Helper()
+	n := 0
+	for _, r := range c.replicas {
+		data, err := os.ReadFile(r.proc.LogPath)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		n += strings.Count(string(data), "Adopting a new partition weight table")
+	}
+	return n
+}
+
 func (c *chaosRun) pieceRuns() map[string][]pieceRun {
 	c.t.Helper()
 	runs := map[string][]pieceRun{}
