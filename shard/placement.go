@@ -19,12 +19,25 @@ const (
 	// PlacementColocatedShare: it keeps RingConfig.ColocatedShare of one.
 	PlacementColocatedShare = "consistent-v0.10.0/xxhash/v3-colocated-share"
 	// PlacementWeighted: PlacementColocatedShare's, then balanced by the
-	// view's weight table (weighted.go).
+	// view's weight table (weighted.go), until the busiest member cannot
+	// be lightened.
 	PlacementWeighted = "consistent-v0.10.0/xxhash/v4-weighted"
+	// PlacementWeightedEach: PlacementWeighted's, but a member that no
+	// move or exchange can lighten (one partition alone outweighs the
+	// bound) is set aside and the next heaviest is balanced.
+	PlacementWeightedEach = "consistent-v0.10.0/xxhash/v5-weighted-each"
 )
 
 // Placements is every placement this build computes, oldest first.
-var Placements = []string{PlacementColocated, PlacementColocatedShare, PlacementWeighted}
+var Placements = []string{PlacementColocated, PlacementColocatedShare, PlacementWeighted, PlacementWeightedEach}
+
+// PlacementsByWeight are the placements by weight, oldest first: a
+// replica asked to place by weight supports them all, so that a fleet
+// mid-upgrade keeps placing by the newest its every replica computes.
+var PlacementsByWeight = []string{PlacementWeighted, PlacementWeightedEach}
+
+// ByWeight says whether placement balances by the view's weight table.
+func ByWeight(placement string) bool { return slices.Contains(PlacementsByWeight, placement) }
 
 // DefaultPlacements are the placements a replica supports unless told
 // otherwise: placement by weight is chosen only by fleets whose every

@@ -146,7 +146,7 @@ func viewOf(local Local, peers []membership.Peer) (plan Plan, common bool) {
 	if common {
 		config.Placement = placement
 	}
-	if config.Placement == PlacementWeighted && len(members) > 0 {
+	if ByWeight(config.Placement) && len(members) > 0 {
 		config.WeightTable = tableOf(members[0], local, peers)
 	}
 	return Plan{Members: members, Participants: participants, Ring: config, View: ViewID(config, members, participants)}, common

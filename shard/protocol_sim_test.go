@@ -110,10 +110,12 @@ type sim struct {
 }
 
 // simReleases are the fleets a run may hold: one release, a release and
-// the one before it that also computes an older placement, and a release
-// beside one from before members said what they support.
+// the one before it that also computes an older placement, a release
+// beside one that places by weight only as PlacementWeighted, and a
+// release beside one from before members said what they support.
 var simReleases = [][]membership.Supports{
 	{{Placements: Placements, StateVersions: membership.StateVersions}},
+	{{Placements: []string{PlacementColocated, PlacementColocatedShare, PlacementWeighted}, StateVersions: membership.StateVersions}, {Placements: Placements, StateVersions: membership.StateVersions}},
 	{{Placements: []string{PlacementColocated}, StateVersions: []int{1}}, {Placements: Placements, StateVersions: membership.StateVersions}},
 	{{}, {Placements: Placements, StateVersions: membership.StateVersions}},
 }
@@ -924,7 +926,7 @@ func (s *sim) allOwned() bool {
 		s.t.Fatalf("the run's releases have no placement in common: %v", s.releases)
 	}
 	config.Placement = placement
-	if placement == PlacementWeighted {
+	if ByWeight(placement) {
 		// Placed by the table of the view's first member.
 		first := slices.Min(live)
 		for _, n := range s.nodes {

@@ -140,7 +140,7 @@ func NewRing(config RingConfig, members []string) *Ring {
 // an empty or unreadable table moves none, so that the placement is then
 // PlacementColocatedShare's.
 func (r *Ring) balance(inRing []string) {
-	if r.config.Placement != PlacementWeighted || r.config.WeightTable == "" {
+	if !ByWeight(r.config.Placement) || r.config.WeightTable == "" {
 		return
 	}
 	weights, err := DecodeWeightTable(r.config.WeightTable, r.config.Partitions)
@@ -148,7 +148,7 @@ func (r *Ring) balance(inRing []string) {
 		return
 	}
 	heavy, pinned := r.heavyOf()
-	balanceByWeight(r.owners, inRing, weights, heavy, r.config.ColocatedShare, pinned)
+	balanceByWeight(r.owners, inRing, weights, heavy, r.config.ColocatedShare, pinned, r.config.Placement == PlacementWeightedEach)
 }
 
 // colocatedHome is the partition whose owner runs the Colocated singletons.

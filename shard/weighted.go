@@ -1,8 +1,10 @@
 package shard
 
 import (
+	"cmp"
 	"encoding/base64"
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/fleet-controller-manager/fleet-controller-manager/membership"
@@ -91,34 +93,74 @@ func weightCodes(table string, partitions int) ([]byte, error) {
 // singletons follow it. Each step moves the heaviest partition that fits
 // under the bound at the receiver, else the one that evens the pair
 // best, else exchanges the pair of partitions that evens it best: few
-// moves, and a result that depends only on its inputs.
-func balanceByWeight(owners []string, members []string, weights []uint64, heavy string, heavyShare float64, pinned int) {
+// moves, and a result that depends only on its inputs. When neither
+// lightens the heaviest member, each (PlacementWeightedEach) tries the
+// other members as receivers, lightest first, and then sets it aside
+// until another member has shed, going on with the next heaviest, which
+// may still be above the bound; without each, balancing ends there
+// (PlacementWeighted).
+func balanceByWeight(owners []string, members []string, weights []uint64, heavy string, heavyShare float64, pinned int, each bool) {
 	if len(weights) != len(owners) || len(members) < 2 {
 		return
 	}
 	load, total := memberLoads(owners, len(members), weights, heavy, heavyShare)
 	bound := uint64(weightBound * float64(total) / float64(len(members)))
-	for range owners {
-		from, to := extremes(members, load)
+	candidates := slices.Clone(members)
+	steps := len(owners)
+	if each {
+		// A member set aside comes back after any other member sheds,
+		// for that may have made room: room for every member's try
+		// after every move.
+		steps *= len(members)
+	}
+	for range steps {
+		if len(candidates) < 2 {
+			return
+		}
+		from, _ := extremes(candidates, load)
+		_, to := extremes(members, load)
 		if load[from] <= bound {
 			return
 		}
-		if p := pickMove(owners, weights, from, load[from], load[to], bound, pinned); p >= 0 {
-			owners[p] = to
-			load[from] -= weights[p]
-			load[to] += weights[p]
+		if shed(owners, weights, load, from, to, bound, pinned) {
+			candidates = slices.Clone(members)
 			continue
 		}
-		// No partition fits: exchange one for a lighter one of the
-		// lightest member's, when that lowers the pair's peak.
-		a, b := pickSwap(owners, weights, from, to, load[from], load[to], pinned)
-		if a < 0 {
+		if !each {
 			return
 		}
-		owners[a], owners[b] = to, from
-		load[from] = load[from] - weights[a] + weights[b]
-		load[to] = load[to] + weights[a] - weights[b]
+		// Neither with the lightest: try the others, lightest first,
+		// before setting the member aside.
+		others := slices.Clone(members)
+		slices.SortStableFunc(others, func(a, b string) int { return cmp.Compare(load[a], load[b]) })
+		if slices.ContainsFunc(others, func(m string) bool {
+			return m != from && m != to && shed(owners, weights, load, from, m, bound, pinned)
+		}) {
+			candidates = slices.Clone(members)
+		} else {
+			candidates = slices.DeleteFunc(candidates, func(m string) bool { return m == from })
+		}
 	}
+}
+
+// shed moves a partition of from to to, or else exchanges one for a
+// lighter one of to's, when that lowers the pair's peak, and says
+// whether it did.
+func shed(owners []string, weights []uint64, load map[string]uint64, from, to string, bound uint64, pinned int) bool {
+	if p := pickMove(owners, weights, from, load[from], load[to], bound, pinned); p >= 0 {
+		owners[p] = to
+		load[from] -= weights[p]
+		load[to] += weights[p]
+		return true
+	}
+	a, b := pickSwap(owners, weights, from, to, load[from], load[to], pinned)
+	if a < 0 {
+		return false
+	}
+	owners[a], owners[b] = to, from
+	load[from] = load[from] - weights[a] + weights[b]
+	load[to] = load[to] + weights[a] - weights[b]
+	return true
 }
 
 // pickSwap is the pair of partitions, a of heavy and b of light, whose
@@ -215,4 +257,46 @@ func pickMove(owners []string, weights []uint64, heavy string, heavyLoad, lightL
 		}
 	}
 	return best
+}
+
+// FewestMoves is a lower bound on the partitions to move from owners
+// (partition -> member) for no member's load under weights to exceed
+// bound times the mean, or the heaviest partition where that alone is
+// more; the colocated singletons' owner carries 1-colocatedShare of a
+// mean share besides its partitions, as balancing counts it. Each member
+// above sheds its heaviest partitions first, which needs the fewest. It
+// judges how many partitions a placement moved against how few it could.
+func FewestMoves(owners map[int]string, weights map[int]uint64, colocated string, colocatedShare, bound float64) int {
+	load := map[string]float64{}
+	held := map[string][]uint64{}
+	var total float64
+	var heaviest uint64
+	for p, m := range owners {
+		load[m] += float64(weights[p])
+		total += float64(weights[p])
+		held[m] = append(held[m], weights[p])
+		heaviest = max(heaviest, weights[p])
+	}
+	if len(load) == 0 {
+		return 0
+	}
+	if _, ok := load[colocated]; ok {
+		extra := (1 - colocatedShare) * total / float64(len(load))
+		load[colocated] += extra
+		total += extra
+	}
+	limit := max(bound*total/float64(len(load)), float64(heaviest))
+	moves := 0
+	for m, l := range load {
+		ws := held[m]
+		sort.Slice(ws, func(i, j int) bool { return ws[i] > ws[j] })
+		for _, w := range ws {
+			if l <= limit {
+				break
+			}
+			l -= float64(w)
+			moves++
+		}
+	}
+	return moves
 }

@@ -59,7 +59,7 @@ type weightKeeper struct {
 func followWeightTable(local *Local, peers []membership.Peer, decide func(current string, view Plan) string) {
 	view, _ := viewOf(*local, peers)
 	switch {
-	case view.Ring.Placement != PlacementWeighted || len(view.Members) == 0:
+	case !ByWeight(view.Ring.Placement) || len(view.Members) == 0:
 		local.WeightTable = ""
 	case view.Members[0] == local.Self:
 		local.WeightTable = decide(local.WeightTable, view)
@@ -134,17 +134,30 @@ func (k *weightKeeper) worthMoving(view Plan, current, candidate string, measure
 
 // busiestLoad is the largest load of a member of r under weights, and
 // the mean, the colocated singletons' owner carrying 1-ColocatedShare of
-// a mean share besides its partitions.
+// a mean share besides its partitions. A member whose one partition
+// (besides the colocated singletons') alone outweighs the bound is left
+// out: no placement lightens it, and judging by it would hide how
+// evenly the others are placed.
 func busiestLoad(r *Ring, weights []uint64) (busiest, mean float64) {
 	if len(r.members) == 0 {
 		return 0, 0
 	}
-	heavy, _ := r.heavyOf()
+	heavy, home := r.heavyOf()
 	load, total := memberLoads(r.owners, len(r.members), weights, heavy, r.config.ColocatedShare)
-	for _, l := range load {
+	mean = float64(total) / float64(len(r.members))
+	held := map[string]int{}
+	for p, m := range r.owners {
+		if p != home && weights[p] > 0 {
+			held[m]++
+		}
+	}
+	for m, l := range load {
+		if held[m] == 1 && float64(l) > weightBound*mean {
+			continue
+		}
 		busiest = max(busiest, float64(l))
 	}
-	return busiest, float64(total) / float64(len(r.members))
+	return busiest, mean
 }
 
 // measuredWeights are the weights the participants publish of the

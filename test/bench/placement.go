@@ -150,7 +150,7 @@ func (b *bench) placement() error {
 	b.figures["j_shift_rebalance_s"] = max(0, (shift.lastChange - shiftedAt).Seconds())
 	b.figures["j_shift_tables"] = float64(shift.tables)
 	b.figures["j_shift_moves"] = float64(shift.moves)
-	b.figures["j_shift_moves_min"] = float64(fewestMoves(shift.ownersBefore, final.Weights, final.Colocated, placementBound))
+	b.figures["j_shift_moves_min"] = float64(shard.FewestMoves(shift.ownersBefore, final.Weights, final.Colocated, shard.DefaultColocatedShare, placementBound))
 	b.figures["j_busiest_shift_peak"] = peakBusiest(shift.samples)
 	b.figures["j_busiest_shift_after"] = final.Busiest
 
@@ -336,34 +336,6 @@ func memberLoads(owners map[int]string, weights map[int]uint64, colocated string
 		total += extra
 	}
 	return load, total / float64(len(load))
-}
-
-// fewestMoves is a lower bound on the partitions to move, from owners,
-// for no member's load (memberLoads) to exceed bound times the mean, or
-// the heaviest partition where that alone is more: each member above
-// sheds its heaviest partitions first, which needs the fewest.
-func fewestMoves(owners map[int]string, weights map[int]uint64, colocated string, bound float64) int {
-	load, mean := memberLoads(owners, weights, colocated)
-	held := map[string][]uint64{}
-	var heaviest uint64
-	for p, m := range owners {
-		held[m] = append(held[m], weights[p])
-		heaviest = max(heaviest, weights[p])
-	}
-	limit := max(bound*mean, float64(heaviest))
-	moves := 0
-	for m, l := range load {
-		ws := held[m]
-		sort.Slice(ws, func(i, j int) bool { return ws[i] > ws[j] })
-		for _, w := range ws {
-			if l <= limit {
-				break
-			}
-			l -= float64(w)
-			moves++
-		}
-	}
-	return moves
 }
 
 func peakBusiest(samples []placementSample) float64 {

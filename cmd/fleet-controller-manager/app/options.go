@@ -45,7 +45,7 @@ type FleetOptions struct {
 	// Placements are the placements this replica computes and says it
 	// supports; the fleet uses the newest every replica supports.
 	Placements []string
-	// PlacementByWeight adds shard.PlacementWeighted to Placements: a
+	// PlacementByWeight adds shard.PlacementsByWeight to Placements: a
 	// fleet whose every replica asks for it balances the partitions by
 	// what they hold.
 	PlacementByWeight bool
@@ -101,8 +101,14 @@ func (o *FleetOptions) AddFlags(fs *pflag.FlagSet) {
 
 // Complete fills in the identity and the placements.
 func (o *FleetOptions) Complete() error {
-	if o.PlacementByWeight && !slices.Contains(o.Placements, shard.PlacementWeighted) {
-		o.Placements = append(slices.Clone(o.Placements), shard.PlacementWeighted)
+	if o.PlacementByWeight {
+		placements := slices.Clone(o.Placements)
+		for _, p := range shard.PlacementsByWeight {
+			if !slices.Contains(placements, p) {
+				placements = append(placements, p)
+			}
+		}
+		o.Placements = placements
 	}
 	if o.Identity != "" {
 		return nil
