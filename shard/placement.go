@@ -22,19 +22,19 @@ const (
 	// view's weight table (weighted.go), until the busiest member cannot
 	// be lightened.
 	PlacementWeighted = "consistent-v0.10.0/xxhash/v4-weighted"
-	// PlacementWeightedEach: PlacementWeighted's, but a member that no
-	// move or exchange can lighten (one partition alone outweighs the
-	// bound) is set aside and the next heaviest is balanced.
-	PlacementWeightedEach = "consistent-v0.10.0/xxhash/v5-weighted-each"
+	// PlacementWeightedMoves: PlacementColocatedShare's, then the moves
+	// the view's table carries (weighted.go): the keeper balances from the
+	// current placement, so a new table moves only what it must.
+	PlacementWeightedMoves = "consistent-v0.10.0/xxhash/v5-weighted-moves"
 )
 
 // Placements is every placement this build computes, oldest first.
-var Placements = []string{PlacementColocated, PlacementColocatedShare, PlacementWeighted, PlacementWeightedEach}
+var Placements = []string{PlacementColocated, PlacementColocatedShare, PlacementWeighted, PlacementWeightedMoves}
 
 // PlacementsByWeight are the placements by weight, oldest first: a
 // replica asked to place by weight supports them all, so that a fleet
 // mid-upgrade keeps placing by the newest its every replica computes.
-var PlacementsByWeight = []string{PlacementWeighted, PlacementWeightedEach}
+var PlacementsByWeight = []string{PlacementWeighted, PlacementWeightedMoves}
 
 // ByWeight says whether placement balances by the view's weight table.
 func ByWeight(placement string) bool { return slices.Contains(PlacementsByWeight, placement) }

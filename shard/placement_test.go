@@ -18,9 +18,9 @@ func TestCommonPlacement(t *testing.T) {
 		ok        bool
 	}{
 		{"alone, the newest", DefaultPlacements, nil, PlacementColocatedShare, true},
-		{"alone, asking for placement by weight", Placements, nil, PlacementWeightedEach, true},
+		{"alone, asking for placement by weight", Placements, nil, PlacementWeightedMoves, true},
 		{"placement by weight only when every participant asks for it", Placements, []membership.Peer{peer("b", true, DefaultPlacements...)}, PlacementColocatedShare, true},
-		{"every participant asks for placement by weight", Placements, []membership.Peer{peer("b", true, Placements...)}, PlacementWeightedEach, true},
+		{"every participant asks for placement by weight", Placements, []membership.Peer{peer("b", true, Placements...)}, PlacementWeightedMoves, true},
 		{"a release that places by weight only as v4 beside it", Placements, []membership.Peer{peer("b", true, PlacementColocated, PlacementColocatedShare, PlacementWeighted)}, PlacementWeighted, true},
 		{"an older release beside it", Placements, []membership.Peer{peer("b", true, PlacementColocated)}, PlacementColocated, true},
 		{"the older release left: its ghost does not count", DefaultPlacements, []membership.Peer{peer("b", false, PlacementColocated)}, PlacementColocatedShare, true},

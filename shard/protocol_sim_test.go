@@ -122,12 +122,29 @@ var simReleases = [][]membership.Supports{
 
 // nextTable is the simulated keeper's decision: now and then another of
 // the run's tables, as flapping weights would make a keeper without
-// hysteresis switch. A switch back gives a ViewID seen before.
-func (s *sim) nextTable(current string, _ Plan) string {
+// hysteresis switch. A switch back gives a ViewID seen before. Under
+// PlacementWeightedMoves the table is the keeper's moves from the current
+// placement by the weights of the one drawn.
+func (s *sim) nextTable(current string, view Plan) string {
 	if s.settling || s.rng.Float64() > 0.03 {
 		return current
 	}
 	next := s.tables[s.rng.Intn(len(s.tables))]
+	if view.Ring.Placement == PlacementWeightedMoves && next != "" {
+		codes, err := weightCodes(next, view.Ring.Partitions)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		weights := map[int]uint64{}
+		for p, c := range codes {
+			if c != 0 {
+				weights[p] = membership.WeightOfCode(c)
+			}
+		}
+		if next, err = movesTable(view, current, weights); err != nil {
+			s.t.Fatal(err)
+		}
+	}
 	if next != current {
 		s.logf("weight table: %.12s", next)
 		s.tableSwitches++

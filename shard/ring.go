@@ -136,11 +136,16 @@ func NewRing(config RingConfig, members []string) *Ring {
 	return r
 }
 
-// balance moves partitions by the view's weight table (PlacementWeighted):
-// an empty or unreadable table moves none, so that the placement is then
+// balance moves partitions by the view's weight table: balanced by its
+// weights (PlacementWeighted) or as its moves say (PlacementWeightedMoves).
+// An empty or unreadable table moves none, so that the placement is then
 // PlacementColocatedShare's.
 func (r *Ring) balance(inRing []string) {
 	if !ByWeight(r.config.Placement) || r.config.WeightTable == "" {
+		return
+	}
+	if r.config.Placement == PlacementWeightedMoves {
+		r.applyMoves(inRing)
 		return
 	}
 	weights, err := DecodeWeightTable(r.config.WeightTable, r.config.Partitions)
@@ -148,7 +153,7 @@ func (r *Ring) balance(inRing []string) {
 		return
 	}
 	heavy, pinned := r.heavyOf()
-	balanceByWeight(r.owners, inRing, weights, heavy, r.config.ColocatedShare, pinned, r.config.Placement == PlacementWeightedEach)
+	balanceByWeight(r.owners, inRing, weights, heavy, r.config.ColocatedShare, pinned, false)
 }
 
 // colocatedHome is the partition whose owner runs the Colocated singletons.

@@ -50,7 +50,23 @@ func DecodeWeightTable(table string, partitions int) ([]uint64, error) {
 	if err != nil {
 		return nil, err
 	}
-	weights := make([]uint64, partitions)
+	return weightsOfCodes(codes), nil
+}
+
+// TableWeights are the weights a table of placement says, as
+// DecodeWeightTable reads them.
+func TableWeights(table, placement string, partitions int) ([]uint64, error) {
+	codes, err := tableCodes(table, placement, partitions)
+	if err != nil {
+		return nil, err
+	}
+	return weightsOfCodes(codes), nil
+}
+
+// weightsOfCodes are the weights of codes, a code 0 weighing the mean of
+// the others; nil when none is measured.
+func weightsOfCodes(codes []byte) []uint64 {
+	weights := make([]uint64, len(codes))
 	var sum uint64
 	measured := 0
 	for p, c := range codes {
@@ -61,14 +77,23 @@ func DecodeWeightTable(table string, partitions int) ([]uint64, error) {
 		}
 	}
 	if measured == 0 {
-		return nil, nil
+		return nil
 	}
 	for p, c := range codes {
 		if c == 0 {
 			weights[p] = sum / uint64(measured)
 		}
 	}
-	return weights, nil
+	return weights
+}
+
+// tableCodes are the weight codes of a table of placement.
+func tableCodes(table, placement string, partitions int) ([]byte, error) {
+	if placement == PlacementWeightedMoves {
+		codes, _, err := DecodeMovesTable(table, partitions)
+		return codes, err
+	}
+	return weightCodes(table, partitions)
 }
 
 // weightCodes are the codes of a table for partitions.
@@ -94,11 +119,13 @@ func weightCodes(table string, partitions int) ([]byte, error) {
 // under the bound at the receiver, else the one that evens the pair
 // best, else exchanges the pair of partitions that evens it best: few
 // moves, and a result that depends only on its inputs. When neither
-// lightens the heaviest member, each (PlacementWeightedEach) tries the
-// other members as receivers, lightest first, and then sets it aside
-// until another member has shed, going on with the next heaviest, which
-// may still be above the bound; without each, balancing ends there
-// (PlacementWeighted).
+// lightens the heaviest member, each (the keeper of
+// PlacementWeightedMoves) tries the other members as receivers, lightest
+// first, and then sets it aside until another member has shed, going on
+// with the next heaviest, which may still be above the bound; a member
+// within weightBound of what its heaviest partition alone makes it hold
+// (floorLoad) is set aside too. Without each, balancing ends where the
+// heaviest cannot be lightened (PlacementWeighted).
 func balanceByWeight(owners []string, members []string, weights []uint64, heavy string, heavyShare float64, pinned int, each bool) {
 	if len(weights) != len(owners) || len(members) < 2 {
 		return
@@ -114,13 +141,20 @@ func balanceByWeight(owners []string, members []string, weights []uint64, heavy 
 		steps *= len(members)
 	}
 	for range steps {
-		if len(candidates) < 2 {
+		if len(candidates) == 0 {
 			return
 		}
 		from, _ := extremes(candidates, load)
 		_, to := extremes(members, load)
 		if load[from] <= bound {
 			return
+		}
+		if each && load[from] <= uint64(weightBound*float64(floorLoad(owners, weights, load[from], from, pinned))) {
+			// Its heaviest partition alone keeps it above the bound:
+			// shedding the light ones would gain less than the bound's
+			// slack and cost a handover each.
+			candidates = slices.DeleteFunc(candidates, func(m string) bool { return m == from })
+			continue
 		}
 		if shed(owners, weights, load, from, to, bound, pinned) {
 			candidates = slices.Clone(members)
@@ -141,6 +175,20 @@ func balanceByWeight(owners []string, members []string, weights []uint64, heavy 
 			candidates = slices.DeleteFunc(candidates, func(m string) bool { return m == from })
 		}
 	}
+}
+
+// floorLoad is the load member (of load) would keep holding only its
+// heaviest partition besides the pinned one: no placement takes it lower
+// without moving that partition onto someone else.
+func floorLoad(owners []string, weights []uint64, load uint64, member string, pinned int) uint64 {
+	var held, heaviest uint64
+	for p, m := range owners {
+		if m == member && p != pinned {
+			held += weights[p]
+			heaviest = max(heaviest, weights[p])
+		}
+	}
+	return load - held + heaviest
 }
 
 // shed moves a partition of from to to, or else exchanges one for a

@@ -50,6 +50,24 @@ type weightKeeper struct {
 		view, current, candidate string
 		worth                    bool
 	}
+	// moves: the last moves table computed, by view, table and weights
+	// (PlacementWeightedMoves): balancing runs only when one changed.
+	moves struct{ view, current, weights, table string }
+}
+
+// movesTable is movesTable's answer for the weights, kept while the
+// view, the table and the weights stay; current when there is none.
+func (k *weightKeeper) movesTable(view Plan, current string, weights map[int]uint64) string {
+	key := EncodeWeightTable(weights, view.Ring.Partitions)
+	if m := k.moves; m.view == view.View && m.current == current && m.weights == key {
+		return m.table
+	}
+	table, err := movesTable(view, current, weights)
+	if err != nil {
+		table = current
+	}
+	k.moves.view, k.moves.current, k.moves.weights, k.moves.table = view.View, current, key, table
+	return table
 }
 
 // followWeightTable sets local.WeightTable for this step: the view's
@@ -77,7 +95,7 @@ func (k *weightKeeper) next(now time.Time, current string, view Plan, measured m
 	}
 	partitions := view.Ring.Partitions
 	merged := map[int]uint64{}
-	if codes, err := weightCodes(current, partitions); err == nil {
+	if codes, err := tableCodes(current, view.Ring.Placement, partitions); err == nil {
 		// A partition nobody publishes now (its owner left, or it is
 		// loading) keeps its last weight.
 		for p, c := range codes {
@@ -90,6 +108,9 @@ func (k *weightKeeper) next(now time.Time, current string, view Plan, measured m
 		merged[p] = w
 	}
 	candidate := EncodeWeightTable(merged, partitions)
+	if view.Ring.Placement == PlacementWeightedMoves {
+		candidate = k.movesTable(view, current, merged)
+	}
 	if candidate == current || !k.worthMoving(view, current, candidate, measured) {
 		k.unevenSince = time.Time{}
 		return current
@@ -134,10 +155,11 @@ func (k *weightKeeper) worthMoving(view Plan, current, candidate string, measure
 
 // busiestLoad is the largest load of a member of r under weights, and
 // the mean, the colocated singletons' owner carrying 1-ColocatedShare of
-// a mean share besides its partitions. A member whose one partition
-// (besides the colocated singletons') alone outweighs the bound is left
-// out: no placement lightens it, and judging by it would hide how
-// evenly the others are placed.
+// a mean share besides its partitions. A member whose heaviest partition
+// (besides the colocated singletons') alone is more than the mean, and
+// that holds within weightBound of it, is left out: no placement
+// lightens it by more than the bound's slack, and judging by it would
+// hide how evenly the others are placed.
 func busiestLoad(r *Ring, weights []uint64) (busiest, mean float64) {
 	if len(r.members) == 0 {
 		return 0, 0
@@ -145,14 +167,9 @@ func busiestLoad(r *Ring, weights []uint64) (busiest, mean float64) {
 	heavy, home := r.heavyOf()
 	load, total := memberLoads(r.owners, len(r.members), weights, heavy, r.config.ColocatedShare)
 	mean = float64(total) / float64(len(r.members))
-	held := map[string]int{}
-	for p, m := range r.owners {
-		if p != home && weights[p] > 0 {
-			held[m]++
-		}
-	}
 	for m, l := range load {
-		if held[m] == 1 && float64(l) > weightBound*mean {
+		floor := float64(floorLoad(r.owners, weights, l, m, home))
+		if floor > mean && float64(l) <= weightBound*floor {
 			continue
 		}
 		busiest = max(busiest, float64(l))

@@ -78,7 +78,7 @@ func TestWeightKeeper(t *testing.T) {
 		var k weightKeeper
 		k.next(start, "", view, uneven)
 		table := k.next(start.Add(weightHold), "", view, uneven)
-		weights, err := DecodeWeightTable(table, view.Ring.Partitions)
+		weights, err := TableWeights(table, view.Ring.Placement, view.Ring.Partitions)
 		if err != nil || weights == nil {
 			t.Fatalf("table %q: %v", table, err)
 		}
@@ -103,7 +103,7 @@ func TestWeightKeeper(t *testing.T) {
 		var k2 weightKeeper
 		k2.next(start, table, view, partial)
 		if got := k2.next(start.Add(weightHold), table, view, partial); got != table {
-			if w, _ := DecodeWeightTable(got, view.Ring.Partitions); w[0] != weights[0] {
+			if w, _ := TableWeights(got, view.Ring.Placement, view.Ring.Partitions); w[0] != weights[0] {
 				t.Errorf("partition 0 weighs %d after its owner left, was %d", w[0], weights[0])
 			}
 		}

@@ -89,8 +89,8 @@ func TestRollingUpgradeAndRollback(t *testing.T) {
 	// The new replicas placed pieces the old way while an old one took
 	// part (else they could not have agreed with it and turned ready).
 	u.checkPlacementUsed(upgraded[0], shard.PlacementColocatedShare)
-	u.checkPlacement(upgraded, shard.PlacementWeightedEach)
-	u.logSwitch(upgraded, shard.PlacementWeightedEach)
+	u.checkPlacement(upgraded, shard.PlacementWeightedMoves)
+	u.logSwitch(upgraded, shard.PlacementWeightedMoves)
 	// The new replicas wrote state version 2 while an old one read their
 	// Leases, and version 3 once the last had left.
 	u.checkStateVersion(upgraded, 3)

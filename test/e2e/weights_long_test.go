@@ -75,6 +75,12 @@ func TestPlacementByWeight(t *testing.T) {
 	t.Logf("%s runs the namespaces %v; the others %v", heavy, hot, light)
 	for _, ns := range append(append([]string{}, hot...), light...) {
 		createNamespace(ctx, t, client, ns)
+		// Pods are admitted once the fleet's serviceaccount controller has
+		// made the namespace's default ServiceAccount.
+		poll(ctx, t, "the default ServiceAccount of "+ns, time.Minute, func() (bool, string) {
+			_, err := client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+			return err == nil, fmt.Sprint(err)
+		})
 		pods := 2
 		if slices.Contains(hot, ns) {
 			pods = 40
