@@ -73,7 +73,7 @@ func AllPieces(partitions int, singletons []string) []Piece {
 func ViewID(config RingConfig, ringMembers, participants []string) string {
 	key := fmt.Sprintf("%s|%d|%d|%g|%s|%s|%g|%s|%s", config.Placement, config.Partitions, config.ReplicationFactor, config.Load, config.NamespaceHash, config.Colocated, config.ColocatedShare,
 		strings.Join(sortedCopy(ringMembers), ","), strings.Join(sortedCopy(participants), ","))
-	if ByWeight(config.Placement) {
+	if ByWeight(config.Placement) && !plantedTableOutsideView {
 		// Members agree on owners only if they place by the same table.
 		key += "|" + config.WeightTable
 	}

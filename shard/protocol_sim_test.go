@@ -103,6 +103,9 @@ type sim struct {
 	tables        []string
 	settling      bool
 	tableSwitches int
+	// viewsChecked: the members' views and tables checkViewsPlaceAlike
+	// last looked at.
+	viewsChecked string
 	// releases are what the members of this run may support: one
 	// release, or two consecutive ones side by side (a rolling upgrade or
 	// rollback: each start picks one).
@@ -336,6 +339,43 @@ func (s *sim) check() {
 		for p, who := range actors {
 			s.violation = fmt.Sprintf("at %d ms kube-controller-manager leads while piece %s may act on %v", s.now, p, who)
 			return
+		}
+	}
+	s.checkViewsPlaceAlike()
+}
+
+// checkViewsPlaceAlike is the ViewID's promise: members that have
+// applied one view own disjoint pieces (the protocol's other rules would
+// only stall them). It looks again when a member's view or table changed.
+func (s *sim) checkViewsPlaceAlike() {
+	var key strings.Builder
+	for _, n := range s.nodes {
+		if n.alive {
+			fmt.Fprintf(&key, "%s/%s/%s/%s|", n.name, n.incarnation, n.local.View, n.local.WeightTable)
+		}
+	}
+	if key.String() == s.viewsChecked {
+		return
+	}
+	s.viewsChecked = key.String()
+	owners := map[string]map[Piece]string{}
+	for _, n := range s.nodes {
+		if !n.alive || n.local.View == "" {
+			continue
+		}
+		plan := Decide(n.local, n.peers(), &n.rings)
+		if plan.View != n.local.View {
+			continue
+		}
+		if owners[plan.View] == nil {
+			owners[plan.View] = map[Piece]string{}
+		}
+		for _, p := range plan.Owned {
+			if other, ok := owners[plan.View][p]; ok {
+				s.violation = fmt.Sprintf("at %d ms %s and %s both own piece %s under view %s", s.now, other, n.name, p, plan.View)
+				return
+			}
+			owners[plan.View][p] = n.name
 		}
 	}
 }
@@ -1006,6 +1046,37 @@ func TestSimulationCatchesAPlantedBug(t *testing.T) {
 		t.Fatal("10 simulations of members that acknowledge views early found no two owners")
 	}
 	t.Logf("the planted bug was caught in %d of 10 simulations", caught)
+}
+
+// TestSimulationCatchesAPlantedTableBug: with the weight table left out
+// of the ViewID (plantedTableOutsideView), members that place by
+// different tables agree on a view. The rule that a piece starts only
+// once no other member lists it keeps them from both running a partition
+// the tables place differently; the simulation's check that members of
+// one applied view own disjoint pieces names the breach (or a fleet that
+// never settles, or two owners were that rule broken too).
+func TestSimulationCatchesAPlantedTableBug(t *testing.T) {
+	plantedTableOutsideView = true
+	defer func() { plantedTableOutsideView = false }()
+	caught := map[string]int{}
+	for seed := int64(1); seed <= 20; seed++ {
+		_, err := runSimulation(t, seed, false)
+		switch {
+		case err == nil:
+		case strings.Contains(err.Error(), "may act on"):
+			caught["two owners"]++
+		case strings.Contains(err.Error(), "both own piece"):
+			caught["one view placed two ways"]++
+		case strings.Contains(err.Error(), "did not settle"):
+			caught["never settled"]++
+		default:
+			t.Errorf("seed %d: %.200v", seed, err)
+		}
+	}
+	if len(caught) == 0 {
+		t.Fatal("20 simulations of members that leave the weight table out of the view found nothing")
+	}
+	t.Logf("the planted bug was caught in 20 simulations: %v", caught)
 }
 
 func TestProtocolSimulation(t *testing.T) {

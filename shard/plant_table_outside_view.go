@@ -1,0 +1,5 @@
+//go:build plant_table_outside_view
+
+package shard
+
+func init() { plantedTableOutsideView = true }
