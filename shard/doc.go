@@ -102,8 +102,10 @@
 // listed while it was gone, would both own. (Every simulated member renews
 // KCM's Lease, so the simulation passes without the list.) The simulation (protocol_sim_test.go) checks the property under
 // delayed and reordered events, crashes, pauses, outages, hand-deleted
-// Leases and weight tables switched under them (PlacementWeighted); the
-// e2e tests check it on a real apiserver.
+// Leases and weight tables switched under them (PlacementWeighted and
+// the keeper's moves tables of PlacementWeightedMoves), and that members
+// which applied one view own disjoint pieces; the e2e tests check it on
+// a real apiserver.
 //
 // # Releases side by side
 //
