@@ -57,10 +57,13 @@ type placementSample struct {
 	// colocated singletons' owner carrying half a mean share besides its
 	// partitions (memberLoads); ObjectsBusiest: its objects alone, as
 	// status prints them.
-	Shares         map[string]float64 `json:"shares"`
-	Busiest        float64            `json:"busiest"`
-	ObjectsBusiest float64            `json:"objectsBusiest"`
-	Colocated      string             `json:"colocated"`
+	Shares  map[string]float64 `json:"shares"`
+	Busiest float64            `json:"busiest"`
+	// Heaviest: the heaviest partition's weight over the mean, the
+	// busiest member's floor where no placement can go lower.
+	Heaviest       float64 `json:"heaviest"`
+	ObjectsBusiest float64 `json:"objectsBusiest"`
+	Colocated      string  `json:"colocated"`
 	// Owners: each running partition's member; Weights: each partition's
 	// published weight; Tables: the distinct tables the members publish;
 	// Table: the keeper's (the first member's by name).
@@ -127,6 +130,7 @@ func (b *bench) placement() error {
 	b.figures["j_settle_moves"] = float64(settle.moves)
 	b.figures["j_busiest_settled"] = last(settle.samples).Busiest
 	b.figures["j_objects_busiest_settled"] = last(settle.samples).ObjectsBusiest
+	b.figures["j_heaviest_settled"] = last(settle.samples).Heaviest
 
 	steady, err := b.followPlacement(start, "steady", b.placementSteady)
 	if err != nil {
@@ -153,6 +157,7 @@ func (b *bench) placement() error {
 	b.figures["j_shift_moves_min"] = float64(shard.FewestMoves(shift.ownersBefore, final.Weights, final.Colocated, shard.DefaultColocatedShare, placementBound))
 	b.figures["j_busiest_shift_peak"] = peakBusiest(shift.samples)
 	b.figures["j_busiest_shift_after"] = final.Busiest
+	b.figures["j_heaviest_shift_after"] = final.Heaviest
 
 	all := slices.Concat(settle.samples, steady.samples, shift.samples)
 	return b.writePlacementSeries(all)
@@ -313,6 +318,9 @@ func (b *bench) readPlacement(ctx context.Context) (placementSample, error) {
 	load, mean := memberLoads(s.Owners, s.Weights, s.Colocated)
 	for _, l := range load {
 		s.Busiest = max(s.Busiest, l/mean)
+	}
+	for _, w := range s.Weights {
+		s.Heaviest = max(s.Heaviest, float64(w)/mean)
 	}
 	return s, nil
 }
