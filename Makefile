@@ -262,7 +262,7 @@ chaos: tools build $(if $(PLANT),$(BIN)/fleet-controller-manager-planted-$(PLANT
 
 # A build with one planted fault (membership/plants.go), for make chaos
 # PLANT=<name>.
-PLANTS       := unbounded_authority unconfirmed_expiry no_relist_on_expiry
+PLANTS       := unbounded_authority unconfirmed_expiry no_relist_on_expiry table_outside_view
 PLANTED_BINS := $(PLANTS:%=$(BIN)/fleet-controller-manager-planted-%)
 .PHONY: $(PLANTED_BINS)
 $(PLANTED_BINS): $(BIN)/fleet-controller-manager-planted-%:
