@@ -23,7 +23,7 @@ const (
 	// be lightened.
 	PlacementWeighted = "consistent-v0.10.0/xxhash/v4-weighted"
 	// PlacementWeightedMoves: PlacementColocatedShare's, then the moves
-	// the view's table carries (weighted.go): the keeper balances from the
+	// the view's table carries (weightmoves.go): the keeper balances from the
 	// current placement, so a new table moves only what it must.
 	PlacementWeightedMoves = "consistent-v0.10.0/xxhash/v5-weighted-moves"
 )

@@ -307,33 +307,43 @@ func pickMove(owners []string, weights []uint64, heavy string, heavyLoad, lightL
 	return best
 }
 
-// FewestMoves is a lower bound on the partitions to move from owners
-// (partition -> member) for no member's load under weights to exceed
-// bound times the mean, or the heaviest partition where that alone is
-// more; the colocated singletons' owner carries 1-colocatedShare of a
-// mean share besides its partitions, as balancing counts it. Each member
-// above sheds its heaviest partitions first, which needs the fewest. It
-// judges how many partitions a placement moved against how few it could.
-func FewestMoves(owners map[int]string, weights map[int]uint64, colocated string, colocatedShare, bound float64) int {
+// MemberLoads is each owner's load under weights (owners: partition ->
+// member) and the mean load, as balancing counts them: the colocated
+// singletons' owner carries 1-colocatedShare of a mean share besides its
+// partitions. It reads placements from outside the ring (the Leases).
+func MemberLoads(owners map[int]string, weights map[int]uint64, colocated string, colocatedShare float64) (map[string]float64, float64) {
 	load := map[string]float64{}
-	held := map[string][]uint64{}
-	var total float64
-	var heaviest uint64
+	total := 0.0
 	for p, m := range owners {
 		load[m] += float64(weights[p])
 		total += float64(weights[p])
-		held[m] = append(held[m], weights[p])
-		heaviest = max(heaviest, weights[p])
 	}
-	if len(load) == 0 {
-		return 0
+	if len(load) == 0 || total == 0 {
+		return load, 1
 	}
 	if _, ok := load[colocated]; ok {
 		extra := (1 - colocatedShare) * total / float64(len(load))
 		load[colocated] += extra
 		total += extra
 	}
-	limit := max(bound*total/float64(len(load)), float64(heaviest))
+	return load, total / float64(len(load))
+}
+
+// FewestMoves is a lower bound on the partitions to move from owners
+// (partition -> member) for no member's load (MemberLoads) to exceed
+// bound times the mean, or the heaviest partition where that alone is
+// more. Each member above sheds its heaviest partitions first, which
+// needs the fewest. It judges how many partitions a placement moved
+// against how few it could.
+func FewestMoves(owners map[int]string, weights map[int]uint64, colocated string, colocatedShare, bound float64) int {
+	load, mean := MemberLoads(owners, weights, colocated, colocatedShare)
+	held := map[string][]uint64{}
+	var heaviest uint64
+	for p, m := range owners {
+		held[m] = append(held[m], weights[p])
+		heaviest = max(heaviest, weights[p])
+	}
+	limit := max(bound*mean, float64(heaviest))
 	moves := 0
 	for m, l := range load {
 		ws := held[m]

@@ -55,7 +55,7 @@ type placementSample struct {
 	// Shares: each member's share of the objects. Busiest: the busiest
 	// member's load over the mean as the weight keeper counts it, the
 	// colocated singletons' owner carrying half a mean share besides its
-	// partitions (memberLoads); ObjectsBusiest: its objects alone, as
+	// partitions (shard.MemberLoads); ObjectsBusiest: its objects alone, as
 	// status prints them.
 	Shares  map[string]float64 `json:"shares"`
 	Busiest float64            `json:"busiest"`
@@ -315,7 +315,7 @@ func (b *bench) readPlacement(ctx context.Context) (placementSample, error) {
 		}
 	}
 	s.Tables = len(tables)
-	load, mean := memberLoads(s.Owners, s.Weights, s.Colocated)
+	load, mean := shard.MemberLoads(s.Owners, s.Weights, s.Colocated, shard.DefaultColocatedShare)
 	for _, l := range load {
 		s.Busiest = max(s.Busiest, l/mean)
 	}
@@ -323,27 +323,6 @@ func (b *bench) readPlacement(ctx context.Context) (placementSample, error) {
 		s.Heaviest = max(s.Heaviest, float64(w)/mean)
 	}
 	return s, nil
-}
-
-// memberLoads is each owner's load under weights and the mean, as the
-// weight keeper counts them: the colocated singletons' owner carries
-// 1-ColocatedShare of a mean share besides its partitions.
-func memberLoads(owners map[int]string, weights map[int]uint64, colocated string) (map[string]float64, float64) {
-	load := map[string]float64{}
-	total := 0.0
-	for p, m := range owners {
-		load[m] += float64(weights[p])
-		total += float64(weights[p])
-	}
-	if len(load) == 0 || total == 0 {
-		return load, 1
-	}
-	if _, ok := load[colocated]; ok {
-		extra := (1 - shard.DefaultColocatedShare) * total / float64(len(load))
-		load[colocated] += extra
-		total += extra
-	}
-	return load, total / float64(len(load))
 }
 
 func peakBusiest(samples []placementSample) float64 {
