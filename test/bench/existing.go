@@ -51,6 +51,9 @@ func (b *bench) existingScaleUp() error {
 	if err := b.recordBusiest("i_busiest_before"); err != nil {
 		return err
 	}
+	if err := b.recordNamespaceSpread("i_namespaces_busiest", namespaces); err != nil {
+		return err
+	}
 	start := time.Now()
 	for _, ns := range namespaces {
 		for j := range b.size.Deployments {
@@ -79,4 +82,48 @@ func (b *bench) recordBusiest(key string) error {
 	}
 	b.figures[key] = st.Busiest
 	return nil
+}
+
+// recordNamespaceSpread records, for a fleet, the most of namespaces any
+// one replica runs, as the Leases' partitions say (key), and
+// len(namespaces) over it (key_bound): at default client limits each
+// replica's controllers spend their own client budgets, so with
+// namespaces of equal work the fleet's speed-up over KCM is at most that
+// bound, however the rest of the fleet fares.
+func (b *bench) recordNamespaceSpread(key string, namespaces []string) error {
+	if !b.system.Fleet || len(namespaces) == 0 {
+		return nil
+	}
+	st, err := shard.ReadFleet(b.ctx, membership.NewLeaseStore(b.client), "kube-system", "fleet-controller-manager", shard.DefaultRingConfig.Partitions)
+	if err != nil {
+		return err
+	}
+	owner := map[int]string{}
+	for _, m := range st.Members {
+		for _, p := range m.Partitions {
+			owner[p] = m.Name
+		}
+	}
+	busiest := busiestNamespaceCount(namespaces, owner, shard.DefaultRingConfig.NamespacePartition)
+	if busiest == 0 {
+		return fmt.Errorf("no replica runs any of %d namespaces", len(namespaces))
+	}
+	b.figures[key] = float64(busiest)
+	b.figures[key+"_bound"] = float64(len(namespaces)) / float64(busiest)
+	return nil
+}
+
+// busiestNamespaceCount is the most namespaces one owner runs, by their
+// partitions' owners (a namespace whose partition nobody runs counts for
+// nobody).
+func busiestNamespaceCount(namespaces []string, owner map[int]string, partition func(string) int) int {
+	count := map[string]int{}
+	busiest := 0
+	for _, ns := range namespaces {
+		if o := owner[partition(ns)]; o != "" {
+			count[o]++
+			busiest = max(busiest, count[o])
+		}
+	}
+	return busiest
 }

@@ -16,6 +16,8 @@ import (
 var figureNames = []struct{ key, label string }{
 	{"a_converge_s", "(a) Deployments created at once: all available (s)"},
 	{"a_pods_per_s", "(a) pods available per second"},
+	{"a_namespaces_busiest", "(a) fleet: most of (a)'s namespaces one replica runs, at the end (Leases)"},
+	{"a_namespaces_busiest_bound", "(a) fleet: namespaces over that: the speed-up over KCM it allows at default limits"},
 	{"b_scale_down_s", "(b) scale all to 0 (s)"},
 	{"b_scale_up_s", "(b) scale all back up (s)"},
 	{"c_jobs_s", "(c) Jobs to completion (s)"},
@@ -32,6 +34,8 @@ var figureNames = []struct{ key, label string }{
 	{"i_converge_s", "(i) Deployments of existing namespaces (as many as (a)'s, at one replica) scaled up at once: all available (s)"},
 	{"i_busiest_before", "(i) fleet: busiest replica's objects over the mean when the scale-up starts (Leases' weights)"},
 	{"i_busiest_after", "(i) fleet: the same once all are available"},
+	{"i_namespaces_busiest", "(i) fleet: most of (i)'s namespaces one replica runs when the scale-up starts (Leases)"},
+	{"i_namespaces_busiest_bound", "(i) fleet: namespaces over that: the speed-up over KCM it allows at default limits"},
 	{"j_settle_s", "(j) skewed cluster (100 namespaces, ServiceAccounts by a Zipf law): time to the placement's last change (s)"},
 	{"j_settle_tables", "(j) weight tables adopted until settled"},
 	{"j_settle_moves", "(j) partitions moved until settled"},

@@ -97,7 +97,7 @@ func (b *bench) createDeployments() error {
 	took := time.Since(start).Seconds()
 	b.figures["a_converge_s"] = took
 	b.figures["a_pods_per_s"] = float64(b.size.Namespaces*b.size.Deployments*b.size.Replicas) / took
-	return nil
+	return b.recordNamespaceSpread("a_namespaces_busiest", b.namespaces())
 }
 
 // scaleDeployment sets ns/name's replicas.
