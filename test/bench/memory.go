@@ -85,6 +85,10 @@ func memoryRun(ctx context.Context, binDir string, s system, l limits, cfg confi
 	if err != nil {
 		return nil, "", err
 	}
+	throttledBefore, _, err := cluster.ControllerManagerThrottling()
+	if err != nil {
+		return nil, "", err
+	}
 	if err := b.startSystem(); err != nil {
 		return nil, "", err
 	}
@@ -108,6 +112,9 @@ func memoryRun(ctx context.Context, binDir string, s system, l limits, cfg confi
 	cpuConverged := b.cpuByComponent()
 	for _, p := range b.procs {
 		b.figures["m_cm_cpu_s"] += cpuConverged[p.Name] - cpuBefore[p.Name]
+	}
+	if err := b.recordThrottling(throttledBefore); err != nil {
+		return nil, "", err
 	}
 	stopCMCPUs()
 	waitProfiles()

@@ -65,15 +65,16 @@ const (
 	faultExpired      chaosFault = "expired"       // etcd compacted and restarted: every watch resumes into 410 Gone at once
 	faultStalledWatch chaosFault = "stalled-watch" // the replica's watch streams frozen for 10-30 s, its other requests answered
 	faultTwoAtOnce    chaosFault = "two-at-once"   // a cut while etcd restarts, two replicas paused, or a kill during a handover
+	faultLoadShift    chaosFault = "load-shift"    // half the objects move to another namespace; a kill or a cut as the keeper's moves are handed over
 )
 
 // chaosCleanFaults are one clean fault each; chaosGrayFaults are the
 // faults production brings that are not: slow rather than dead, throttled,
-// blind, or two at once.
+// blind, two at once, or a fault striking the moves a shifted load made.
 var (
 	chaosCleanFaults = []chaosFault{faultCut, faultBlackhole, faultLatency, faultBandwidth, faultKill, faultPause,
 		faultAPIServer, faultEtcd, faultLeaseDeleted, faultLeaseGarbage}
-	chaosGrayFaults = []chaosFault{faultSlow, faultThrottled, faultExpired, faultStalledWatch, faultTwoAtOnce}
+	chaosGrayFaults = []chaosFault{faultSlow, faultThrottled, faultExpired, faultStalledWatch, faultTwoAtOnce, faultLoadShift}
 	chaosFaults     = append(slices.Clone(chaosCleanFaults), chaosGrayFaults...)
 )
 
@@ -100,6 +101,8 @@ type chaosReplica struct {
 type chaosNamespace struct {
 	replicas int32
 	jobs     int
+	// shifted: the namespace holds the load a shift moves (shiftLoad).
+	shifted bool
 }
 
 type chaosRun struct {
@@ -517,6 +520,8 @@ func (c *chaosRun) inject(fault chaosFault, victim *chaosReplica) string {
 		return c.stallWatches(victim)
 	case faultTwoAtOnce:
 		return c.twoAtOnce(victim)
+	case faultLoadShift:
+		return c.shiftLoad(victim)
 	}
 	c.t.Fatalf("unknown fault %q", fault)
 	return ""
