@@ -213,6 +213,24 @@ func (s *FleetStatus) weigh() {
 	s.Busiest = float64(busiest) * float64(running) / float64(s.Objects)
 }
 
+// PartitionOwners maps each partition a live member lists as running to
+// that member: who serves it now, as the Leases say (an expired member's
+// partitions are unowned, as in UnownedPartitions). Mid-handover a
+// partition can be listed by two members at once; the later of them in
+// the status's order wins.
+func (s FleetStatus) PartitionOwners() map[int]string {
+	owners := map[int]string{}
+	for _, m := range s.Members {
+		if m.Health == MemberExpired {
+			continue
+		}
+		for _, p := range m.Partitions {
+			owners[p] = m.Name
+		}
+	}
+	return owners
+}
+
 // WriteTable prints the status as a table.
 func (s FleetStatus) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

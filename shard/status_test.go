@@ -74,6 +74,9 @@ func TestFleetStatusFromLeases(t *testing.T) {
 	if !reflect.DeepEqual(s.UnownedPartitions, []int{1, 4}) {
 		t.Errorf("unowned = %v, want [1 4]", s.UnownedPartitions)
 	}
+	if got, want := s.PartitionOwners(), map[int]string{0: "a", 2: "c", 3: "c"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("partition owners = %v, want %v", got, want)
+	}
 	// b expired: its objects are not the fleet's; c's partition 3 is not
 	// measured yet.
 	a, c := membership.Quantized(100), membership.Quantized(300)

@@ -98,13 +98,7 @@ func (b *bench) recordNamespaceSpread(key string, namespaces []string) error {
 	if err != nil {
 		return err
 	}
-	owner := map[int]string{}
-	for _, m := range st.Members {
-		for _, p := range m.Partitions {
-			owner[p] = m.Name
-		}
-	}
-	busiest := busiestNamespaceCount(namespaces, owner, shard.DefaultRingConfig.NamespacePartition)
+	busiest := busiestNamespaceCount(namespaces, st.PartitionOwners(), shard.DefaultRingConfig.NamespacePartition)
 	if busiest == 0 {
 		return fmt.Errorf("no replica runs any of %d namespaces", len(namespaces))
 	}

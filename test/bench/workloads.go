@@ -205,12 +205,7 @@ func (b *bench) failover() error {
 		if err != nil {
 			return err
 		}
-		parts := map[int]string{}
-		for _, m := range st.Members {
-			for _, p := range m.Partitions {
-				parts[p] = m.Name
-			}
-		}
+		parts := st.PartitionOwners()
 		for i := 0; owned == "" || other == ""; i++ {
 			ns := fmt.Sprintf("failover-%d", i)
 			switch parts[shard.DefaultRingConfig.NamespacePartition(ns)] {

@@ -130,12 +130,7 @@ func (c *chaosRun) shiftTargets() (string, []string) {
 		st, err = shard.ReadFleet(c.ctx, membership.NewLeaseStore(c.client), "kube-system", "fleet-controller-manager", shard.DefaultRingConfig.Partitions)
 		return err
 	})
-	owner := map[int]string{}
-	for _, m := range st.Members {
-		for _, p := range m.Partitions {
-			owner[p] = m.Name
-		}
-	}
+	owner := st.PartitionOwners()
 	byOwner := map[string][]string{}
 	busiest := ""
 	for _, ns := range c.liveNames() {
