@@ -89,7 +89,7 @@ func (b *bench) recordBusiest(key string) error {
 // len(namespaces) over it (key_bound): at default client limits each
 // replica's controllers spend their own client budgets, so with
 // namespaces of equal work the fleet finishes when its busiest replica
-// does, and its speed-up over KCM follows that figure (within 5% in 7 of
+// does, and its speed-up over KCM follows that figure (within 6% in 7 of
 // 8 cells measured: docs/benchmarks/placement-by-weight).
 func (b *bench) recordNamespaceSpread(key string, namespaces []string) error {
 	if !b.system.Fleet || len(namespaces) == 0 {
