@@ -65,7 +65,7 @@ const (
 	faultExpired      chaosFault = "expired"       // etcd compacted and restarted: every watch resumes into 410 Gone at once
 	faultStalledWatch chaosFault = "stalled-watch" // the replica's watch streams frozen for 10-30 s, its other requests answered
 	faultTwoAtOnce    chaosFault = "two-at-once"   // a cut while etcd restarts, two replicas paused, or a kill during a handover
-	faultLoadShift    chaosFault = "load-shift"    // half the objects move to another namespace; a kill or a cut as the keeper's moves are handed over
+	faultLoadShift    chaosFault = "load-shift"    // 150 objects move to namespaces one replica runs; a kill or a cut as the keeper's moves are handed over
 )
 
 // chaosCleanFaults are one clean fault each; chaosGrayFaults are the
@@ -688,7 +688,7 @@ func (c *chaosRun) tablesAdopted() int {
 		if err != nil {
 			c.t.Fatal(err)
 		}
-		n += strings.Count(string(data), "Adopting a new partition weight table")
+		n += strings.Count(string(data), adoptingTableLog)
 	}
 	return n
 }

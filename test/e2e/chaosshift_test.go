@@ -18,9 +18,9 @@ import (
 	"github.com/fleet-controller-manager/fleet-controller-manager/test/faultproxy"
 )
 
-// A load that shifts: the soak's fault for placement by weight. Half the
-// work leaves one namespace for another, the keeper moves partitions to
-// follow it, and the fault strikes the fleet while those moves are handed
+// A load that shifts: the soak's fault for placement by weight. A load as
+// large as the rest of the workload leaves the namespaces holding it for
+// namespaces one replica runs, the keeper moves partitions to follow it, and the fault strikes the fleet while those moves are handed
 // over: a weight-driven move must keep never-two-owners through a kill or
 // a cut as any other handover does.
 
