@@ -237,7 +237,10 @@ func (m *Manager) step(ctx context.Context, leaving bool) {
 	m.weights.hold = m.WeightHold
 	followWeightTable(&m.local, peers, func(current string, view Plan) string {
 		next := m.weights.next(now, current, view, measuredWeights(m.local.Confirmed, peers))
-		if next != current {
+		switch {
+		case next != current && m.weights.dealt:
+			klog.FromContext(ctx).Info("Adopting a new partition weight table: dealing the partitions that gained their first objects", "moved", m.weights.dealer.moved)
+		case next != current:
 			a := m.weights.adopted
 			klog.FromContext(ctx).Info("Adopting a new partition weight table: the busiest member stayed above the bound", "busiestOverMean", round2(a.busiest/a.mean), "afterOverMean", round2(a.then/a.mean), "bound", weightBound, "hold", m.weights.hold)
 		}

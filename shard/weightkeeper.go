@@ -18,7 +18,9 @@ import (
 // their own state, so that a member that becomes first starts from it
 // rather than from nothing.
 //
-// The keeper changes the table only when the measured weights have put
+// Besides dealing the partitions that gain their first objects
+// (weightdeal.go), the keeper changes the table only when the measured
+// weights have put
 // the busiest member above weightBound of the mean for weightHold on end,
 // and a table of the measured weights would lower the busiest member's
 // load by more than weightGain: a steady cluster never moves a partition,
@@ -53,6 +55,10 @@ type weightKeeper struct {
 	// moves: the last moves table computed, by view, table and weights
 	// (PlacementWeightedMoves): balancing runs only when one changed.
 	moves struct{ view, current, weights, table string }
+	// dealer deals the partitions that gain their first objects
+	// (weightdeal.go); dealt: the last table adopted was its deal.
+	dealer dealer
+	dealt  bool
 }
 
 // movesTable is movesTable's answer for the weights, kept while the
@@ -107,6 +113,16 @@ func (k *weightKeeper) next(now time.Time, current string, view Plan, measured m
 	for p, w := range measured {
 		merged[p] = w
 	}
+	hold := k.hold
+	if hold <= 0 {
+		hold = weightHold
+	}
+	if view.Ring.Placement == PlacementWeightedMoves {
+		if table, ok := k.dealer.deal(now, current, view, measured, merged); ok {
+			k.unevenSince, k.dealt = time.Time{}, true
+			return table
+		}
+	}
 	candidate := EncodeWeightTable(merged, partitions)
 	if view.Ring.Placement == PlacementWeightedMoves {
 		candidate = k.movesTable(view, current, merged)
@@ -118,14 +134,12 @@ func (k *weightKeeper) next(now time.Time, current string, view Plan, measured m
 	if k.unevenSince.IsZero() {
 		k.unevenSince = now
 	}
-	hold := k.hold
-	if hold <= 0 {
-		hold = weightHold
-	}
-	if now.Sub(k.unevenSince) < hold {
+	if now.Sub(k.unevenSince) < hold || len(k.dealer.young) > 0 {
+		// Dealt partitions hold too little yet to weigh what they bring:
+		// balancing by the hold waits until they are no longer young.
 		return current
 	}
-	k.unevenSince = time.Time{}
+	k.unevenSince, k.dealt = time.Time{}, false
 	return candidate
 }
 
