@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/metadata"
 	restclient "k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/component-base/metrics/prometheus/controllers"
 	"k8s.io/controller-manager/pkg/clientbuilder"
@@ -69,6 +70,9 @@ type Runtime struct {
 	shared     *informers.Pool
 	owned      *informers.OwnedCache
 	sharedStop <-chan struct{}
+	// namespaces caches every Namespace; partitionOf places them.
+	namespaces  cache.SharedIndexInformer
+	partitionOf func(string) int
 	// ctx is the replica's lifetime.
 	ctx context.Context
 	// replicas: RuntimeConfig.Replicas.
@@ -205,6 +209,7 @@ func NewRuntime(ctx context.Context, cfg RuntimeConfig) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("namespaces informer: %w", err)
 	}
+	r.namespaces, r.partitionOf = namespaces, cfg.Ring.NamespacePartition
 	r.shared.Start(r)
 	if cfg.Mode != informers.ModeFilteredWatch {
 		if r.owned, err = informers.NewOwnedCache(informers.OwnedCacheConfig{

@@ -9,17 +9,11 @@ import (
 	"k8s.io/component-base/metrics"
 )
 
-// weightInterval is how often the replica publishes what its partitions
+// weightInterval is how often the replica measures what its partitions
 // hold. The weights reach its Lease with its next write (a renewal at
-// the latest), and a placement by weight balances by them only once they
+// the latest), and a placement by weight acts on them only once they
 // have stayed uneven for far longer.
 const weightInterval = 10 * time.Second
-
-// firstObjectsInterval is how often the replica looks for a partition
-// that gained its first objects, which it publishes at once: the keeper
-// deals such partitions as they appear (shard's weightdeal.go), and the
-// work a new namespace brings starts with it.
-const firstObjectsInterval = time.Second
 
 var (
 	partitionObjects = metrics.NewGaugeVec(&metrics.GaugeOpts{
@@ -35,17 +29,10 @@ var (
 )
 
 // measureWeights hands publish what each loaded partition holds, every
-// weightInterval and as soon as a partition gains its first objects,
-// until ctx ends, and records it on /metrics.
+// weightInterval until ctx ends, and records it on /metrics.
 func (r *Runtime) measureWeights(ctx context.Context, publish func(map[int]uint64)) {
-	var published map[int]uint64
-	var at time.Time
 	wait.UntilWithContext(ctx, func(context.Context) {
 		weights := r.owned.PartitionObjects()
-		if time.Since(at) < weightInterval && !gainedFirstObjects(published, weights) {
-			return
-		}
-		published, at = weights, time.Now()
 		publish(weights)
 		partitionObjects.Reset()
 		var sum uint64
@@ -54,16 +41,5 @@ func (r *Runtime) measureWeights(ctx context.Context, publish func(map[int]uint6
 			sum += w
 		}
 		replicaObjects.Set(float64(sum))
-	}, firstObjectsInterval)
-}
-
-// gainedFirstObjects says whether a partition holds objects in weights
-// that held none, or was not loaded, in published.
-func gainedFirstObjects(published, weights map[int]uint64) bool {
-	for p, w := range weights {
-		if w > 0 && published[p] == 0 {
-			return true
-		}
-	}
-	return false
+	}, weightInterval)
 }

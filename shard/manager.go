@@ -127,6 +127,10 @@ type Manager struct {
 	// this member, keeping the view's weight table, adopts a new one
 	// (default weightHold).
 	WeightHold time.Duration
+	// NewNamespaces, when set, are the namespaces created within window
+	// (by their creation timestamps), each with its partition: what this
+	// member, keeping the view's weight table, deals (weightdeal.go).
+	NewNamespaces func(window time.Duration) map[string]int
 
 	mu       sync.Mutex
 	status   Status
@@ -234,12 +238,12 @@ func (m *Manager) step(ctx context.Context, leaving bool) {
 	peers, authorityUntil := m.observe(ctx, leaving)
 	now := time.Now()
 	m.clock.observe(now, peers)
-	m.weights.hold = m.WeightHold
+	m.weights.hold, m.weights.newNamespaces = m.WeightHold, m.NewNamespaces
 	followWeightTable(&m.local, peers, func(current string, view Plan) string {
 		next := m.weights.next(now, current, view, measuredWeights(m.local.Confirmed, peers))
 		switch {
 		case next != current && m.weights.dealt:
-			klog.FromContext(ctx).Info("Adopting a new partition weight table: dealing the partitions that gained their first objects", "moved", m.weights.dealer.moved)
+			klog.FromContext(ctx).Info("Adopting a new partition weight table: dealing new namespaces", "moved", m.weights.dealer.moved)
 		case next != current:
 			a := m.weights.adopted
 			klog.FromContext(ctx).Info("Adopting a new partition weight table: the busiest member stayed above the bound", "busiestOverMean", round2(a.busiest/a.mean), "afterOverMean", round2(a.then/a.mean), "bound", weightBound, "hold", m.weights.hold)

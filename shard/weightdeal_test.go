@@ -2,7 +2,9 @@ package shard
 
 import (
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -24,15 +26,15 @@ func dealView(n int, share float64, table string) Plan {
 	return view
 }
 
-// TestWeightKeeperDeals: partitions that gain their first objects are
-// dealt at once, in batches as they are measured, so that the members'
-// new namespaces follow their capacities (the colocated singletons'
-// owner having ColocatedShare of one) within one partition's worth; only
-// those partitions move and the colocated singletons' stays; and the same weights again, a
-// partition that empties and fills again, or weights measured before
-// every partition has been, deal nothing.
+// TestWeightKeeperDeals: namespaces created together are dealt at once,
+// in batches as they appear, so that the members' new namespaces follow
+// their capacities (the colocated singletons' owner having
+// ColocatedShare of one) within one partition's worth, though every
+// partition holds older namespaces; only partitions with new namespaces
+// move and the colocated singletons' stays; and the same namespaces
+// again, or once they are no longer new, deal nothing.
 func TestWeightKeeperDeals(t *testing.T) {
-	const namespaces, perNamespace = 20, 3
+	const namespaces = 20
 	for _, tc := range []struct {
 		members int
 		share   float64
@@ -40,41 +42,25 @@ func TestWeightKeeperDeals(t *testing.T) {
 		t.Run(fmt.Sprintf("%d members, share %v", tc.members, tc.share), func(t *testing.T) {
 			view := dealView(tc.members, tc.share, "")
 			config := view.Ring
-			// Before: the system namespaces, every partition measured.
-			before := map[int]uint64{}
+			measured := map[int]uint64{}
 			for p := range config.Partitions {
-				before[p] = 0
+				measured[p] = 6
 			}
-			for _, ns := range []string{"kube-system", "default", "kube-public", "kube-node-lease"} {
-				before[config.NamespacePartition(ns)] += 40
-			}
-			var k weightKeeper
+			fresh := map[string]int{}
+			k := weightKeeper{newNamespaces: func(time.Duration) map[string]int { return maps.Clone(fresh) }}
 			start := time.Unix(1000, 0)
-			partial := map[int]uint64{}
-			for p := range config.Partitions / 2 {
-				partial[p] = 5
+			if got := k.next(start, "", view, measured); got != "" {
+				t.Fatalf("a table with no new namespace: %.20s", got)
 			}
-			if got := k.next(start, "", view, partial); got != "" {
-				t.Fatalf("a table before every partition was measured: %.20s", got)
-			}
-			if got := k.next(start.Add(time.Second), "", view, before); got != "" {
-				t.Fatalf("a table from the baseline: %.20s", got)
-			}
-			// The namespaces appear in two batches.
 			table := ""
-			measured := clone(before)
 			perPartition := map[int]int{}
 			for i := range namespaces {
-				p := config.NamespacePartition(fmt.Sprintf("load-%d", i))
-				perPartition[p]++
-				measured[p] += perNamespace
+				ns := fmt.Sprintf("load-%d", i)
+				fresh[ns] = config.NamespacePartition(ns)
+				perPartition[fresh[ns]]++
 				if i == namespaces/2-1 || i == namespaces-1 {
 					view = dealView(tc.members, tc.share, table)
-					next := k.next(start.Add(time.Duration(2+i)*time.Second), table, view, clone(measured))
-					if next == table {
-						t.Logf("batch ending at %d: nothing to move", i)
-					}
-					table = next
+					table = k.next(start.Add(time.Duration(2+i)*time.Second), table, view, measured)
 				}
 			}
 			view = dealView(tc.members, tc.share, table)
@@ -107,25 +93,40 @@ func TestWeightKeeperDeals(t *testing.T) {
 			t.Logf("new namespaces per member: dealt %v, by the ring %v", got, ring)
 			for p := range config.Partitions {
 				if r.PartitionOwner(p) != unmoved.PartitionOwner(p) && perPartition[p] == 0 {
-					t.Errorf("partition %d moved, and it gained nothing", p)
+					t.Errorf("partition %d moved, and it has no new namespace", p)
 				}
 			}
-
-			for _, again := range []map[int]uint64{measured, before, measured} {
-				if next := k.next(start.Add(time.Minute), table, view, clone(again)); next != table {
-					t.Errorf("a new table from weights already dealt")
-				}
+			if next := k.next(start.Add(30*time.Second), table, view, measured); next != table {
+				t.Errorf("a new table from namespaces already dealt")
+			}
+			// Old now, and gone from the new namespaces.
+			clear(fresh)
+			if next := k.next(start.Add(time.Second+youngWindow), table, view, measured); next != table {
+				t.Errorf("a new table from namespaces no longer new")
 			}
 		})
 	}
 }
 
-func clone(m map[int]uint64) map[int]uint64 {
-	out := make(map[int]uint64, len(m))
-	for k, v := range m {
-		out[k] = v
+// TestWeightKeeperDealsOneAtATime: namespaces created further apart than
+// youngWindow move nothing.
+func TestWeightKeeperDealsOneAtATime(t *testing.T) {
+	view := dealView(3, 1, "")
+	measured := map[int]uint64{}
+	for p := range view.Ring.Partitions {
+		measured[p] = 6
 	}
-	return out
+	fresh := map[string]int{}
+	k := weightKeeper{newNamespaces: func(time.Duration) map[string]int { return maps.Clone(fresh) }}
+	start := time.Unix(1000, 0)
+	for i := range 10 {
+		ns := fmt.Sprintf("load-%d", i)
+		clear(fresh)
+		fresh[ns] = view.Ring.NamespacePartition(ns)
+		if got := k.next(start.Add(time.Duration(i)*2*youngWindow), "", view, measured); got != "" {
+			t.Fatalf("%s moved a partition", ns)
+		}
+	}
 }
 
 // TestWeightKeeperHoldWaitsForYoung: a load uneven for the hold moves
@@ -136,40 +137,35 @@ func TestWeightKeeperHoldWaitsForYoung(t *testing.T) {
 	config := view.Ring
 	ring := NewRing(config, view.Members)
 	measured := map[int]uint64{}
-	var fresh []int
 	for p := range config.Partitions {
-		measured[p] = 0
-		switch ring.PartitionOwner(p) {
-		case "fcm-1":
-			measured[p] = 10
-		case "fcm-0":
-			fresh = append(fresh, p)
-		}
-	}
-	var k weightKeeper
-	start := time.Unix(1000, 0)
-	if got := k.next(start, "", view, clone(measured)); got != "" {
-		t.Fatalf("a table from the baseline")
-	}
-	// fcm-1's partitions grow heavy, and two of fcm-0's gain their
-	// first objects: one is dealt to another member.
-	for p := range config.Partitions {
+		measured[p] = 10
 		if ring.PartitionOwner(p) == "fcm-1" {
 			measured[p] = 500
 		}
 	}
-	measured[fresh[0]], measured[fresh[1]] = 5, 5
-	table := k.next(start.Add(time.Second), "", view, clone(measured))
+	// Two new namespaces in partitions of fcm-0: one is dealt to another
+	// member.
+	fresh := map[string]int{}
+	for i := 0; len(fresh) < 2; i++ {
+		ns := fmt.Sprintf("n-%d", i)
+		if p := config.NamespacePartition(ns); ring.PartitionOwner(p) == "fcm-0" && !slices.Contains(slices.Collect(maps.Values(fresh)), p) {
+			fresh[ns] = p
+		}
+	}
+	k := weightKeeper{newNamespaces: func(time.Duration) map[string]int { return maps.Clone(fresh) }}
+	start := time.Unix(1000, 0)
+	table := k.next(start, "", view, measured)
 	if table == "" || !k.dealt {
 		t.Fatalf("nothing dealt")
 	}
 	view = dealView(3, 1, table)
-	for _, at := range []time.Duration{2 * time.Second, weightHold / 2, weightHold} {
-		if got := k.next(start.Add(at), table, view, clone(measured)); got != table {
+	for _, at := range []time.Duration{2 * time.Second, weightHold / 2, weightHold - time.Second} {
+		if got := k.next(start.Add(at), table, view, measured); got != table {
 			t.Fatalf("a table by the hold %v after a deal", at)
 		}
 	}
-	if got := k.next(start.Add(2*time.Second+youngWindow), table, view, clone(measured)); got == table || k.dealt {
+	clear(fresh)
+	if got := k.next(start.Add(2*time.Second+youngWindow), table, view, measured); got == table || k.dealt {
 		t.Fatalf("no table by the hold once the dealt partitions are no longer young")
 	}
 }

@@ -18,8 +18,7 @@ import (
 // their own state, so that a member that becomes first starts from it
 // rather than from nothing.
 //
-// Besides dealing the partitions that gain their first objects
-// (weightdeal.go), the keeper changes the table only when the measured
+// Besides dealing new namespaces (weightdeal.go), the keeper changes the table only when the measured
 // weights have put
 // the busiest member above weightBound of the mean for weightHold on end,
 // and a table of the measured weights would lower the busiest member's
@@ -55,10 +54,12 @@ type weightKeeper struct {
 	// moves: the last moves table computed, by view, table and weights
 	// (PlacementWeightedMoves): balancing runs only when one changed.
 	moves struct{ view, current, weights, table string }
-	// dealer deals the partitions that gain their first objects
+	// newNamespaces, when set, are the namespaces created within a
+	// window, by partition (Manager.NewNamespaces); dealer deals them
 	// (weightdeal.go); dealt: the last table adopted was its deal.
-	dealer dealer
-	dealt  bool
+	newNamespaces func(window time.Duration) map[string]int
+	dealer        dealer
+	dealt         bool
 }
 
 // movesTable is movesTable's answer for the weights, kept while the
@@ -117,8 +118,8 @@ func (k *weightKeeper) next(now time.Time, current string, view Plan, measured m
 	if hold <= 0 {
 		hold = weightHold
 	}
-	if view.Ring.Placement == PlacementWeightedMoves {
-		if table, ok := k.dealer.deal(now, current, view, measured, merged); ok {
+	if view.Ring.Placement == PlacementWeightedMoves && k.newNamespaces != nil {
+		if table, ok := k.dealer.deal(now, current, view, k.newNamespaces(youngWindow), merged); ok {
 			k.unevenSince, k.dealt = time.Time{}, true
 			return table
 		}

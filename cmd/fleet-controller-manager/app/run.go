@@ -84,7 +84,7 @@ func run(ctx context.Context, kcm *options.KubeControllerManagerOptions, fleet *
 	if err != nil {
 		return err
 	}
-	manager.WeightHold = fleet.WeightHold
+	manager.WeightHold, manager.NewNamespaces = fleet.WeightHold, pieces.NewNamespaces
 	if err := serve(ctx, c, fleet, member, leaderLease, manager, pieces.Runner); err != nil {
 		return err
 	}
@@ -161,6 +161,9 @@ type Pieces struct {
 	// Colocated names the singleton pieces that run on one replica
 	// together (shard.RingConfig.Colocated).
 	Colocated string
+	// NewNamespaces, when set, are the namespaces created within a
+	// window, by partition (shard.Manager.NewNamespaces).
+	NewNamespaces func(window time.Duration) map[string]int
 }
 
 // ControllersRunner runs the pieces with Kubernetes' own controllers.
@@ -184,7 +187,7 @@ func ControllersRunner(ctx context.Context, env RunnerEnv) (Pieces, error) {
 	if err != nil {
 		return Pieces{}, err
 	}
-	return Pieces{Runner: rt, Pieces: shard.AllPieces(ring.Partitions, rt.Singletons()), Colocated: ring.Colocated}, nil
+	return Pieces{Runner: rt, Pieces: shard.AllPieces(ring.Partitions, rt.Singletons()), Colocated: ring.Colocated, NewNamespaces: rt.NewNamespaces}, nil
 }
 
 // serve starts KCM's secure serving (when configured) with the fleet's
