@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"math"
 	"slices"
 	"time"
 
@@ -20,10 +21,11 @@ import (
 // weight to measure yet, so under PlacementWeightedMoves the keeper deals
 // them by count as they appear, without the hold: a partition that holds
 // a namespace created within youngWindow that the keeper has not dealt
-// yet goes, with every new namespace it holds, to the member with the
-// fewest new namespaces for its capacity, the colocated singletons'
-// owner having ColocatedShare of one and the partition's current owner
-// winning ties, so that a deal moves only what it must: namespaces
+// yet is dealt with every new namespace it holds: from where the
+// partitions run, one moves off the member the most above its fair count
+// of new namespaces (its capacity's share, the colocated singletons'
+// owner having ColocatedShare of one) while that lowers the pair's
+// larger count, so that a deal moves only what it must: namespaces
 // created one at a time, further apart than youngWindow, move nothing.
 //
 // While a dealt partition is young the keeper adopts no table by the
@@ -43,6 +45,10 @@ const youngWindow = weightHold
 type dealer struct {
 	// dealt: the new namespaces dealt, by when they were.
 	dealt map[string]time.Time
+	// before: the new namespaces there already at the keeper's first
+	// step, neither dealt nor counted: where they run was decided before
+	// (by the keeper before it, or by the ring).
+	before map[string]bool
 	// young: when each partition dealt within youngWindow was dealt.
 	young map[int]time.Time
 	// moved: how many partitions the last deal moved.
@@ -60,6 +66,17 @@ func (d *dealer) deal(now time.Time, current string, view Plan, fresh map[string
 			delete(d.young, p)
 		}
 	}
+	if d.before == nil {
+		d.before = map[string]bool{}
+		for ns := range fresh {
+			d.before[ns] = true
+		}
+	}
+	for ns := range d.before {
+		if _, ok := fresh[ns]; !ok {
+			delete(d.before, ns)
+		}
+	}
 	for ns, at := range d.dealt {
 		if _, ok := fresh[ns]; !ok || now.Sub(at) >= youngWindow {
 			delete(d.dealt, ns)
@@ -69,7 +86,7 @@ func (d *dealer) deal(now time.Time, current string, view Plan, fresh map[string
 	count := map[int]uint64{}
 	var dealing []int
 	for ns, p := range fresh {
-		if p < 0 || p >= partitions {
+		if p < 0 || p >= partitions || d.before[ns] {
 			continue
 		}
 		count[p]++
@@ -102,51 +119,81 @@ func (d *dealer) deal(now time.Time, current string, view Plan, fresh map[string
 		}
 		return 1
 	}
-	load := map[string]uint64{}
-	for p, n := range count {
-		if !slices.Contains(dealing, p) {
-			load[running.owners[p]] += n
-		}
+	if d.young == nil {
+		d.young = map[int]time.Time{}
 	}
-	// Most new namespaces first, as a greedy deal balances best.
-	slices.SortFunc(dealing, func(a, b int) int {
-		if count[a] != count[b] {
-			if count[a] > count[b] {
-				return -1
-			}
-			return 1
+	load := map[string]uint64{}
+	owner := map[int]string{}
+	for p, n := range count {
+		load[running.owners[p]] += n
+	}
+	for _, p := range dealing {
+		d.young[p] = now
+		owner[p] = running.owners[p]
+	}
+	// From where they run: move a dealt partition off the member the
+	// most above its fair count (its capacity's share, rounded up) while
+	// that lowers the pair's larger load; so a deal moves no more than it
+	// must.
+	slices.Sort(dealing)
+	var total uint64
+	var capacities float64
+	for _, m := range inRing {
+		total += load[m]
+		capacities += capacity(m)
+	}
+	fair := func(m string) uint64 {
+		if capacities <= 0 {
+			return total
 		}
-		return a - b
-	})
+		return uint64(math.Ceil(float64(total) * capacity(m) / capacities))
+	}
+	for range len(dealing) * len(inRing) {
+		from := ""
+		for _, m := range inRing {
+			if load[m] > fair(m) && (from == "" || load[m]-fair(m) > load[from]-fair(from)) {
+				from = m
+			}
+		}
+		if from == "" {
+			break
+		}
+		was := dealtLoad(load[from], capacity(from))
+		moving, to, after := -1, "", was
+		for _, p := range dealing {
+			if owner[p] != from || p == pinned {
+				continue
+			}
+			for _, m := range inRing {
+				if m == from {
+					continue
+				}
+				if l := max(dealtLoad(load[m]+count[p], capacity(m)), dealtLoad(load[from]-count[p], capacity(from))); l < after {
+					moving, to, after = p, m, l
+				}
+			}
+		}
+		if moving < 0 {
+			break
+		}
+		owner[moving] = to
+		load[from] -= count[moving]
+		load[to] += count[moving]
+	}
 	_, moves, err := DecodeMovesTable(current, partitions)
 	if err != nil {
 		moves = map[int]string{}
 	}
-	if d.young == nil {
-		d.young = map[int]time.Time{}
-	}
 	d.moved = 0
 	for _, p := range dealing {
-		d.young[p] = now
-		owner := running.owners[p]
-		best := owner
-		if p != pinned {
-			bestLoad := dealtLoad(load[owner]+count[p], capacity(owner))
-			for _, m := range inRing {
-				if l := dealtLoad(load[m]+count[p], capacity(m)); l < bestLoad {
-					best, bestLoad = m, l
-				}
-			}
-		}
-		load[best] += count[p]
-		if best == owner {
+		if owner[p] == running.owners[p] {
 			continue
 		}
 		d.moved++
-		if best == base.owners[p] {
+		if owner[p] == base.owners[p] {
 			delete(moves, p)
 		} else {
-			moves[p] = best
+			moves[p] = owner[p]
 		}
 	}
 	if d.moved == 0 {
@@ -166,10 +213,13 @@ func (d *dealer) deal(now time.Time, current string, view Plan, fresh map[string
 }
 
 // dealtLoad is a member's new namespaces for its capacity; a member of
-// no capacity takes a partition only where every member has none.
+// no capacity holding any is the most loaded.
 func dealtLoad(n uint64, capacity float64) float64 {
-	if capacity <= 0 {
-		return float64(n+1) * 1e12
+	switch {
+	case n == 0:
+		return 0
+	case capacity <= 0:
+		return math.Inf(1)
 	}
 	return float64(n) / capacity
 }

@@ -143,17 +143,20 @@ func TestWeightKeeperHoldWaitsForYoung(t *testing.T) {
 			measured[p] = 500
 		}
 	}
+	fresh := map[string]int{}
+	k := weightKeeper{newNamespaces: func(time.Duration) map[string]int { return maps.Clone(fresh) }}
+	start := time.Unix(1000, 0)
+	if got := k.next(start.Add(-time.Second), "", view, measured); got != "" {
+		t.Fatalf("a table before any new namespace")
+	}
 	// Two new namespaces in partitions of fcm-0: one is dealt to another
 	// member.
-	fresh := map[string]int{}
 	for i := 0; len(fresh) < 2; i++ {
 		ns := fmt.Sprintf("n-%d", i)
 		if p := config.NamespacePartition(ns); ring.PartitionOwner(p) == "fcm-0" && !slices.Contains(slices.Collect(maps.Values(fresh)), p) {
 			fresh[ns] = p
 		}
 	}
-	k := weightKeeper{newNamespaces: func(time.Duration) map[string]int { return maps.Clone(fresh) }}
-	start := time.Unix(1000, 0)
 	table := k.next(start, "", view, measured)
 	if table == "" || !k.dealt {
 		t.Fatalf("nothing dealt")
@@ -167,5 +170,81 @@ func TestWeightKeeperHoldWaitsForYoung(t *testing.T) {
 	clear(fresh)
 	if got := k.next(start.Add(2*time.Second+youngWindow), table, view, measured); got == table || k.dealt {
 		t.Fatalf("no table by the hold once the dealt partitions are no longer young")
+	}
+}
+
+// TestWeightKeeperDealMoves: a new namespace in every partition moves
+// no more partitions than the members hold beyond their fair counts, and
+// leaves none beyond it; namespaces there at the keeper's first step are
+// neither dealt nor counted.
+func TestWeightKeeperDealMoves(t *testing.T) {
+	for _, tc := range []struct {
+		members int
+		share   float64
+	}{{3, 0.5}, {3, 1}, {5, 1}} {
+		t.Run(fmt.Sprintf("%d members, share %v", tc.members, tc.share), func(t *testing.T) {
+			view := dealView(tc.members, tc.share, "")
+			config := view.Ring
+			measured := map[int]uint64{}
+			onePer := map[string]int{}
+			named := map[int]bool{}
+			for i := 0; len(named) < config.Partitions; i++ {
+				ns := fmt.Sprintf("probe-%d", i)
+				if p := config.NamespacePartition(ns); !named[p] {
+					named[p], onePer[ns], measured[p] = true, p, 6
+				}
+			}
+			fresh := map[string]int{}
+			k := weightKeeper{newNamespaces: func(time.Duration) map[string]int { return maps.Clone(fresh) }}
+			start := time.Unix(1000, 0)
+			// At the first step, the first half is there already.
+			for ns, p := range onePer {
+				if p < config.Partitions/2 {
+					fresh[ns] = p
+				}
+			}
+			if got := k.next(start, "", view, measured); got != "" {
+				t.Fatalf("namespaces there at the first step dealt")
+			}
+			for ns, p := range onePer {
+				fresh[ns] = p
+			}
+			table := k.next(start.Add(time.Second), "", view, measured)
+			r := NewRing(dealView(tc.members, tc.share, table).Ring, view.Members)
+			unmoved := NewRing(config, view.Members)
+			heavy, _ := unmoved.heavyOf()
+			dealt, ring := map[string]int{}, map[string]int{}
+			for p := config.Partitions / 2; p < config.Partitions; p++ {
+				dealt[r.PartitionOwner(p)]++
+				ring[unmoved.PartitionOwner(p)]++
+			}
+			excess, beyond := 0, 0
+			capacity := float64(tc.members-1) + tc.share
+			for _, m := range view.Members {
+				c := 1.0
+				if m == heavy {
+					c = tc.share
+				}
+				fair := math.Ceil(float64(config.Partitions/2) * c / capacity)
+				excess += max(0, ring[m]-int(fair))
+				beyond = max(beyond, dealt[m]-int(fair))
+			}
+			moved := 0
+			for p := range config.Partitions {
+				if r.PartitionOwner(p) != unmoved.PartitionOwner(p) {
+					moved++
+					if p < config.Partitions/2 {
+						t.Errorf("partition %d moved: its namespace was there at the first step", p)
+					}
+				}
+			}
+			t.Logf("new namespaces per member: dealt %v, by the ring %v; %d moved, %d beyond fair counts", dealt, ring, moved, excess)
+			if moved > excess {
+				t.Errorf("%d partitions moved, the members held %d beyond their fair counts", moved, excess)
+			}
+			if beyond > 0 {
+				t.Errorf("a member holds %d new namespaces beyond its fair count", beyond)
+			}
+		})
 	}
 }

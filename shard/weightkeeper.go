@@ -96,6 +96,15 @@ func followWeightTable(local *Local, peers []membership.Peer, decide func(curren
 // next is the table the keeper publishes at now, given the current one,
 // the view and the weights its members publish.
 func (k *weightKeeper) next(now time.Time, current string, view Plan, measured map[int]uint64) string {
+	var fresh map[string]int
+	if view.Ring.Placement == PlacementWeightedMoves && k.newNamespaces != nil {
+		fresh = k.newNamespaces(youngWindow)
+		if k.dealer.before == nil {
+			// The first step: what is there already is not this keeper's
+			// to deal.
+			k.dealer.deal(now, current, view, fresh, nil)
+		}
+	}
 	if len(measured) == 0 {
 		k.unevenSince = time.Time{}
 		return current
@@ -118,8 +127,8 @@ func (k *weightKeeper) next(now time.Time, current string, view Plan, measured m
 	if hold <= 0 {
 		hold = weightHold
 	}
-	if view.Ring.Placement == PlacementWeightedMoves && k.newNamespaces != nil {
-		if table, ok := k.dealer.deal(now, current, view, k.newNamespaces(youngWindow), merged); ok {
+	if fresh != nil {
+		if table, ok := k.dealer.deal(now, current, view, fresh, merged); ok {
 			k.unevenSince, k.dealt = time.Time{}, true
 			return table
 		}

@@ -292,6 +292,19 @@ func (b *bench) idleGoroutines() (float64, error) {
 // a fleet, every partition runs somewhere; for all, a probe Deployment is
 // available.
 func (b *bench) startSystem() error {
+	// The probes go first, as a cluster's namespaces are there before its
+	// controller manager: a fleet placing by weight deals the namespaces
+	// created while it runs (shard's weightdeal.go), and the probes are
+	// not the workload's.
+	probes := probeNamespaces(shard.DefaultRingConfig)
+	for _, ns := range probes {
+		if err := b.createNamespace(ns); err != nil {
+			return err
+		}
+		if err := b.createDeployment(ns, "probe", 1); err != nil {
+			return err
+		}
+	}
 	for i := range b.system.Replicas {
 		p, err := b.startOne(i)
 		if err != nil {
@@ -301,15 +314,6 @@ func (b *bench) startSystem() error {
 	}
 	if b.system.Fleet {
 		if err := b.waitFleetSettled(b.system.Replicas); err != nil {
-			return err
-		}
-	}
-	probes := probeNamespaces(shard.DefaultRingConfig)
-	for _, ns := range probes {
-		if err := b.createNamespace(ns); err != nil {
-			return err
-		}
-		if err := b.createDeployment(ns, "probe", 1); err != nil {
 			return err
 		}
 	}
