@@ -67,10 +67,13 @@ func (d *dealer) deal(now time.Time, current string, view Plan, fresh map[string
 		}
 	}
 	if d.before == nil {
+		// The first step: what is there already is not this keeper's to
+		// deal.
 		d.before = map[string]bool{}
 		for ns := range fresh {
 			d.before[ns] = true
 		}
+		return "", false
 	}
 	for ns := range d.before {
 		if _, ok := fresh[ns]; !ok {

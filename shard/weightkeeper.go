@@ -96,19 +96,6 @@ func followWeightTable(local *Local, peers []membership.Peer, decide func(curren
 // next is the table the keeper publishes at now, given the current one,
 // the view and the weights its members publish.
 func (k *weightKeeper) next(now time.Time, current string, view Plan, measured map[int]uint64) string {
-	var fresh map[string]int
-	if view.Ring.Placement == PlacementWeightedMoves && k.newNamespaces != nil {
-		fresh = k.newNamespaces(youngWindow)
-		if k.dealer.before == nil {
-			// The first step: what is there already is not this keeper's
-			// to deal.
-			k.dealer.deal(now, current, view, fresh, nil)
-		}
-	}
-	if len(measured) == 0 {
-		k.unevenSince = time.Time{}
-		return current
-	}
 	partitions := view.Ring.Partitions
 	merged := map[int]uint64{}
 	if codes, err := tableCodes(current, view.Ring.Placement, partitions); err == nil {
@@ -123,15 +110,21 @@ func (k *weightKeeper) next(now time.Time, current string, view Plan, measured m
 	for p, w := range measured {
 		merged[p] = w
 	}
-	hold := k.hold
-	if hold <= 0 {
-		hold = weightHold
-	}
-	if fresh != nil {
-		if table, ok := k.dealer.deal(now, current, view, fresh, merged); ok {
+	// New namespaces are dealt by count, weights measured or not: a
+	// fleet's first weights come 10 s after it starts.
+	if view.Ring.Placement == PlacementWeightedMoves && k.newNamespaces != nil {
+		if table, ok := k.dealer.deal(now, current, view, k.newNamespaces(youngWindow), merged); ok {
 			k.unevenSince, k.dealt = time.Time{}, true
 			return table
 		}
+	}
+	if len(measured) == 0 {
+		k.unevenSince = time.Time{}
+		return current
+	}
+	hold := k.hold
+	if hold <= 0 {
+		hold = weightHold
 	}
 	candidate := EncodeWeightTable(merged, partitions)
 	if view.Ring.Placement == PlacementWeightedMoves {
