@@ -32,8 +32,12 @@ import (
 // hold: the hold balances what partitions hold, and a namespace in its
 // first minute holds little of the work it brings.
 //
-// Each new namespace deals its partition once, so moves are bounded by
-// the namespaces created, and a cluster that creates none deals nothing.
+// A deal comes only with a new namespace and moves only while a member
+// is above its fair count, so moves are bounded by the namespaces
+// created, and a cluster that creates none deals nothing. Partitions
+// dealt within the window may move again (a namespace landing beside an
+// earlier one can leave its member above its count with nothing new to
+// move): they hold little yet.
 
 // youngWindow is how long a namespace counts as new: as long as the
 // keeper's default hold, so that a deal spreads the namespaces a tenant
@@ -130,15 +134,25 @@ func (d *dealer) deal(now time.Time, current string, view Plan, fresh map[string
 	for p, n := range count {
 		load[running.owners[p]] += n
 	}
+	// Movable: the partitions being dealt first, then those dealt within
+	// the window, which hold little yet (a namespace landing beside an
+	// earlier one can leave its member above its count with nothing new
+	// to move but that partition).
+	slices.Sort(dealing)
+	movable := slices.Clone(dealing)
+	for p := range count {
+		owner[p] = running.owners[p]
+		if !slices.Contains(dealing, p) {
+			movable = append(movable, p)
+		}
+	}
+	slices.Sort(movable[len(dealing):])
 	for _, p := range dealing {
 		d.young[p] = now
-		owner[p] = running.owners[p]
 	}
-	// From where they run: move a dealt partition off the member the
-	// most above its fair count (its capacity's share, rounded up) while
-	// that lowers the pair's larger load; so a deal moves no more than it
-	// must.
-	slices.Sort(dealing)
+	// From where they run: move a partition off the member the most above
+	// its fair count (its capacity's share, rounded up) while that lowers
+	// the pair's larger load; so a deal moves no more than it must.
 	var total uint64
 	var capacities float64
 	for _, m := range inRing {
@@ -163,7 +177,7 @@ func (d *dealer) deal(now time.Time, current string, view Plan, fresh map[string
 		}
 		was := dealtLoad(load[from], capacity(from))
 		moving, to, after := -1, "", was
-		for _, p := range dealing {
+		for _, p := range movable {
 			if owner[p] != from || p == pinned {
 				continue
 			}
@@ -188,11 +202,12 @@ func (d *dealer) deal(now time.Time, current string, view Plan, fresh map[string
 		moves = map[int]string{}
 	}
 	d.moved = 0
-	for _, p := range dealing {
+	for _, p := range movable {
 		if owner[p] == running.owners[p] {
 			continue
 		}
 		d.moved++
+		d.young[p] = now
 		if owner[p] == base.owners[p] {
 			delete(moves, p)
 		} else {

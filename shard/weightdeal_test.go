@@ -27,7 +27,7 @@ func dealView(n int, share float64, table string) Plan {
 }
 
 // TestWeightKeeperDeals: namespaces created together are dealt at once,
-// in batches as they appear, so that the members' new namespaces follow
+// in batches as they appear (or one by one), so that the members' new namespaces follow
 // their capacities (the colocated singletons' owner having
 // ColocatedShare of one) within one partition's worth, though every
 // partition holds older namespaces; only partitions with new namespaces
@@ -36,10 +36,10 @@ func dealView(n int, share float64, table string) Plan {
 func TestWeightKeeperDeals(t *testing.T) {
 	const namespaces = 20
 	for _, tc := range []struct {
-		members int
-		share   float64
-	}{{3, 1}, {5, 1}, {3, 0.5}, {5, 0.5}} {
-		t.Run(fmt.Sprintf("%d members, share %v", tc.members, tc.share), func(t *testing.T) {
+		members, batch int
+		share          float64
+	}{{3, 10, 1}, {5, 10, 1}, {3, 10, 0.5}, {5, 10, 0.5}, {3, 1, 1}, {5, 1, 1}} {
+		t.Run(fmt.Sprintf("%d members, share %v, in batches of %d", tc.members, tc.share, tc.batch), func(t *testing.T) {
 			view := dealView(tc.members, tc.share, "")
 			config := view.Ring
 			measured := map[int]uint64{}
@@ -58,7 +58,7 @@ func TestWeightKeeperDeals(t *testing.T) {
 				ns := fmt.Sprintf("load-%d", i)
 				fresh[ns] = config.NamespacePartition(ns)
 				perPartition[fresh[ns]]++
-				if i == namespaces/2-1 || i == namespaces-1 {
+				if (i+1)%tc.batch == 0 {
 					view = dealView(tc.members, tc.share, table)
 					table = k.next(start.Add(time.Duration(2+i)*time.Second), table, view, measured)
 				}
