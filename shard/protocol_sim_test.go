@@ -144,7 +144,7 @@ func (s *sim) nextTable(current string, view Plan) string {
 				weights[p] = membership.WeightOfCode(c)
 			}
 		}
-		if next, err = movesTable(view, current, weights); err != nil {
+		if next, err = movesTable(view, current, weights, nil); err != nil {
 			s.t.Fatal(err)
 		}
 	}

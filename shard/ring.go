@@ -153,7 +153,7 @@ func (r *Ring) balance(inRing []string) {
 		return
 	}
 	heavy, pinned := r.heavyOf()
-	balanceByWeight(r.owners, inRing, weights, heavy, r.config.ColocatedShare, pinned, false)
+	balanceByWeight(r.owners, inRing, weights, heavy, r.config.ColocatedShare, pinned, nil, false)
 }
 
 // colocatedHome is the partition whose owner runs the Colocated singletons.

@@ -1,6 +1,8 @@
 package shard
 
 import (
+	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"time"
@@ -19,25 +21,23 @@ import (
 // replicas in the bench's workload (a): 2.50x KCM's speed where 3x is the
 // ideal; docs/benchmarks/placement-by-weight). A new namespace has no
 // weight to measure yet, so under PlacementWeightedMoves the keeper deals
-// them by count as they appear, without the hold: a partition that holds
-// a namespace created within youngWindow that the keeper has not dealt
-// yet is dealt with every new namespace it holds: from where the
-// partitions run, one moves off the member the most above its fair count
-// of new namespaces (its capacity's share, the colocated singletons'
-// owner having ColocatedShare of one) while that lowers the pair's
-// larger count, so that a deal moves only what it must: namespaces
-// created one at a time, further apart than youngWindow, move nothing.
+// new namespaces (created within youngWindow) by count as they appear,
+// without the hold. A deal starts from where the partitions run and moves
+// a partition holding new namespaces off the member the most above its
+// fair count of them (its capacity's share, rounded up; the colocated
+// singletons' owner has ColocatedShare of one) while that lowers the
+// pair's larger count. The partitions with namespaces not dealt yet are
+// tried first; those dealt earlier in the window may move again, as they
+// hold little yet (a namespace landing beside an earlier one can leave a
+// member above its count with nothing else to move).
 //
-// While a dealt partition is young the keeper adopts no table by the
-// hold: the hold balances what partitions hold, and a namespace in its
-// first minute holds little of the work it brings.
-//
-// A deal comes only with a new namespace and moves only while a member
-// is above its fair count, so moves are bounded by the namespaces
-// created, and a cluster that creates none deals nothing. Partitions
-// dealt within the window may move again (a namespace landing beside an
-// earlier one can leave its member above its count with nothing new to
-// move): they hold little yet.
+// So a deal moves only while a member is above its fair count: a
+// cluster that creates no namespace deals nothing, and namespaces created
+// one at a time, further apart than youngWindow, move nothing. A
+// partition a deal moved stays where it is for youngWindow when the
+// keeper balances by the hold: the hold balances what partitions hold,
+// and a namespace in its first minute holds little of the work it
+// brings.
 
 // youngWindow is how long a namespace counts as new: as long as the
 // keeper's default hold, so that a deal spreads the namespaces a tenant
@@ -53,7 +53,8 @@ type dealer struct {
 	// step, neither dealt nor counted: where they run was decided before
 	// (by the keeper before it, or by the ring).
 	before map[string]bool
-	// young: when each partition dealt within youngWindow was dealt.
+	// young: when each partition a deal moved within youngWindow was
+	// moved; the hold's balancing leaves them where they are (fixed).
 	young map[int]time.Time
 	// moved: how many partitions the last deal moved.
 	moved int
@@ -147,9 +148,6 @@ func (d *dealer) deal(now time.Time, current string, view Plan, fresh map[string
 		}
 	}
 	slices.Sort(movable[len(dealing):])
-	for _, p := range dealing {
-		d.young[p] = now
-	}
 	// From where they run: move a partition off the member the most above
 	// its fair count (its capacity's share, rounded up) while that lowers
 	// the pair's larger load; so a deal moves no more than it must.
@@ -240,4 +238,16 @@ func dealtLoad(n uint64, capacity float64) float64 {
 		return math.Inf(1)
 	}
 	return float64(n) / capacity
+}
+
+// fixed says whether a deal moved partition p within youngWindow.
+func (d *dealer) fixed(p int) bool {
+	_, ok := d.young[p]
+	return ok
+}
+
+// fixedKey names the partitions fixed says, for the keeper's memo.
+func (d *dealer) fixedKey() string {
+	ps := slices.Sorted(maps.Keys(d.young))
+	return fmt.Sprint(ps)
 }

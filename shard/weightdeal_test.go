@@ -129,10 +129,10 @@ func TestWeightKeeperDealsOneAtATime(t *testing.T) {
 	}
 }
 
-// TestWeightKeeperHoldWaitsForYoung: a load uneven for the hold moves
-// nothing while a dealt partition is young, and is balanced once none
-// is.
-func TestWeightKeeperHoldWaitsForYoung(t *testing.T) {
+// TestWeightKeeperHoldLeavesDealtPartitions: a load uneven for the hold
+// is balanced while a partition a deal moved is young, and that partition
+// stays where the deal put it.
+func TestWeightKeeperHoldLeavesDealtPartitions(t *testing.T) {
 	view := dealView(3, 1, "")
 	config := view.Ring
 	ring := NewRing(config, view.Members)
@@ -144,7 +144,8 @@ func TestWeightKeeperHoldWaitsForYoung(t *testing.T) {
 		}
 	}
 	fresh := map[string]int{}
-	k := weightKeeper{newNamespaces: func(time.Duration) map[string]int { return maps.Clone(fresh) }}
+	const hold = 15 * time.Second // shorter than youngWindow, as the bench's
+	k := weightKeeper{hold: hold, newNamespaces: func(time.Duration) map[string]int { return maps.Clone(fresh) }}
 	start := time.Unix(1000, 0)
 	if got := k.next(start.Add(-time.Second), "", view, measured); got != "" {
 		t.Fatalf("a table before any new namespace")
@@ -161,15 +162,32 @@ func TestWeightKeeperHoldWaitsForYoung(t *testing.T) {
 	if table == "" || !k.dealt {
 		t.Fatalf("nothing dealt")
 	}
-	view = dealView(3, 1, table)
-	for _, at := range []time.Duration{2 * time.Second, weightHold / 2, weightHold - time.Second} {
-		if got := k.next(start.Add(at), table, view, measured); got != table {
-			t.Fatalf("a table by the hold %v after a deal", at)
+	dealtTo := map[int]string{}
+	dealtRing := NewRing(dealView(3, 1, table).Ring, view.Members)
+	for _, p := range fresh {
+		if o := dealtRing.PartitionOwner(p); o != "fcm-0" {
+			dealtTo[p] = o
 		}
 	}
-	clear(fresh)
-	if got := k.next(start.Add(2*time.Second+youngWindow), table, view, measured); got == table || k.dealt {
-		t.Fatalf("no table by the hold once the dealt partitions are no longer young")
+	if len(dealtTo) != 1 {
+		t.Fatalf("deal moved %v, want one partition", dealtTo)
+	}
+	// The dealt namespace grows the heaviest: by weight alone, the first
+	// partition for the hold to move.
+	for p := range dealtTo {
+		measured[p] = 2000
+	}
+	view = dealView(3, 1, table)
+	k.next(start.Add(time.Second), table, view, measured)
+	held := k.next(start.Add(time.Second+hold), table, view, measured)
+	if held == table || k.dealt {
+		t.Fatalf("no table by the hold with a dealt partition young")
+	}
+	r := NewRing(dealView(3, 1, held).Ring, view.Members)
+	for p, o := range dealtTo {
+		if r.PartitionOwner(p) != o {
+			t.Errorf("the hold's table moved partition %d, dealt to %s %v ago, to %s", p, o, hold, r.PartitionOwner(p))
+		}
 	}
 }
 

@@ -115,7 +115,8 @@ func weightCodes(table string, partitions int) ([]byte, error) {
 // (heavy, "" if none) carries 1-heavyShare of a mean share besides its
 // partitions, as the ring's placement gives it heavyShare of an even
 // share of them; their partition, pinned, stays where it is, for the
-// singletons follow it. Each step moves the heaviest partition that fits
+// singletons follow it; so do the partitions fixed says (nil: none).
+// Each step moves the heaviest partition that fits
 // under the bound at the receiver, else the one that evens the pair
 // best, else exchanges the pair of partitions that evens it best: few
 // moves, and a result that depends only on its inputs. When neither
@@ -126,7 +127,7 @@ func weightCodes(table string, partitions int) ([]byte, error) {
 // within weightBound of what its heaviest partition alone makes it hold
 // (floorLoad) is set aside too. Without each, balancing ends where the
 // heaviest cannot be lightened (PlacementWeighted).
-func balanceByWeight(owners []string, members []string, weights []uint64, heavy string, heavyShare float64, pinned int, each bool) {
+func balanceByWeight(owners []string, members []string, weights []uint64, heavy string, heavyShare float64, pinned int, fixed func(int) bool, each bool) {
 	if len(weights) != len(owners) || len(members) < 2 {
 		return
 	}
@@ -156,7 +157,7 @@ func balanceByWeight(owners []string, members []string, weights []uint64, heavy 
 			candidates = slices.DeleteFunc(candidates, func(m string) bool { return m == from })
 			continue
 		}
-		if shed(owners, weights, load, from, to, bound, pinned) {
+		if shed(owners, weights, load, from, to, bound, pinned, fixed) {
 			candidates = slices.Clone(members)
 			continue
 		}
@@ -168,7 +169,7 @@ func balanceByWeight(owners []string, members []string, weights []uint64, heavy 
 		others := slices.Clone(members)
 		slices.SortStableFunc(others, func(a, b string) int { return cmp.Compare(load[a], load[b]) })
 		if slices.ContainsFunc(others, func(m string) bool {
-			return m != from && m != to && shed(owners, weights, load, from, m, bound, pinned)
+			return m != from && m != to && shed(owners, weights, load, from, m, bound, pinned, fixed)
 		}) {
 			candidates = slices.Clone(members)
 		} else {
@@ -194,14 +195,14 @@ func floorLoad(owners []string, weights []uint64, load uint64, member string, pi
 // shed moves a partition of from to to, or else exchanges one for a
 // lighter one of to's, when that lowers the pair's peak, and says
 // whether it did.
-func shed(owners []string, weights []uint64, load map[string]uint64, from, to string, bound uint64, pinned int) bool {
-	if p := pickMove(owners, weights, from, load[from], load[to], bound, pinned); p >= 0 {
+func shed(owners []string, weights []uint64, load map[string]uint64, from, to string, bound uint64, pinned int, fixed func(int) bool) bool {
+	if p := pickMove(owners, weights, from, load[from], load[to], bound, pinned, fixed); p >= 0 {
 		owners[p] = to
 		load[from] -= weights[p]
 		load[to] += weights[p]
 		return true
 	}
-	a, b := pickSwap(owners, weights, from, to, load[from], load[to], pinned)
+	a, b := pickSwap(owners, weights, from, to, load[from], load[to], pinned, fixed)
 	if a < 0 {
 		return false
 	}
@@ -213,15 +214,15 @@ func shed(owners []string, weights []uint64, load map[string]uint64, from, to st
 
 // pickSwap is the pair of partitions, a of heavy and b of light, whose
 // exchange lowers the pair's peak the most, or -1, -1 when none does.
-func pickSwap(owners []string, weights []uint64, heavy, light string, heavyLoad, lightLoad uint64, pinned int) (int, int) {
+func pickSwap(owners []string, weights []uint64, heavy, light string, heavyLoad, lightLoad uint64, pinned int, fixed func(int) bool) (int, int) {
 	bestA, bestB := -1, -1
 	bestPeak := heavyLoad
 	for a, ma := range owners {
-		if ma != heavy || a == pinned {
+		if ma != heavy || a == pinned || fixed != nil && fixed(a) {
 			continue
 		}
 		for b, mb := range owners {
-			if mb != light || b == pinned || weights[b] >= weights[a] {
+			if mb != light || b == pinned || fixed != nil && fixed(b) || weights[b] >= weights[a] {
 				continue
 			}
 			d := weights[a] - weights[b]
@@ -278,10 +279,10 @@ func extremes(members []string, load map[string]uint64) (heavy, light string) {
 
 // pickMove is the partition of heavy to move to the member of load
 // lightLoad, or -1 when no move makes the heavier of the two lighter.
-func pickMove(owners []string, weights []uint64, heavy string, heavyLoad, lightLoad, bound uint64, pinned int) int {
+func pickMove(owners []string, weights []uint64, heavy string, heavyLoad, lightLoad, bound uint64, pinned int, fixed func(int) bool) int {
 	var candidates []int
 	for p, m := range owners {
-		if m == heavy && p != pinned && weights[p] > 0 && lightLoad+weights[p] < heavyLoad {
+		if m == heavy && p != pinned && (fixed == nil || !fixed(p)) && weights[p] > 0 && lightLoad+weights[p] < heavyLoad {
 			candidates = append(candidates, p)
 		}
 	}

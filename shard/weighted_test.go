@@ -125,7 +125,7 @@ func tableFor(t *testing.T, config RingConfig, members []string, weights map[int
 	if config.Placement != PlacementWeightedMoves {
 		return EncodeWeightTable(weights, config.Partitions)
 	}
-	table, err := movesTable(Plan{View: "v", Ring: config, Members: members}, "", weights)
+	table, err := movesTable(Plan{View: "v", Ring: config, Members: members}, "", weights, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,7 +52,8 @@ type weightKeeper struct {
 		worth                    bool
 	}
 	// moves: the last moves table computed, by view, table and weights
-	// (PlacementWeightedMoves): balancing runs only when one changed.
+	// (PlacementWeightedMoves): balancing runs only when one changed, or
+	// the partitions a deal fixed did.
 	moves struct{ view, current, weights, table string }
 	// newNamespaces, when set, are the namespaces created within a
 	// window, by partition (Manager.NewNamespaces); dealer deals them
@@ -65,11 +66,11 @@ type weightKeeper struct {
 // movesTable is movesTable's answer for the weights, kept while the
 // view, the table and the weights stay; current when there is none.
 func (k *weightKeeper) movesTable(view Plan, current string, weights map[int]uint64) string {
-	key := EncodeWeightTable(weights, view.Ring.Partitions)
+	key := EncodeWeightTable(weights, view.Ring.Partitions) + k.dealer.fixedKey()
 	if m := k.moves; m.view == view.View && m.current == current && m.weights == key {
 		return m.table
 	}
-	table, err := movesTable(view, current, weights)
+	table, err := movesTable(view, current, weights, k.dealer.fixed)
 	if err != nil {
 		table = current
 	}
@@ -137,9 +138,7 @@ func (k *weightKeeper) next(now time.Time, current string, view Plan, measured m
 	if k.unevenSince.IsZero() {
 		k.unevenSince = now
 	}
-	if now.Sub(k.unevenSince) < hold || len(k.dealer.young) > 0 {
-		// Dealt partitions hold too little yet to weigh what they bring:
-		// balancing by the hold waits until they are no longer young.
+	if now.Sub(k.unevenSince) < hold {
 		return current
 	}
 	k.unevenSince, k.dealt = time.Time{}, false

@@ -103,9 +103,10 @@ func (r *Ring) applyMoves(inRing []string) {
 // movesTable is the table the keeper adopts for weights (one per
 // partition, 0: not measured) under a PlacementWeightedMoves view whose
 // table is current: the current placement balanced by weights
-// (balanceByWeight, every member it can), written as its moves from the
-// ring's own placement.
-func movesTable(view Plan, current string, weights map[int]uint64) (string, error) {
+// (balanceByWeight, every member it can, leaving the partitions fixed
+// says where they run), written as its moves from the ring's own
+// placement.
+func movesTable(view Plan, current string, weights map[int]uint64, fixed func(int) bool) (string, error) {
 	partitions := view.Ring.Partitions
 	codes := make([]byte, partitions)
 	for p, w := range weights {
@@ -128,7 +129,7 @@ func movesTable(view Plan, current string, weights map[int]uint64) (string, erro
 	}
 	owners := slices.Clone(now.owners)
 	heavy, pinned := base.heavyOf()
-	balanceByWeight(owners, inRing, balanced, heavy, config.ColocatedShare, pinned, true)
+	balanceByWeight(owners, inRing, balanced, heavy, config.ColocatedShare, pinned, fixed, true)
 	moves := map[int]string{}
 	for p, m := range owners {
 		if m != base.owners[p] {

@@ -170,7 +170,7 @@ func (c *chaosRun) logOffsets() map[string]int64 {
 }
 
 // adoptedSince names the replica whose log says, after its offset, that
-// it adopted a weight table as keeper ("" if none has).
+// it adopted a weight table by the hold as keeper ("" if none has).
 func (c *chaosRun) adoptedSince(offsets map[string]int64) string {
 	c.t.Helper()
 	for _, r := range c.replicas {
@@ -187,12 +187,17 @@ func (c *chaosRun) adoptedSince(offsets map[string]int64) string {
 		if err != nil {
 			c.t.Fatal(err)
 		}
-		if strings.Contains(string(data), adoptingTableLog) {
+		if strings.Contains(string(data), holdTableLog) {
 			return r.name
 		}
 	}
 	return ""
 }
 
-// adoptingTableLog is what a keeper logs when it adopts a weight table.
-const adoptingTableLog = "Adopting a new partition weight table"
+// adoptingTableLog is what a keeper logs when it adopts a weight table;
+// holdTableLog, when it adopts one because the load stayed uneven for
+// the hold (not to deal new namespaces).
+const (
+	adoptingTableLog = "Adopting a new partition weight table"
+	holdTableLog     = adoptingTableLog + ": the busiest member stayed above the bound"
+)
