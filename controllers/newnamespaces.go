@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/tools/cache"
 )
 
 // NewNamespaces are the namespaces created within window, by their
@@ -21,4 +22,19 @@ func (r *Runtime) NewNamespaces(window time.Duration) map[string]int {
 		out[m.GetName()] = r.partitionOf(m.GetName())
 	}
 	return out
+}
+
+// NamespacesAdded signals, once for any number, that the cache has added
+// Namespaces since it was last read: a keeper deals new namespaces
+// within a step of their creation rather than at its next timed one.
+func (r *Runtime) NamespacesAdded() <-chan struct{} { return r.namespacesAdded }
+
+// signalNamespacesAdded is the Namespaces informer's handler.
+func (r *Runtime) signalNamespacesAdded() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{AddFunc: func(any) {
+		select {
+		case r.namespacesAdded <- struct{}{}:
+		default:
+		}
+	}}
 }

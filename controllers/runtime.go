@@ -70,9 +70,11 @@ type Runtime struct {
 	shared     *informers.Pool
 	owned      *informers.OwnedCache
 	sharedStop <-chan struct{}
-	// namespaces caches every Namespace; partitionOf places them.
-	namespaces  cache.SharedIndexInformer
-	partitionOf func(string) int
+	// namespaces caches every Namespace; partitionOf places them;
+	// namespacesAdded: NamespacesAdded.
+	namespaces      cache.SharedIndexInformer
+	partitionOf     func(string) int
+	namespacesAdded chan struct{}
 	// ctx is the replica's lifetime.
 	ctx context.Context
 	// replicas: RuntimeConfig.Replicas.
@@ -209,7 +211,10 @@ func NewRuntime(ctx context.Context, cfg RuntimeConfig) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("namespaces informer: %w", err)
 	}
-	r.namespaces, r.partitionOf = namespaces, cfg.Ring.NamespacePartition
+	r.namespaces, r.partitionOf, r.namespacesAdded = namespaces, cfg.Ring.NamespacePartition, make(chan struct{}, 1)
+	if _, err := namespaces.AddEventHandler(r.signalNamespacesAdded()); err != nil {
+		return nil, fmt.Errorf("namespaces informer: %w", err)
+	}
 	r.shared.Start(r)
 	if cfg.Mode != informers.ModeFilteredWatch {
 		if r.owned, err = informers.NewOwnedCache(informers.OwnedCacheConfig{

@@ -131,6 +131,9 @@ type Manager struct {
 	// (by their creation timestamps), each with its partition: what this
 	// member, keeping the view's weight table, deals (weightdeal.go).
 	NewNamespaces func(window time.Duration) map[string]int
+	// NamespacesAdded, when set, signals new namespaces: a step follows,
+	// so that a keeper deals them at once.
+	NamespacesAdded <-chan struct{}
 
 	mu       sync.Mutex
 	status   Status
@@ -210,6 +213,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		case e := <-m.runner.Ended():
 			m.ended(logger, e)
 		case <-ticker.C:
+		case <-m.NamespacesAdded:
 		}
 	}
 }

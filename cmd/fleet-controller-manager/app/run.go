@@ -85,6 +85,9 @@ func run(ctx context.Context, kcm *options.KubeControllerManagerOptions, fleet *
 		return err
 	}
 	manager.WeightHold, manager.NewNamespaces = fleet.WeightHold, pieces.NewNamespaces
+	if fleet.PlacementByWeight {
+		manager.NamespacesAdded = pieces.NamespacesAdded
+	}
 	if err := serve(ctx, c, fleet, member, leaderLease, manager, pieces.Runner); err != nil {
 		return err
 	}
@@ -164,6 +167,9 @@ type Pieces struct {
 	// NewNamespaces, when set, are the namespaces created within a
 	// window, by partition (shard.Manager.NewNamespaces).
 	NewNamespaces func(window time.Duration) map[string]int
+	// NamespacesAdded, when set, signals new namespaces
+	// (shard.Manager.NamespacesAdded).
+	NamespacesAdded <-chan struct{}
 }
 
 // ControllersRunner runs the pieces with Kubernetes' own controllers.
@@ -187,7 +193,7 @@ func ControllersRunner(ctx context.Context, env RunnerEnv) (Pieces, error) {
 	if err != nil {
 		return Pieces{}, err
 	}
-	return Pieces{Runner: rt, Pieces: shard.AllPieces(ring.Partitions, rt.Singletons()), Colocated: ring.Colocated, NewNamespaces: rt.NewNamespaces}, nil
+	return Pieces{Runner: rt, Pieces: shard.AllPieces(ring.Partitions, rt.Singletons()), Colocated: ring.Colocated, NewNamespaces: rt.NewNamespaces, NamespacesAdded: rt.NamespacesAdded()}, nil
 }
 
 // serve starts KCM's secure serving (when configured) with the fleet's
