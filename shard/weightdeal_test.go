@@ -47,7 +47,8 @@ func TestWeightKeeperDeals(t *testing.T) {
 				measured[p] = 6
 			}
 			fresh := map[string]int{}
-			k := weightKeeper{newNamespaces: func(time.Duration) map[string]int { return maps.Clone(fresh) }}
+			// A hold longer than the test: only deals change the table.
+			k := weightKeeper{hold: time.Hour, newNamespaces: func(time.Duration) map[string]int { return maps.Clone(fresh) }}
 			start := time.Unix(1000, 0)
 			if got := k.next(start, "", view, measured); got != "" {
 				t.Fatalf("a table with no new namespace: %.20s", got)

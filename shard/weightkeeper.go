@@ -18,9 +18,9 @@ import (
 // their own state, so that a member that becomes first starts from it
 // rather than from nothing.
 //
-// Besides dealing new namespaces (weightdeal.go), the keeper changes the table only when the measured
-// weights have put
-// the busiest member above weightBound of the mean for weightHold on end,
+// Besides dealing new namespaces (weightdeal.go), the keeper changes the
+// table only when the measured weights have put the busiest member above
+// weightBound of the mean for weightHold on end,
 // and a table of the measured weights would lower the busiest member's
 // load by more than weightGain: a steady cluster never moves a partition,
 // and a load that swings back and forth faster than weightHold moves
@@ -115,17 +115,15 @@ func (k *weightKeeper) next(now time.Time, current string, view Plan, measured m
 	// fleet's first weights come 10 s after it starts.
 	if view.Ring.Placement == PlacementWeightedMoves && k.newNamespaces != nil {
 		if table, ok := k.dealer.deal(now, current, view, k.newNamespaces(youngWindow), merged); ok {
-			k.unevenSince, k.dealt = time.Time{}, true
+			// The hold's clock runs on: namespaces created more often
+			// than the hold must not keep it from balancing.
+			k.dealt = true
 			return table
 		}
 	}
 	if len(measured) == 0 {
 		k.unevenSince = time.Time{}
 		return current
-	}
-	hold := k.hold
-	if hold <= 0 {
-		hold = weightHold
 	}
 	candidate := EncodeWeightTable(merged, partitions)
 	if view.Ring.Placement == PlacementWeightedMoves {
@@ -137,6 +135,10 @@ func (k *weightKeeper) next(now time.Time, current string, view Plan, measured m
 	}
 	if k.unevenSince.IsZero() {
 		k.unevenSince = now
+	}
+	hold := k.hold
+	if hold <= 0 {
+		hold = weightHold
 	}
 	if now.Sub(k.unevenSince) < hold {
 		return current
