@@ -26,8 +26,8 @@ import (
 // a partition holding new namespaces off the member the most above its
 // fair count of them (its capacity's share, rounded up; the colocated
 // singletons' owner has ColocatedShare of one) while that lowers the
-// pair's larger count. The partitions with namespaces not dealt yet are
-// tried first; those dealt earlier in the window may move again, as they
+// pair's larger count. The partitions with namespaces not dealt yet win
+// ties; those dealt earlier in the window may move again, as they
 // hold little yet (a namespace landing beside an earlier one can leave a
 // member above its count with nothing else to move).
 //
@@ -135,10 +135,10 @@ func (d *dealer) deal(now time.Time, current string, view Plan, fresh map[string
 	for p, n := range count {
 		load[running.owners[p]] += n
 	}
-	// Movable: the partitions being dealt first, then those dealt within
-	// the window, which hold little yet (a namespace landing beside an
-	// earlier one can leave its member above its count with nothing new
-	// to move but that partition).
+	// Movable: the partitions being dealt, which win ties, then those
+	// dealt within the window, which hold little yet (a namespace landing
+	// beside an earlier one can leave its member above its count with
+	// nothing new to move but that partition).
 	slices.Sort(dealing)
 	movable := slices.Clone(dealing)
 	for p := range count {
