@@ -247,8 +247,10 @@ func (m *Manager) step(ctx context.Context, leaving bool) {
 		next := m.weights.next(now, current, view, measuredWeights(m.local.Confirmed, peers))
 		switch {
 		case next != current && m.weights.dealt:
+			weightTables.WithLabelValues("deal").Inc()
 			klog.FromContext(ctx).Info("Adopting a new partition weight table: dealing new namespaces", "moved", m.weights.dealer.moved)
 		case next != current:
+			weightTables.WithLabelValues("hold").Inc()
 			a := m.weights.adopted
 			klog.FromContext(ctx).Info("Adopting a new partition weight table: the busiest member stayed above the bound", "busiestOverMean", round2(a.busiest/a.mean), "afterOverMean", round2(a.then/a.mean), "bound", weightBound, "hold", m.weights.hold)
 		}

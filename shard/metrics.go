@@ -67,6 +67,11 @@ var (
 		Help:           "Pieces no live member lists as running, as this replica sees the Leases (a dead member's pieces count once its lease has expired).",
 		StabilityLevel: metrics.ALPHA,
 	})
+	weightTables = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "fleet", Name: "weight_tables_adopted_total",
+		Help:           "Partition weight tables this replica adopted as the view's keeper (placement by weight), by reason: deal (new namespaces dealt as they appear) or hold (the busiest replica stayed above 1.1x the mean for the hold).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"reason"})
 	piecesWaiting = metrics.NewGauge(&metrics.GaugeOpts{
 		Namespace: "fleet", Name: "pieces_waiting",
 		Help:           "Pieces the ring gives this replica that do not run here yet.",
@@ -80,11 +85,14 @@ var registerOnce sync.Once
 func RegisterMetrics() {
 	registerOnce.Do(func() {
 		for _, c := range []metrics.Registerable{membersGauge, piecesGauge, memberPiecesGauge, pieceRunningGauge,
-			viewChanges, pieceStarts, pieceStops, handoverWait, unownedSeconds, piecesWaiting, unownedPieces} {
+			viewChanges, pieceStarts, pieceStops, handoverWait, unownedSeconds, piecesWaiting, unownedPieces, weightTables} {
 			legacyregistry.MustRegister(c)
 		}
 		// Every series a dashboard or alert reads exists from the start,
 		// at zero, rather than appearing with its first event.
+		for _, reason := range []string{"deal", "hold"} {
+			weightTables.WithLabelValues(reason)
+		}
 		for _, kind := range []string{"partition", "singleton"} {
 			pieceStarts.WithLabelValues(kind)
 			for _, reason := range []string{"moved", "authority", "failed"} {
