@@ -21,17 +21,21 @@ import (
 	"github.com/fleet-controller-manager/fleet-controller-manager/test/localcluster"
 )
 
-// weightHoldInTest: the replicas' --placement-weight-hold.
-const weightHoldInTest = 5 * time.Second
+// weightHoldInTest: the replicas' --placement-weight-hold, longer than
+// the minute for which the hold leaves the partitions a deal moved where
+// they are, so that the load piled right after the deals is balanced by
+// one table, with every partition free to move.
+const weightHoldInTest = 70 * time.Second
 
 // TestPlacementByWeight: a fleet of three with --placement-by-weight
 // deals namespaces created one by one as they appear, so that no replica
 // runs more than its share of them (the colocated singletons' owner
 // half of one) and a partition's worth; then, its work piled into the
 // namespaces of one replica, it adopts one table by the hold on every
-// member, after which the busiest replica holds less than before and at
-// most 1.3x the mean of the objects; with the load steady no new table
-// follows for a minute; and every partition runs on one member.
+// member, after which the busiest replica holds less than
+// before and at most 1.3x the mean of the objects; with the load steady
+// no new table follows for a minute; and every partition runs on one
+// member.
 func TestPlacementByWeight(t *testing.T) {
 	inLane(t, laneHeavy)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
