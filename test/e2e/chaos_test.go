@@ -335,8 +335,8 @@ func TestChaos(t *testing.T) {
 		seed, total, strings.Join(ran, ", "), percentile(converge, 0.5).Round(time.Millisecond),
 		percentile(converge, 0.9).Round(time.Millisecond), converge[len(converge)-1].Round(time.Millisecond), chaosConvergeBound, late)
 	if placementArgs != nil {
-		tables := c.tablesAdopted()
-		t.Logf("chaos: the keepers adopted %d weight tables", tables)
+		tables, byHold := c.tablesAdopted()
+		t.Logf("chaos: the keepers adopted %d weight tables: %d by the hold, %d dealing new namespaces", tables, byHold, tables-byHold)
 		if tables == 0 {
 			t.Errorf("chaos: placed by weight, but no weight table was adopted: the soak did not move a partition by weight")
 		}
@@ -676,23 +676,24 @@ func (c *chaosRun) converged() string {
 // the authority's deadline a stop for lost authority logs.
 var klogPieceByPid = regexp.MustCompile(`^I(\d{4} \d{2}:\d{2}:\d{2}\.\d{6})\s+(\d+) \S+\] "(Starting piece|Stopping piece|Piece stopped)" piece="([^"]+)"(?: authority=(true|false))?(?: authorityUntil="([^"]+)")?`)
 
-// pieceRuns reads every replica's runs of every piece from its log
-// (parsePieceRuns).
 // tablesAdopted counts the weight tables the replicas' logs say they
-// adopted as keepers.
-func (c *chaosRun) tablesAdopted() int {
+// adopted as keepers, all and those by the hold (the others dealt new
+// namespaces).
+func (c *chaosRun) tablesAdopted() (all, byHold int) {
 	c.t.Helper()
-	n := 0
 	for _, r := range c.replicas {
 		data, err := os.ReadFile(r.proc.LogPath)
 		if err != nil {
 			c.t.Fatal(err)
 		}
-		n += strings.Count(string(data), adoptingTableLog)
+		all += strings.Count(string(data), adoptingTableLog)
+		byHold += strings.Count(string(data), holdTableLog)
 	}
-	return n
+	return all, byHold
 }
 
+// pieceRuns reads every replica's runs of every piece from its log
+// (parsePieceRuns).
 func (c *chaosRun) pieceRuns() map[string][]pieceRun {
 	c.t.Helper()
 	runs := map[string][]pieceRun{}
