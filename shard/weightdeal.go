@@ -111,19 +111,11 @@ func (d *dealer) deal(now time.Time, current string, view Plan, fresh map[string
 	if len(dealing) == 0 || len(view.Members) == 0 {
 		return "", false
 	}
-	config := view.Ring
-	config.WeightTable = current
-	running := NewRing(config, view.Members)
-	config.WeightTable = ""
-	base := NewRing(config, view.Members)
-	inRing := base.members
-	if len(inRing) > partitions {
-		inRing = inRing[:partitions]
-	}
+	running, base, inRing := runningAndBase(view, current)
 	heavy, pinned := base.heavyOf()
 	capacity := func(m string) float64 {
 		if m == heavy {
-			return config.ColocatedShare
+			return view.Ring.ColocatedShare
 		}
 		return 1
 	}

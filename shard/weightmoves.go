@@ -118,18 +118,10 @@ func movesTable(view Plan, current string, weights map[int]uint64, fixed func(in
 	if balanced == nil {
 		return "", errors.New("no weights to balance by")
 	}
-	config := view.Ring
-	config.WeightTable = current
-	now := NewRing(config, view.Members)
-	config.WeightTable = ""
-	base := NewRing(config, view.Members)
-	inRing := base.members
-	if len(inRing) > partitions {
-		inRing = inRing[:partitions]
-	}
+	now, base, inRing := runningAndBase(view, current)
 	owners := slices.Clone(now.owners)
 	heavy, pinned := base.heavyOf()
-	balanceByWeight(owners, inRing, balanced, heavy, config.ColocatedShare, pinned, fixed, true)
+	balanceByWeight(owners, inRing, balanced, heavy, view.Ring.ColocatedShare, pinned, fixed, true)
 	moves := map[int]string{}
 	for p, m := range owners {
 		if m != base.owners[p] {
@@ -137,4 +129,20 @@ func movesTable(view Plan, current string, weights map[int]uint64, fixed func(in
 		}
 	}
 	return EncodeMovesTable(codes, moves)
+}
+
+// runningAndBase are the view's ring under the table current (the
+// placement the fleet runs) and without a table (the ring's own, which a
+// moves table's moves are from), and the members in the ring.
+func runningAndBase(view Plan, current string) (running, base *Ring, inRing []string) {
+	config := view.Ring
+	config.WeightTable = current
+	running = NewRing(config, view.Members)
+	config.WeightTable = ""
+	base = NewRing(config, view.Members)
+	inRing = base.members
+	if len(inRing) > config.Partitions {
+		inRing = inRing[:config.Partitions]
+	}
+	return running, base, inRing
 }
