@@ -5,6 +5,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -45,6 +46,39 @@ func (b *bench) terminatedWatchers() (float64, error) {
 // happened since its version, before any new event).
 func (b *bench) initEvents() (float64, error) {
 	return b.apiserverMetricSum("apiserver_init_events_total", func(string) bool { return true })
+}
+
+// watchEventKinds are the resources whose watch events the report shows
+// apart: the workloads' own kinds and the Leases the fleet writes.
+var watchEventKinds = []string{"pods", "replicasets", "deployments", "events", "leases"}
+
+// watchEvents records the watch events the apiserver has sent to every
+// watcher (one per event and watcher), in all, by the resources of
+// watchEventKinds, and their bytes: what every client receives and
+// decodes, the fleet's replicas each their own copy of every event of a
+// kind they cache whole.
+func (b *bench) watchEvents(figures map[string]float64) error {
+	body, err := b.client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(b.ctx)
+	if err != nil {
+		return fmt.Errorf("reading the apiserver's metrics: %w", err)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		v, _ := strconv.ParseFloat(line[i+1:], 64)
+		switch {
+		case strings.HasPrefix(line, "apiserver_watch_events_total{"):
+			figures["watch_events"] += v
+			if r := labelValue(line, "resource"); slices.Contains(watchEventKinds, r) {
+				figures["watch_events_"+r] += v
+			}
+		case strings.HasPrefix(line, "apiserver_watch_events_sizes_sum{"):
+			figures["watch_event_mib"] += v / (1 << 20)
+		}
+	}
+	return nil
 }
 
 // apiserverMetricSum sums the apiserver's samples of metric whose line

@@ -141,6 +141,9 @@ func benchRun(ctx context.Context, binDir string, s system, l limits, cfg config
 	if n, err := b.initEvents(); err == nil {
 		b.figures["init_events"] = n
 	}
+	if err := b.watchEvents(b.figures); err != nil {
+		return nil, "", err
+	}
 	// Read after the accounting above, so the idle wait is not in it.
 	n, err := b.idleGoroutines()
 	if err != nil {
