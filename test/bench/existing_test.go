@@ -23,3 +23,23 @@ func TestBusiestNamespaceCount(t *testing.T) {
 		})
 	}
 }
+
+func TestNeighbourCount(t *testing.T) {
+	partition := map[string]int{"hot": 0, "a": 0, "b": 1, "c": 2, "d": 3}
+	of := func(ns string) int { return partition[ns] }
+	for _, tc := range []struct {
+		name  string
+		owner map[int]string
+		want  int
+	}{
+		{"a tenant in the busy partition and one in another of its owner's", map[int]string{0: "x", 1: "x", 2: "y", 3: "y"}, 2},
+		{"no other tenant on the busy owner but its partition's", map[int]string{0: "x", 1: "y", 2: "y", 3: "z"}, 1},
+		{"the busy partition runs nowhere", map[int]string{1: "x", 2: "x"}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := neighbourCount("hot", []string{"a", "b", "c", "d"}, tc.owner, of); got != tc.want {
+				t.Errorf("neighbourCount = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}

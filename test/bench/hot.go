@@ -61,6 +61,9 @@ func (b *bench) hotTenant() error {
 		return err
 	}
 	b.figures["h_rest_converge_s"] = time.Since(start).Seconds()
+	if err := b.recordNeighbours(spread); err != nil {
+		return err
+	}
 	if err := b.waitDeployments(all, isAvailable); err != nil {
 		return err
 	}
@@ -105,4 +108,37 @@ func (b *bench) servingProcesses(namespace string) ([]int, error) {
 		}
 	}
 	return nil, fmt.Errorf("no replica runs partition %d of namespace %s", p, namespace)
+}
+
+// recordNeighbours records, for a fleet, how many of the other tenants
+// the busy tenant's replica runs when they are all available, as the
+// Leases' partitions say: those wait behind the busy tenant's work in one
+// client budget and one work queue per controller, as every tenant does
+// under KCM.
+func (b *bench) recordNeighbours(others []string) error {
+	if !b.system.Fleet {
+		return nil
+	}
+	st, err := shard.ReadFleet(b.ctx, membership.NewLeaseStore(b.client), "kube-system", "fleet-controller-manager", shard.DefaultRingConfig.Partitions)
+	if err != nil {
+		return err
+	}
+	b.figures["h_neighbours"] = float64(neighbourCount(hotNamespace, others, st.PartitionOwners(), shard.DefaultRingConfig.NamespacePartition))
+	return nil
+}
+
+// neighbourCount is how many of others run on the owner of ns's
+// partition; none when nobody runs it.
+func neighbourCount(ns string, others []string, owner map[int]string, partition func(string) int) int {
+	o := owner[partition(ns)]
+	if o == "" {
+		return 0
+	}
+	n := 0
+	for _, other := range others {
+		if owner[partition(other)] == o {
+			n++
+		}
+	}
+	return n
 }

@@ -30,6 +30,7 @@ var figureNames = []struct{ key, label string }{
 	{"e_max_unowned_s", "(e) rolling restart: longest time anything had no owner (s)"},
 	{"h_converge_s", "(h) one busy tenant (half of (a)'s Deployments in one namespace): all available (s)"},
 	{"h_rest_converge_s", "(h) the other tenants' Deployments all available (s)"},
+	{"h_neighbours", "(h) fleet: other tenants on the busy tenant's replica (Leases)"},
 	{"h_owner_cpu_s", "(h) CPU-seconds of the process serving the busy namespace (KCM: leader and standby)"},
 	{"h_owner_peak_rss_mib", "(h) peak RSS of the process serving the busy namespace (MiB; KCM: the larger instance)"},
 	{"i_converge_s", "(i) Deployments of existing namespaces (as many as (a)'s, at one replica) scaled up at once: all available (s)"},
