@@ -29,7 +29,8 @@ var figureNames = []struct{ key, label string }{
 	{"e_converge_s", "(e) rolling restart during (a): all available (s)"},
 	{"e_max_unowned_s", "(e) rolling restart: longest time anything had no owner (s)"},
 	{"h_converge_s", "(h) one busy tenant (half of (a)'s Deployments in one namespace): all available (s)"},
-	{"h_rest_converge_s", "(h) the other tenants' Deployments all available (s)"},
+	{"h_rest_median_s", "(h) the other tenants: the median tenant's Deployments all available (s)"},
+	{"h_rest_converge_s", "(h) the other tenants: the last tenant's Deployments all available (s)"},
 	{"h_neighbours", "(h) fleet: other tenants on the busy tenant's replica (Leases)"},
 	{"h_owner_cpu_s", "(h) CPU-seconds of the process serving the busy namespace (KCM: leader and standby)"},
 	{"h_owner_peak_rss_mib", "(h) peak RSS of the process serving the busy namespace (MiB; KCM: the larger instance)"},
@@ -250,7 +251,8 @@ func targets(results []result, kcm *result) string {
 			fmt.Fprintf(&b, "- (h) one busy tenant, fleet ×3 at most 1.0× KCM's time: %.2f× — %s\n", h, verdict(h <= 1.0))
 		}
 		if r, ok := ratio(f3, "h_rest_converge_s"); ok && r > 0 {
-			fmt.Fprintf(&b, "- (h) the other tenants, fleet ×3 at least 2.5× faster than under KCM: %.2f× — %s\n", 1/r, verdict(1/r >= 2.5))
+			m, _ := ratio(f3, "h_rest_median_s")
+			fmt.Fprintf(&b, "- (h) the other tenants, fleet ×3 at least 2.5× faster than under KCM, the last of them: %.2f× — %s (the median tenant: %.2f×)\n", 1/r, verdict(1/r >= 2.5), 1/m)
 		}
 		if e, ok := f3.Median["e_max_unowned_s"]; ok {
 			fmt.Fprintf(&b, "- (e) no namespace without an owner for more than 2 s during a rolling restart: longest %.2f s — %s (KCM leader gap: %.2f s)\n", e, verdict(e <= 2), kcm.Median["e_max_unowned_s"])
