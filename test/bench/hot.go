@@ -19,12 +19,11 @@ const hotNamespace = "hot-tenant"
 
 // (h) one busy tenant: as many Deployments as (a), half of them (and so
 // half of the Pods) in one namespace, the rest spread over as many
-// namespaces as (a) has; when each other tenant's are available, when
-// all are, and the CPU and
-// memory of the process serving the busy namespace (KCM: its two
-// instances, of which the standby idles). A
-// fleet places the whole namespace on one replica: that replica does half
-// the work however many replicas the fleet has.
+// namespaces as (a) has; when each other tenant's are available, when all
+// are, and the CPU and memory of the process serving the busy namespace
+// (KCM: its two instances, of which the standby idles). A fleet places the
+// whole namespace on one replica: that replica does half the work however
+// many replicas the fleet has.
 func (b *bench) hotTenant() error {
 	total := b.size.Namespaces * b.size.Deployments
 	spread := make([]string, b.size.Namespaces)
