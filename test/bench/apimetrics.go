@@ -1,7 +1,8 @@
 package main
 
 // kube-apiserver's own figures of a run, from its /metrics: requests,
-// watches, watchers it closed and events replayed to resuming watches.
+// watches, watchers it closed, events replayed to resuming watches and
+// the watch events it sent.
 
 import (
 	"fmt"
@@ -12,21 +13,13 @@ import (
 
 // apiserverRequests is apiserver_request_total by verb (every client).
 func (b *bench) apiserverRequests() (map[string]float64, error) {
-	body, err := b.client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(b.ctx)
-	if err != nil {
-		return nil, fmt.Errorf("apiserver metrics: %w", err)
-	}
 	out := map[string]float64{}
-	for _, line := range strings.Split(string(body), "\n") {
-		if !strings.HasPrefix(line, "apiserver_request_total{") {
-			continue
+	err := b.eachSample(func(name, line string, v float64) {
+		if name == "apiserver_request_total" {
+			out[labelValue(line, "verb")] += v
 		}
-		verb := labelValue(line, "verb")
-		i := strings.LastIndexByte(line, ' ')
-		v, _ := strconv.ParseFloat(line[i+1:], 64)
-		out[verb] += v
-	}
-	return out, nil
+	})
+	return out, err
 }
 
 // watches is how many watches the apiserver holds open now.
@@ -50,7 +43,7 @@ func (b *bench) initEvents() (float64, error) {
 
 // watchEventKinds are the resources whose watch events the report shows
 // apart: the workloads' own kinds and the Leases the fleet writes.
-var watchEventKinds = []string{"pods", "replicasets", "deployments", "events", "leases"}
+var watchEventKinds = []string{"pods", "replicasets", "deployments", "leases"}
 
 // watchEvents records the watch events the apiserver has sent to every
 // watcher (one per event and watcher), in all, by the resources of
@@ -58,45 +51,47 @@ var watchEventKinds = []string{"pods", "replicasets", "deployments", "events", "
 // decodes, the fleet's replicas each their own copy of every event of a
 // kind they cache whole.
 func (b *bench) watchEvents(figures map[string]float64) error {
-	body, err := b.client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(b.ctx)
-	if err != nil {
-		return fmt.Errorf("reading the apiserver's metrics: %w", err)
-	}
-	for _, line := range strings.Split(string(body), "\n") {
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			continue
-		}
-		v, _ := strconv.ParseFloat(line[i+1:], 64)
-		switch {
-		case strings.HasPrefix(line, "apiserver_watch_events_total{"):
+	return b.eachSample(func(name, line string, v float64) {
+		switch name {
+		case "apiserver_watch_events_total":
 			figures["watch_events"] += v
 			if r := labelValue(line, "resource"); slices.Contains(watchEventKinds, r) {
 				figures["watch_events_"+r] += v
 			}
-		case strings.HasPrefix(line, "apiserver_watch_events_sizes_sum{"):
+		case "apiserver_watch_events_sizes_sum":
 			figures["watch_event_mib"] += v / (1 << 20)
 		}
-	}
-	return nil
+	})
 }
 
 // apiserverMetricSum sums the apiserver's samples of metric whose line
 // match accepts.
 func (b *bench) apiserverMetricSum(metric string, match func(line string) bool) (float64, error) {
-	body, err := b.client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(b.ctx)
-	if err != nil {
-		return 0, fmt.Errorf("reading the apiserver's metrics: %w", err)
-	}
 	total := 0.0
-	for _, line := range strings.Split(string(body), "\n") {
-		if (strings.HasPrefix(line, metric+"{") || strings.HasPrefix(line, metric+" ")) && match(line) {
-			i := strings.LastIndexByte(line, ' ')
-			v, _ := strconv.ParseFloat(line[i+1:], 64)
+	err := b.eachSample(func(name, line string, v float64) {
+		if name == metric && match(line) {
 			total += v
 		}
+	})
+	return total, err
+}
+
+// eachSample reads the apiserver's /metrics and hands f every sample: its
+// metric's name, the whole line (for labelValue) and its value.
+func (b *bench) eachSample(f func(name, line string, v float64)) error {
+	body, err := b.client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(b.ctx)
+	if err != nil {
+		return fmt.Errorf("reading the apiserver's metrics: %w", err)
 	}
-	return total, nil
+	for _, line := range strings.Split(string(body), "\n") {
+		end := strings.IndexAny(line, "{ ")
+		if end <= 0 || line[0] == '#' {
+			continue
+		}
+		v, _ := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		f(line[:end], line, v)
+	}
+	return nil
 }
 
 func labelValue(line, name string) string {

@@ -157,23 +157,24 @@ func neighbourCount(ns string, others []string, owner map[int]string, partition 
 // and says when each namespace's were first seen so (to the poll's 250 ms).
 func (b *bench) waitEachNamespace(namespaces []string, ok func(*appsv1.Deployment) bool) (map[string]time.Time, error) {
 	done := map[string]time.Time{}
+	pending := ""
 	err := wait.PollUntilContextTimeout(b.ctx, 250*time.Millisecond, workloadTimeout, true, func(ctx context.Context) (bool, error) {
+		pending = ""
 		for _, ns := range namespaces {
 			if _, seen := done[ns]; seen {
 				continue
 			}
 			list, err := b.client.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
-			if err != nil || len(list.Items) == 0 {
-				continue
-			}
-			if !slices.ContainsFunc(list.Items, func(d appsv1.Deployment) bool { return !ok(&d) }) {
+			if err == nil && len(list.Items) > 0 && !slices.ContainsFunc(list.Items, func(d appsv1.Deployment) bool { return !ok(&d) }) {
 				done[ns] = time.Now()
+			} else if pending == "" {
+				pending = ns
 			}
 		}
 		return len(done) == len(namespaces), nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("waiting for deployments (%d of %d namespaces available): %w", len(done), len(namespaces), err)
+		return nil, fmt.Errorf("waiting for deployments (%d of %d namespaces available, still %s): %w", len(done), len(namespaces), pending, err)
 	}
 	return done, nil
 }

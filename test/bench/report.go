@@ -86,7 +86,6 @@ var figureNames = []struct{ key, label string }{
 	{"watch_events_pods", "of them Pods'"},
 	{"watch_events_replicasets", "of them ReplicaSets'"},
 	{"watch_events_deployments", "of them Deployments'"},
-	{"watch_events_events", "of them Events'"},
 	{"watch_events_leases", "of them Leases'"},
 	{"watch_event_mib", "watch events' bytes the apiserver sent (MiB, all clients)"},
 	{"kwok_pod_watches", "kwok's Pod WATCH requests (audit)"},
