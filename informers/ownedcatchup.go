@@ -58,9 +58,23 @@ func (lw *ownedListWatch) catchUp(ctx context.Context, namespaces []string, sync
 	logger := klog.FromContext(ctx).WithValues("resource", t.resource)
 	start := time.Now()
 	behind := slices.Clone(namespaces)
+	lw.noteBehind(namespaces, 1)
+	defer func() { lw.noteBehind(behind, -1) }()
 	relisted := false
 	err = wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) {
-		behind = slices.DeleteFunc(behind, func(ns string) bool { return lw.caughtUp(ns, listed[ns], versions[ns]) })
+		behind = slices.DeleteFunc(behind, func(ns string) bool {
+			if !lw.caughtUp(ns, listed[ns], versions[ns]) {
+				return false
+			}
+			lw.noteBehind([]string{ns}, -1)
+			return true
+		})
+		// A source waiting to resume a watch kube-apiserver closed
+		// resumes now: its watch delivers what the server still has, in
+		// order, where a list would fold it (a ConfigMap created and
+		// deleted meanwhile would never be told, and the root-CA
+		// publisher, whose ConfigMap a user deleted, never hears of it).
+		lw.wakeCarriers(behind)
 		if len(behind) > 0 && !relisted && time.Since(start) >= catchUpRelistAfter {
 			relisted = true
 			catchUpRelists.WithLabelValues(t.resource).Inc()
@@ -137,6 +151,39 @@ func (lw *ownedListWatch) caughtUp(ns string, listed []keyVersion, version strin
 		}
 	}
 	return true
+}
+
+// noteBehind counts a catch-up waiting for namespaces (delta 1) or done
+// (-1), for Waiting.
+func (lw *ownedListWatch) noteBehind(namespaces []string, delta int) {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	for _, ns := range namespaces {
+		if lw.behind[ns] += delta; lw.behind[ns] <= 0 {
+			delete(lw.behind, ns)
+		}
+	}
+}
+
+// wakeCarriers cuts short the wait of the watching sources carrying
+// namespaces after a watch closed early (sleepUnlessWoken).
+func (lw *ownedListWatch) wakeCarriers(namespaces []string) {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	for s := range lw.sources {
+		if s.feeds != nil || s.version == "" {
+			continue
+		}
+		for _, ns := range namespaces {
+			if s.has(ns) {
+				select {
+				case s.wakeChan() <- struct{}{}:
+				default:
+				}
+				break
+			}
+		}
+	}
 }
 
 // relistCarriers makes the sources carrying namespaces list them again

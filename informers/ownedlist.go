@@ -45,8 +45,17 @@ func (lw *ownedListWatch) listSource(ctx context.Context, t *listWatchTarget, sr
 	for _, ns := range namespaces {
 		versions[ns] = version
 	}
+	if kind == adoptingList {
+		versions[everyNamespace] = version
+	}
 	return items, versions, nil
 }
+
+// everyNamespace, among the versions of a list, says that the list read
+// every namespace (an adopting source's): it covers the namespaces its
+// source took while it was on its way too, whether or not the source
+// still adopts when it is handed over. No namespace has this name.
+const everyNamespace = "*"
 
 // listNamespaces lists the objects of namespaces as a feeder does, as
 // they are when it is called, with the version each namespace was read

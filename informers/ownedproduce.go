@@ -210,8 +210,14 @@ func (p *producer) watchEnded(ctx context.Context, expired, superseded bool) rou
 		watchesClosedEarly.WithLabelValues(p.target.resource).Inc()
 		lasted := time.Since(p.opened)
 		pause := closedWait(&p.closedBackoff, lasted)
+		lw := p.lw
+		lw.mu.Lock()
+		if lw.closedWaitForTest > 0 {
+			pause = lw.closedWaitForTest
+		}
+		lw.mu.Unlock()
 		p.logger.V(2).Info("A watch of the owned cache was closed early; resuming after a wait", "lasted", lasted.Round(time.Millisecond), "wait", pause.Round(time.Millisecond))
-		if !p.sleep(ctx, pause) {
+		if !p.sleepUnlessWoken(ctx, pause) {
 			return roundDone
 		}
 	default:
@@ -224,6 +230,22 @@ func (p *producer) watchEnded(ctx context.Context, expired, superseded bool) rou
 func (p *producer) sleep(ctx context.Context, d time.Duration) bool {
 	select {
 	case <-time.After(d):
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// sleepUnlessWoken waits d, or until a gain waiting for the source wakes
+// it (wakeCarriers); false if ctx ended first.
+func (p *producer) sleepUnlessWoken(ctx context.Context, d time.Duration) bool {
+	p.lw.mu.Lock()
+	woken := p.src.wakeChan()
+	p.lw.mu.Unlock()
+	select {
+	case <-time.After(d):
+		return true
+	case <-woken:
 		return true
 	case <-ctx.Done():
 		return false

@@ -43,6 +43,24 @@ func simDebugf(ns string, format string, args ...any) {
 // simPartitions: namespaces are placed in this many partitions.
 const simPartitions = 4
 
+// simWaitMax bounds every wait of a schedule on the owned cache (a gain,
+// a hold of every namespace, the first sync): far beyond what one takes
+// (a watch resuming waits at most 16 s), so one that has not returned by
+// then never will, and the schedule fails with what the cache waits for
+// instead of blocking the run until the test binary's timeout.
+const simWaitMax = 60 * time.Second
+
+// simStuck fails a schedule whose wait for what did not return within
+// simWaitMax, with what the owned cache waits for.
+func simStuck(t *testing.T, seed int64, what string, owned *OwnedCache) {
+	t.Helper()
+	var waits []string
+	for _, w := range owned.Waiting() {
+		waits = append(waits, w.String())
+	}
+	t.Errorf("seed %d: %s did not return within %s; the owned cache waits for: %s", seed, what, simWaitMax, strings.Join(waits, " | "))
+}
+
 // TestOwnedCacheSimulation drives the owned cache, its scope and a
 // controller written like the root-CA publisher against an in-memory
 // apiserver (apiServerModel) under a seeded random schedule of
@@ -259,7 +277,14 @@ func runOwnedSim(t *testing.T, seed int64) map[string]int {
 	}
 	factory.Start(ctx.Done())
 	owned.Start(ctx.Done())
-	factory.WaitForCacheSync(ctx.Done())
+	syncCtx, cancelSync := context.WithTimeout(ctx, simWaitMax)
+	defer cancelSync()
+	for typ, synced := range factory.WaitForCacheSync(syncCtx.Done()) {
+		if !synced {
+			simStuck(t, seed, fmt.Sprintf("the first sync of the %v informer", typ), owned)
+			return nil
+		}
+	}
 	go publisher.run(ctx)
 
 	counts := map[string]int{}
@@ -336,7 +361,12 @@ func runOwnedSim(t *testing.T, seed int64) map[string]int {
 				simDebugf("", "partition %d moves (loaded: %v)", p, loaded[p])
 				if gaining[p] != nil {
 					// The partition table serializes a partition's moves.
-					<-gaining[p]
+					select {
+					case <-gaining[p]:
+					case <-time.After(simWaitMax):
+						simStuck(t, seed, fmt.Sprintf("round %d: the gain of partition %d", round, p), owned)
+						return counts
+					}
 					delete(gaining, p)
 				}
 				if loaded[p] {
@@ -372,8 +402,12 @@ func runOwnedSim(t *testing.T, seed int64) map[string]int {
 					owned.ReleaseEverywhere(&corev1.ConfigMap{})
 					counts["singletons let go of every namespace"]++
 				} else {
-					if _, err := owned.HoldEverywhere(ctx, &corev1.ConfigMap{}); err != nil {
-						t.Fatal(err)
+					holdCtx, cancelHold := context.WithTimeout(ctx, simWaitMax)
+					_, err := owned.HoldEverywhere(holdCtx, &corev1.ConfigMap{})
+					cancelHold()
+					if err != nil {
+						simStuck(t, seed, fmt.Sprintf("round %d: holding every namespace", round), owned)
+						return counts
 					}
 					counts["singletons held every namespace"]++
 				}
@@ -495,7 +529,11 @@ func checkOwnedSim(ctx context.Context, t *testing.T, seed int64, round int, mod
 		return true, nil
 	})
 	if err != nil {
-		t.Errorf("seed %d, round %d: not quiescent: %s", seed, round, why)
+		var waits []string
+		for _, w := range owned.Waiting() {
+			waits = append(waits, w.String())
+		}
+		t.Errorf("seed %d, round %d: not quiescent: %s (the owned cache waits for: %s)", seed, round, why, strings.Join(waits, " | "))
 	}
 	checker.mu.Lock()
 	defer checker.mu.Unlock()

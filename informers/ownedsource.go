@@ -153,6 +153,18 @@ type source struct {
 	watchCovers map[string]bool
 	watchGen    uint64
 	cancelWatch context.CancelFunc
+	// woken cuts short the wait of a watching source after kube-apiserver
+	// closed its watch early: a gain waiting for the source to catch up
+	// (ownedcatchup.go) resumes its watch now. Made by wakeChan.
+	woken chan struct{}
+}
+
+// wakeChan is the channel that wakes the source. Called with mu held.
+func (s *source) wakeChan() chan struct{} {
+	if s.woken == nil {
+		s.woken = make(chan struct{}, 1)
+	}
+	return s.woken
 }
 
 // supersedeWatch ends the source's open watch: nothing it delivers from

@@ -238,13 +238,17 @@ func (lw *ownedListWatch) relistCovers(src *source, listed map[string]string, ve
 			stale[ns] = true
 			continue
 		}
-		if ns != "" && src.has(ns) {
+		if ns != "" && ns != everyNamespace && src.has(ns) {
 			covered = append(covered, ns)
 		}
 	}
-	if src.adopts {
-		// An adopting source lists every namespace: those it took while
-		// the list was on its way are covered too.
+	if _, every := listed[everyNamespace]; every {
+		// An adopting source's list reads every namespace: those it took
+		// while the list was on its way are covered too. Whether the
+		// source adopts still does not matter: a singleton letting go
+		// while the list was on its way ends its adopting, not what its
+		// list read, and a namespace a gain took meanwhile would
+		// otherwise never be noted listed, and its Load never return.
 		for _, ns := range src.namespaces {
 			if _, ok := listed[ns]; !ok && !stale[ns] {
 				covered = append(covered, ns)

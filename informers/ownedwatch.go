@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -70,8 +71,14 @@ type ownedListWatch struct {
 	// awaited: namespaces a Load waits for, with the objects (key and
 	// version) their first list handed over once it has; nil until then.
 	awaited map[string][]keyVersion
+	// behind: namespaces gains are waiting to catch up with the server
+	// (catchUp), with how many gains wait for each.
+	behind map[string]int
 	// compacting: a compaction is scheduled.
 	compacting bool
+	// closedWaitForTest, when set, is every wait after a close (a test
+	// holds a source in it). Guarded by mu.
+	closedWaitForTest time.Duration
 }
 
 // countSources publishes how many sources there are (the trunk and the
@@ -108,7 +115,7 @@ type keyVersion struct{ key, version string }
 
 func newOwnedListWatch(target func() (*listWatchTarget, error), sharded bool, maxTerms, wideAbove int) *ownedListWatch {
 	return &ownedListWatch{target: target, sharded: sharded, maxTerms: maxTerms, wideAbove: wideAbove,
-		loaded: map[string]bool{}, sources: map[*source]struct{}{}, ledger: map[string]map[string]struct{}{}, awaited: map[string][]keyVersion{}}
+		loaded: map[string]bool{}, sources: map[*source]struct{}{}, ledger: map[string]map[string]struct{}{}, awaited: map[string][]keyVersion{}, behind: map[string]int{}}
 }
 
 var _ cache.ListerWatcherWithContext = &ownedListWatch{}

@@ -1,0 +1,121 @@
+package informers
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// What a load of the owned cache is waiting for, for the partition
+// table's loading rows (/debug/fleet), its log line when a load is slow,
+// and the simulation's report of a schedule that never settles.
+
+// LoadWait is what one informer of the owned cache has yet to do before
+// the loads waiting on it return.
+type LoadWait struct {
+	Resource string `json:"resource"`
+	// Unlisted: namespaces a load waits for whose first list has not
+	// been handed over yet.
+	Unlisted []string `json:"unlisted,omitempty"`
+	// Unstored: namespaces whose first list has been handed over and is
+	// not all in the informer's store yet.
+	Unstored []string `json:"unstored,omitempty"`
+	// Behind: namespaces a gain waits to catch up with the server
+	// (ownedcatchup.go).
+	Behind []string `json:"behind,omitempty"`
+	// Sources: the informer's requests, each as "trunk", "feeder",
+	// "adopter" with its version ("" while it lists) and namespaces.
+	Sources []string `json:"sources,omitempty"`
+}
+
+// String is the wait in one line.
+func (w LoadWait) String() string {
+	var parts []string
+	for _, f := range []struct {
+		what       string
+		namespaces []string
+	}{{"unlisted", w.Unlisted}, {"listed, not stored", w.Unstored}, {"behind the server", w.Behind}} {
+		if len(f.namespaces) > 0 {
+			parts = append(parts, fmt.Sprintf("%s %s", f.what, abbreviate(f.namespaces, 5)))
+		}
+	}
+	return fmt.Sprintf("%s: %s (sources: %s)", w.Resource, strings.Join(parts, "; "), strings.Join(w.Sources, ", "))
+}
+
+// Waiting lists, per informer with something left to do, what the loads
+// in progress wait for (none: every load has what it waits for).
+func (o *OwnedCache) Waiting() []LoadWait {
+	o.mu.Lock()
+	lws := make([]*ownedListWatch, 0, len(o.informers))
+	for _, i := range o.informers {
+		lws = append(lws, i.lw)
+	}
+	o.mu.Unlock()
+	var out []LoadWait
+	for _, lw := range lws {
+		if w, ok := lw.waiting(); ok {
+			out = append(out, w)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Resource < out[j].Resource })
+	return out
+}
+
+// waiting is what lw's loads wait for; false if nothing.
+func (lw *ownedListWatch) waiting() (LoadWait, bool) {
+	t, err := lw.target()
+	resource := "unresolved"
+	if err == nil {
+		resource = t.resource
+	}
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	w := LoadWait{Resource: resource}
+	for _, ns := range slices.Sorted(maps.Keys(lw.awaited)) {
+		if lw.awaited[ns] == nil {
+			w.Unlisted = append(w.Unlisted, ns)
+		} else {
+			w.Unstored = append(w.Unstored, ns)
+		}
+	}
+	w.Behind = slices.Sorted(maps.Keys(lw.behind))
+	if len(w.Unlisted)+len(w.Unstored)+len(w.Behind) == 0 {
+		return LoadWait{}, false
+	}
+	for s := range lw.sources {
+		w.Sources = append(w.Sources, s.describe())
+	}
+	sort.Strings(w.Sources)
+	return w, true
+}
+
+// describe names the source, its version and its namespaces. Called with
+// mu held.
+func (s *source) describe() string {
+	kind := "trunk"
+	switch {
+	case s.feeds != nil:
+		kind = "feeder"
+	case s.adopts:
+		kind = "adopter"
+	}
+	version := s.version
+	if version == "" {
+		version = "listing"
+	}
+	out := fmt.Sprintf("%s at %s with %s", kind, version, abbreviate(s.namespaces, 3))
+	if len(s.joining) > 0 {
+		out += fmt.Sprintf(", %d joining", len(s.joining))
+	}
+	return out
+}
+
+// abbreviate names up to n of names and counts the rest.
+func abbreviate(names []string, n int) string {
+	if len(names) <= n {
+		return "[" + strings.Join(names, " ") + "]"
+	}
+	return fmt.Sprintf("[%s and %d more]", strings.Join(names[:n], " "), len(names)-n)
+}
