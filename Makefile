@@ -206,7 +206,7 @@ test-deps:
 # -v would and ends with the slowest tests and the time per package. The
 # e2e tests run at once, in lanes sized to the machine
 # (test/e2e/lanes_test.go); -parallel only has to let every lane fill.
-test: tools build $(BIN)/fleet-recording-replica image-host test-deps
+test: tools build $(BIN)/fleet-recording-replica $(BIN)/fleet-controller-manager-planted-stuck_load image-host test-deps
 	$(GO) vet -tags e2e ./...
 	$(GO) vet -tags 'e2e long' ./test/e2e/
 	cd deploy/image && $(GO) vet ./... && $(GO) test -count=1 ./...
@@ -262,7 +262,7 @@ chaos: tools build $(if $(PLANT),$(BIN)/fleet-controller-manager-planted-$(PLANT
 
 # A build with one planted fault (membership/plants.go), for make chaos
 # PLANT=<name>.
-PLANTS       := unbounded_authority unconfirmed_expiry no_relist_on_expiry table_outside_view
+PLANTS       := unbounded_authority unconfirmed_expiry no_relist_on_expiry table_outside_view stuck_load
 PLANTED_BINS := $(PLANTS:%=$(BIN)/fleet-controller-manager-planted-%)
 .PHONY: $(PLANTED_BINS)
 $(PLANTED_BINS): $(BIN)/fleet-controller-manager-planted-%:

@@ -9,6 +9,7 @@ import (
 	"k8s.io/controller-manager/controller"
 
 	"github.com/fleet-controller-manager/fleet-controller-manager/informers"
+	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
 	"k8s.io/klog/v2"
 	kcmapp "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 )
@@ -80,12 +81,15 @@ type OwnedCacheStatus struct {
 	Everywhere     []string            `json:"everywhere,omitempty"`
 	FieldSelectors map[string]string   `json:"fieldSelectors,omitempty"`
 	Keys           map[string][]string `json:"keys,omitempty"`
+	// Loading: the load of partitions in progress, with what the owned
+	// cache waits for.
+	Loading []shard.LocalLoad `json:"loading,omitempty"`
 }
 
 // CacheHandler serves CachePath.
 func (r *Runtime) CacheHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		status := OwnedCacheStatus{Mode: string(r.mode), Served: r.table.served()}
+		status := OwnedCacheStatus{Mode: string(r.mode), Served: r.table.served(), Loading: r.table.Loads()}
 		if r.owned != nil {
 			status.Partitions, status.Everywhere, status.Keys = r.owned.Partitions(), r.owned.Everywhere(), r.owned.Keys()
 			status.FieldSelectors = r.owned.FieldSelectors()
@@ -96,6 +100,10 @@ func (r *Runtime) CacheHandler() http.Handler {
 		}
 	})
 }
+
+// Loads is the load of partitions in progress on this replica, if any,
+// with what it waits for.
+func (r *Runtime) Loads() []shard.LocalLoad { return r.table.Loads() }
 
 // InformersPath serves, per piece this replica runs, the informers its
 // controllers were given (informers.PieceFactory.Census): which

@@ -61,10 +61,18 @@ type partitionTable struct {
 
 	mu   sync.Mutex
 	rows map[int]*partitionRow
-	// loading: the partitions of the load in progress, and what cancels
-	// it once none of them is wanted any more.
+	// loading: the partitions of the load in progress, since when, and
+	// what cancels it once none of them is wanted any more.
 	loading       []int
+	loadingSince  time.Time
 	cancelLoading context.CancelFunc
+	// publishLoading, when set, is told the partitions loading and since
+	// when as each load starts and ends (membership.Member.SetLoading:
+	// the Lease names a slow one).
+	publishLoading func(map[int]time.Time)
+	// stuckAfter: a load going on for longer is reported stuck, logged
+	// with what it waits for and counted (the lease duration).
+	stuckAfter time.Duration
 
 	// The loop's own.
 	controllersRunning bool
@@ -391,8 +399,14 @@ func (t *partitionTable) load(ctx context.Context, batch []int) (bool, error) {
 	}
 	loadCtx, cancel := context.WithCancel(ctx)
 	t.mu.Lock()
-	t.loading, t.cancelLoading = batch, cancel
+	t.loading, t.loadingSince, t.cancelLoading = batch, time.Now(), cancel
 	t.mu.Unlock()
+	t.published()
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		t.watchLoad(loadCtx)
+	}()
 	var err error
 	if t.controllersRunning {
 		err = t.owned.Load(loadCtx, batch...)
@@ -401,8 +415,10 @@ func (t *partitionTable) load(ctx context.Context, batch []int) (bool, error) {
 	}
 	t.mu.Lock()
 	cancel()
-	t.loading, t.cancelLoading = nil, nil
+	t.loading, t.loadingSince, t.cancelLoading = nil, time.Time{}, nil
 	t.mu.Unlock()
+	<-watched
+	t.published()
 	if err == nil {
 		return true, nil
 	}

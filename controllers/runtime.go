@@ -110,6 +110,13 @@ type RuntimeConfig struct {
 	// weightInterval (weights.go): the weights the replica publishes.
 	// Only the modes with an owned cache measure them.
 	Weights func(map[int]uint64)
+	// Loading, when set, is told the partitions being loaded into the
+	// owned cache and since when, as each load starts and ends (the
+	// Lease names a slow one: membership.Member.SetLoading).
+	Loading func(map[int]time.Time)
+	// LoadStuckAfter: a load going on for longer is logged with what it
+	// waits for and counted stuck (the lease duration; 0: never).
+	LoadStuckAfter time.Duration
 	// Replicas counts the fleet's live replicas, this one included; when
 	// set, the partition controllers' worker counts are KCM's divided
 	// among them (shareWorkers) when they are built. Nil: KCM's counts.
@@ -226,6 +233,7 @@ func NewRuntime(ctx context.Context, cfg RuntimeConfig) (*Runtime, error) {
 		}
 	}
 	r.table = r.newPartitionTable(cfg.Ring)
+	r.table.publishLoading, r.table.stuckAfter = cfg.Loading, cfg.LoadStuckAfter
 	r.partitionRootBuilder = clients.root.forPartitions(r.table)
 	r.partitionBuilder = clients.controllers.forPartitions(r.table)
 	go r.table.loop(ctx)

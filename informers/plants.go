@@ -7,3 +7,14 @@ package informers
 // listing its namespaces again, so it never catches up. Every other build
 // leaves it false.
 var plantedNoRelistOnExpiry bool
+
+// plantedStuckLoad is a planted fault for showing that a load that does
+// not finish is reported (the FleetPartitionLoadStuck alert, `status`,
+// /debug/fleet): in a build tagged plant_stuck_load, a Load of partitions
+// holding a namespace named stuck-load-* never returns until cancelled.
+// Every other build leaves it false.
+var plantedStuckLoad bool
+
+// stuckLoadPrefix names the namespaces whose loads plantedStuckLoad
+// holds.
+const stuckLoadPrefix = "stuck-load-"

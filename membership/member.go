@@ -30,7 +30,10 @@ type Member struct {
 	desired   State
 	confirmed State
 	// weights: SetWeights's, written with the state (weights.go).
-	weights  map[int]uint64
+	weights map[int]uint64
+	// loading: the running partitions still loading, since when
+	// (SetLoading).
+	loading  map[int]time.Time
 	seq      uint64
 	lease    *coordinationv1.Lease // last written or read own Lease
 	deadline time.Time             // authority holds until then

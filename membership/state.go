@@ -37,13 +37,18 @@ const (
 //     and the weight table the member places by, field "table"
 //     (weights.go).
 //
+//   - Version 4 adds the running partitions still loading into the
+//     member's cache, field "loading": partition number to the Unix
+//     second its load began (loading.go), so that `status` names a load
+//     that does not finish.
+//
 // A member refuses a state of a version it does not read rather than
 // guess at its meaning: a version 1 reader would take a version 2 state
 // for one running no partition.
-const StateVersion = 3
+const StateVersion = 4
 
 // StateVersions are the encodings this release reads, oldest first.
-var StateVersions = []int{1, 2, 3}
+var StateVersions = []int{1, 2, 3, 4}
 
 // PartitionPrefix begins the name of every partition piece (package
 // shard names them); version 2 of the state writes those pieces as a
@@ -100,6 +105,10 @@ type State struct {
 	// 3): the view's first member keeps it, the others copy it, so that
 	// the next first member starts from it (package shard).
 	Table string `json:"table,omitempty"`
+	// Loading: the running partitions whose objects are still being
+	// loaded into this member's cache (their controllers do not act on
+	// them yet), each with the Unix second its load began (version 4).
+	Loading map[int]int64 `json:"loading,omitempty"`
 }
 
 var (
@@ -235,6 +244,17 @@ func (s State) Validate() error {
 			return fmt.Errorf("a weight for partition %d, which is not running", p)
 		}
 	}
+	if len(s.Loading) > 0 && s.Version < 4 {
+		return fmt.Errorf("state version %d with loading partitions", s.Version)
+	}
+	for p, since := range s.Loading {
+		if !seen[PartitionPrefix+strconv.Itoa(p)] {
+			return fmt.Errorf("partition %d loading, which is not running", p)
+		}
+		if since <= 0 {
+			return fmt.Errorf("partition %d loading since %d, not a time", p, since)
+		}
+	}
 	return nil
 }
 
@@ -250,6 +270,9 @@ func (s State) EncodeVersion(version int) (string, error) {
 	if version < 3 {
 		// What an older release cannot read: it places by count.
 		s.Weights, s.Table = nil, ""
+	}
+	if version < 4 {
+		s.Loading = nil
 	}
 	if err := s.Validate(); err != nil {
 		return "", fmt.Errorf("refusing to publish an invalid state: %w", err)

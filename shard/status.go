@@ -113,8 +113,43 @@ type MemberStatus struct {
 	Objects  uint64 `json:"objects"`
 	Measured int    `json:"measuredPartitions"`
 	// Share is Objects over the fleet's Objects (0 to 1).
-	Share   float64 `json:"share"`
-	Problem string  `json:"problem,omitempty"`
+	Share float64 `json:"share"`
+	// Loading: its running partitions still loading into its cache (its
+	// controllers do not serve them yet), as its last state write says.
+	Loading []PartitionLoad `json:"loading,omitempty"`
+	Problem string          `json:"problem,omitempty"`
+}
+
+// LocalLoad is a load of partitions in progress on this replica, with
+// what it waits for (informers.LoadWait, one line per informer).
+type LocalLoad struct {
+	Partitions []int     `json:"partitions"`
+	Since      time.Time `json:"since"`
+	Waiting    []string  `json:"waiting,omitempty"`
+}
+
+// PartitionLoad is one partition loading on a member since Since.
+type PartitionLoad struct {
+	Partition int       `json:"partition"`
+	Since     time.Time `json:"since"`
+}
+
+// StuckLoads lists, per member, the loads that have gone on for longer
+// than its lease duration at now: a load takes milliseconds to seconds,
+// so one older than that waits for something that does not come.
+func (s FleetStatus) StuckLoads() []string {
+	var out []string
+	for _, m := range s.Members {
+		if m.Health == MemberExpired {
+			continue
+		}
+		for _, l := range m.Loading {
+			if took := s.ObservedAt.Sub(l.Since); took > m.Lease {
+				out = append(out, fmt.Sprintf("partition %d has been loading on %s for %s, longer than a lease duration (%s): its controllers do not serve it; /debug/fleet/cache on %s says what the load waits for", l.Partition, m.Name, took.Round(time.Second), m.Lease, m.Name))
+			}
+		}
+	}
+	return out
 }
 
 // ReadFleet lists the fleet's Leases and summarises them. One read has no
@@ -175,6 +210,10 @@ func FleetStatusFromLeases(leases []coordinationv1.Lease, namespace, fleet strin
 				m.Objects += w
 				m.Measured++
 			}
+			for p, since := range st.Loading {
+				m.Loading = append(m.Loading, PartitionLoad{Partition: p, Since: time.Unix(since, 0)})
+			}
+			sort.Slice(m.Loading, func(i, j int) bool { return m.Loading[i].Partition < m.Loading[j].Partition })
 		}
 		out.Members = append(out.Members, m)
 	}
@@ -257,6 +296,23 @@ func (s FleetStatus) WriteTable(w io.Writer) error {
 	}
 	if len(s.UnownedPartitions) > 0 {
 		if _, err := fmt.Fprintf(w, "\npartitions no live member runs: %s\n", CompactRanges(s.UnownedPartitions)); err != nil {
+			return err
+		}
+	}
+	for _, m := range s.Members {
+		if len(m.Loading) == 0 || m.Health == MemberExpired {
+			continue
+		}
+		var loads []string
+		for _, l := range m.Loading {
+			loads = append(loads, fmt.Sprintf("%d (for %s)", l.Partition, s.ObservedAt.Sub(l.Since).Round(time.Second)))
+		}
+		if _, err := fmt.Fprintf(w, "\n%s is loading partitions %s\n", m.Name, strings.Join(loads, ", ")); err != nil {
+			return err
+		}
+	}
+	for _, stuck := range s.StuckLoads() {
+		if _, err := fmt.Fprintf(w, "STUCK: %s\n", stuck); err != nil {
 			return err
 		}
 	}

@@ -14,7 +14,7 @@ import (
 // this replica's Manager is doing, as one HTML page: a grid of partitions
 // coloured by the member running each, the members with their health and
 // pieces, and this replica's view, epoch and last rebalance.
-func FleetPage(read func(context.Context) (FleetStatus, error), local func() Status) http.Handler {
+func FleetPage(read func(context.Context) (FleetStatus, error), local func() Status, loads func() []LocalLoad) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 		defer cancel()
@@ -25,6 +25,7 @@ func FleetPage(read func(context.Context) (FleetStatus, error), local func() Sta
 			return
 		}
 		page := newFleetPageData(fleet, local())
+		page.LocalLoads = loads()
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		if err := fleetPageTemplate.Execute(w, page); err != nil {
 			klog.FromContext(ctx).Error(err, "Rendering /debug/fleet")
@@ -41,6 +42,18 @@ type fleetPageData struct {
 	Now        string
 	// LeaderLease describes kube-controller-manager's leader Lease ("" when not read).
 	LeaderLease string
+	// Loads: every member's partitions loading, as its Lease says; Stuck:
+	// those loading for longer than a lease duration; LocalLoads: this
+	// replica's load in progress with what it waits for.
+	Loads      []loadRow
+	Stuck      []string
+	LocalLoads []LocalLoad
+}
+
+type loadRow struct {
+	Member    string
+	Partition int
+	For       string
 }
 
 type partitionCell struct {
@@ -95,6 +108,15 @@ func newFleetPageData(fleet FleetStatus, local Status) fleetPageData {
 			d.Singletons = append(d.Singletons, singletonRow{Name: s, Member: m.Name, Color: row.Color})
 		}
 	}
+	for _, m := range fleet.Members {
+		if m.Health == MemberExpired {
+			continue
+		}
+		for _, l := range m.Loading {
+			d.Loads = append(d.Loads, loadRow{Member: m.Name, Partition: l.Partition, For: fleet.ObservedAt.Sub(l.Since).Round(time.Second).String()})
+		}
+	}
+	d.Stuck = fleet.StuckLoads()
 	for i := range fleet.Partitions {
 		c := partitionCell{Index: i, Member: owner[i], Color: template.CSS("#f28b82")}
 		if c.Member != "" {
@@ -149,6 +171,14 @@ th { background: #f1f3f4; }
 {{range .Cells}}<div class="cell" style="background: {{.Color}}" title="partition {{.Index}}: {{if .Member}}{{.Member}}{{else}}no owner{{end}}" data-partition="{{.Index}}" data-member="{{.Member}}"><b>{{.Index}}</b><span>{{if .Member}}{{.Member}}{{else}}—{{end}}</span></div>
 {{end}}</div>
 
+<h2>Partitions loading ({{len .Loads}})</h2>
+{{range .Stuck}}<p class="health-expired stuck">STUCK: {{.}}</p>
+{{end}}{{if .Loads}}<table id="loads">
+<tr><th>member</th><th>partition</th><th>loading for</th></tr>
+{{range .Loads}}<tr data-member="{{.Member}}"><td>{{.Member}}</td><td>{{.Partition}}</td><td>{{.For}}</td></tr>
+{{end}}</table>{{else}}<p>none the Leases name (a load shorter than a renewal interval is never written)</p>{{end}}
+{{range .LocalLoads}}<p id="local-load">This replica is loading partitions {{range $i, $p := .Partitions}}{{if $i}}, {{end}}{{$p}}{{end}} since {{.Since.UTC.Format "15:04:05Z07:00"}}; the owned cache waits for: {{range $i, $w := .Waiting}}{{if $i}}; {{end}}{{$w}}{{end}}</p>
+{{end}}
 <h2>Singleton controllers ({{len .Singletons}})</h2>
 <table id="singletons">
 <tr><th>controller</th><th>member</th></tr>

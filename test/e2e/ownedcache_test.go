@@ -503,4 +503,5 @@ type ownedCacheStatus struct {
 	Everywhere     []string            `json:"everywhere"`
 	FieldSelectors map[string]string   `json:"fieldSelectors"`
 	Keys           map[string][]string `json:"keys"`
+	Loading        []shard.LocalLoad   `json:"loading"`
 }

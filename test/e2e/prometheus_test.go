@@ -14,13 +14,17 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
+	"github.com/fleet-controller-manager/fleet-controller-manager/membership"
+	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
 	"github.com/fleet-controller-manager/fleet-controller-manager/test/localcluster"
 )
 
@@ -31,8 +35,14 @@ const alertRuleFor = "4s"
 // TestPrometheusDashboardsAndAlerts starts a real Prometheus (Debian's
 // package, installed by make test) scraping three replicas, loads the
 // shipped alert rules, and checks that every PromQL expression of the
-// Grafana dashboard and of the rules returns data for each replica; then
-// kills a replica and waits for the alerts that must fire.
+// Grafana dashboard and of the rules returns data for each replica and
+// that no alert is active on the healthy fleet; then kills a replica and
+// waits for the alerts that must fire. The replicas are a build with a
+// planted stuck load (informers/plants.go: a gain of a partition holding
+// a namespace named stuck-load-* never finishes), and one such namespace
+// sits in a partition of the killed replica: its partitions' gain on a
+// survivor never finishes, and FleetPartitionLoadStuck and `status` must
+// say so.
 func TestPrometheusDashboardsAndAlerts(t *testing.T) {
 	inLane(t, laneHeavy)
 	prometheus, err := exec.LookPath("prometheus")
@@ -46,7 +56,7 @@ func TestPrometheusDashboardsAndAlerts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(binDir(t), "fleet-controller-manager")
+	bin := filepath.Join(binDir(t), "fleet-controller-manager-planted-stuck_load")
 	replicas := []string{"prom-0", "prom-1", "prom-2"}
 	procs, ports := map[string]*localcluster.Process{}, map[string]int{}
 	for _, r := range replicas {
@@ -61,6 +71,11 @@ func TestPrometheusDashboardsAndAlerts(t *testing.T) {
 		createNamespace(ctx, t, client, ns)
 		createDeployment(ctx, t, client, ns, "web", 1)
 	}
+	// A namespace whose partition prom-2 runs, created while it does: it
+	// joins prom-2's cache as any new namespace (no load), and the gain
+	// of its partition after the kill is the planted stuck load.
+	stuckNamespace := namespaceInPartitionOf(ctx, t, client, "prom-2", "stuck-load-")
+	createNamespace(ctx, t, client, stuckNamespace)
 
 	dir := filepath.Join(cluster.Dir, "prometheus")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -177,6 +192,63 @@ scrape_configs:
 		})
 		t.Logf("%s firing %v after the kill", alert, time.Since(killed).Round(time.Second))
 	}
+	// The planted stuck load: the survivor gaining the stuck namespace's
+	// partition says so in the alert, in status and on /debug/fleet/cache.
+	ring := shard.DefaultRingConfig
+	stuckPartition := ring.NamespacePartition(stuckNamespace)
+	poll(ctx, t, "FleetPartitionLoadStuck to fire", 3*time.Minute, func() (bool, string) {
+		active, err := activeAlerts(base)
+		if err != nil {
+			return false, err.Error()
+		}
+		return active["FleetPartitionLoadStuck"] == "firing", fmt.Sprintf("active: %v", active)
+	})
+	t.Logf("FleetPartitionLoadStuck firing %v after the kill", time.Since(killed).Round(time.Second))
+	want := regexp.MustCompile(fmt.Sprintf(`STUCK: partition %d has been loading on (prom-0|prom-1) for`, stuckPartition))
+	var status []byte
+	poll(ctx, t, "status to name the stuck load", time.Minute, func() (bool, string) {
+		status, err = exec.CommandContext(ctx, bin, "status", "--kubeconfig", cluster.AdminKubeconfig).CombinedOutput()
+		return err == nil && want.Match(status), string(status)
+	})
+	survivor := want.FindSubmatch(status)[1]
+	t.Logf("status says: %s", want.Find(status))
+	httpClient, err := cluster.AdminHTTPClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache, err := cacheStatus(httpClient, ports[string(survivor)])
+	if err != nil {
+		t.Fatalf("reading /debug/fleet/cache of %s: %v", survivor, err)
+	}
+	if len(cache.Loading) != 1 || !slices.Contains(cache.Loading[0].Partitions, stuckPartition) {
+		t.Errorf("/debug/fleet/cache of %s does not name the stuck load of partition %d: %+v", survivor, stuckPartition, cache.Loading)
+	} else {
+		t.Logf("/debug/fleet/cache of %s: loading %v since %s, the owned cache waiting for %v", survivor, cache.Loading[0].Partitions, cache.Loading[0].Since.Format(time.RFC3339), cache.Loading[0].Waiting)
+	}
+}
+
+// namespaceInPartitionOf is a namespace named prefix+N in a partition
+// member runs, as its Lease says.
+func namespaceInPartitionOf(ctx context.Context, t *testing.T, client kubernetes.Interface, member, prefix string) string {
+	t.Helper()
+	ring := shard.DefaultRingConfig
+	st, err := shard.ReadFleet(ctx, membership.NewLeaseStore(client), "kube-system", "fleet-controller-manager", ring.Partitions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range st.Members {
+		if m.Name != member {
+			continue
+		}
+		for i := range 10000 {
+			ns := fmt.Sprintf("%s%d", prefix, i)
+			if slices.Contains(m.Partitions, ring.NamespacePartition(ns)) {
+				return ns
+			}
+		}
+	}
+	t.Fatalf("no namespace %s* in a partition %s runs", prefix, member)
+	return ""
 }
 
 type promSeries struct {

@@ -187,7 +187,8 @@ func ControllersRunner(ctx context.Context, env RunnerEnv) (Pieces, error) {
 	rt, err := controllers.NewRuntime(env.Lifetime, controllers.RuntimeConfig{
 		KCM: c, Identity: fleet.Identity, Ring: ring, Mode: mode,
 		SelectorTerms: fleet.SelectorTerms, NamespaceWatchMax: fleet.NamespaceWatchMax, SelectedWatches: fleet.SelectedWatches, Authority: member,
-		Weights:  env.Member.SetWeights,
+		Weights: env.Member.SetWeights,
+		Loading: env.Member.SetLoading, LoadStuckAfter: fleet.LeaseDuration.D(),
 		Replicas: replicasOf(fleet.ShareWorkers.Shares(c.ComponentConfig.Generic.ClientConnection.QPS, fleet.defaultQPS), member),
 	})
 	if err != nil {
@@ -247,12 +248,24 @@ func serve(ctx context.Context, c *kcmconfig.CompletedConfig, fleet *FleetOption
 			st.LeaderLease, err = shard.ReadLeaderLease(ctx, store, leaderLease.Namespace, leaderLease.Name, fleet.Namespace, fleet.Name)
 		}
 		return st, err
-	}, manager.Status))
+	}, manager.Status, loadsOf(runner)))
 	handler := genericcontrollermanager.BuildHandlerChain(serveMux, &c.Authorization, &c.Authentication)
 	if _, _, err := c.SecureServing.Serve(handler, 0, ctx.Done()); err != nil {
 		return fmt.Errorf("serving: %w", err)
 	}
 	return nil
+}
+
+// loadsOf reads the partition loads in progress on runner, when it runs
+// the controllers (the recording pieces of the handover tests load
+// nothing).
+func loadsOf(runner shard.Runner) func() []shard.LocalLoad {
+	return func() []shard.LocalLoad {
+		if rt, ok := runner.(*controllers.Runtime); ok {
+			return rt.Loads()
+		}
+		return nil
+	}
 }
 
 // runFleet runs the membership and the manager until the manager has left
