@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -434,93 +433,4 @@ func (lw *ownedListWatch) loadedInto(namespaces []string) bool {
 		delete(lw.awaited, ns)
 	}
 	return true
-}
-
-// unload removes namespaces: their sources stop or narrow (resuming from
-// their own version, a subset of the same stream), then every object the
-// informer holds of them is deleted from it.
-func (lw *ownedListWatch) unload(namespaces []string) {
-	lw.sendMu.Lock()
-	defer lw.sendMu.Unlock()
-	lw.mu.Lock()
-	gone := map[string]bool{}
-	for _, ns := range namespaces {
-		if lw.loaded[ns] {
-			gone[ns] = true
-			delete(lw.loaded, ns)
-		}
-		delete(lw.awaited, ns)
-	}
-	if len(gone) == 0 {
-		lw.mu.Unlock()
-		return
-	}
-	// The trunk's watch carries every namespace: it drops their events
-	// from now on. A feeder left with nothing to list stops; one still
-	// listing them hands over only what is still joining (feed).
-	for s := range lw.sources {
-		for ns := range gone {
-			s.remove(ns)
-		}
-		if s.feeds != nil && len(s.namespaces) == 0 {
-			delete(lw.sources, s)
-			if lw.stream != nil {
-				lw.stream.stop(s)
-			}
-		}
-	}
-	lw.countSources()
-	indexer := lw.indexer()
-	var deletions []watch.Event
-	for ns := range gone {
-		for name := range lw.ledger[ns] {
-			obj, exists, err := indexer.GetByKey(ns + "/" + name)
-			if err != nil || !exists {
-				obj = lw.placeholder(ns, name)
-			}
-			if obj != nil {
-				deletions = append(deletions, watch.Event{Type: watch.Deleted, Object: obj.(runtime.Object)})
-			}
-		}
-		delete(lw.ledger, ns)
-	}
-	stream := lw.stream
-	lw.mu.Unlock()
-	lw.sendPurge(stream, deletions)
-}
-
-// placeholder is an object with only the key, for deleting one the
-// informer has not stored yet (its addition is still queued).
-func (lw *ownedListWatch) placeholder(ns, name string) any {
-	t, err := lw.target()
-	if err != nil {
-		return nil
-	}
-	obj, err := scheme.Scheme.New(t.listKind.GroupVersion().WithKind(t.listKind.Kind[:len(t.listKind.Kind)-len("List")]))
-	if err != nil {
-		return nil
-	}
-	m, err := meta.Accessor(obj)
-	if err != nil {
-		return nil
-	}
-	m.SetNamespace(ns)
-	m.SetName(name)
-	return obj
-}
-
-// sendPurge sends deletions on stream, or keeps what it could not send
-// for the next one. Called with sendMu held.
-func (lw *ownedListWatch) sendPurge(stream *ownedStream, deletions []watch.Event) {
-	for i, e := range deletions {
-		if stream == nil || !stream.send(e) {
-			lw.mu.Lock()
-			lw.purge = append(lw.purge, deletions[i:]...)
-			lw.mu.Unlock()
-			return
-		}
-	}
-	if stream != nil {
-		stream.bookmark()
-	}
 }

@@ -233,6 +233,12 @@ func (s State) Validate() error {
 	if s.Joining && len(s.Running) > 0 {
 		return errors.New("joining with pieces running")
 	}
+	return s.validatePartitionFields(seen)
+}
+
+// validatePartitionFields checks the fields about running partitions
+// (seen: the running pieces) against them and against s's version.
+func (s State) validatePartitionFields(seen map[string]bool) error {
 	if len(s.Table) > base64.RawURLEncoding.EncodedLen(maxRunning) || !tableRE.MatchString(s.Table) {
 		return fmt.Errorf("invalid weight table of %d characters", len(s.Table))
 	}
