@@ -41,57 +41,16 @@ const authorityRecheck = 500 * time.Millisecond
 // HTTP/2's health check gives up on the connection, well after another
 // replica may have started the piece (TestNetworkCutWithControllers).
 func abandonAtDeadline(req *http.Request, fence shard.Authority, next http.RoundTripper) (*http.Response, error) {
-	admitted := time.Now()
-	var (
-		mu        sync.Mutex
-		conn      net.Conn
-		answered  bool
-		abandoned bool
-	)
-	trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
-		mu.Lock()
-		defer mu.Unlock()
-		conn = info.Conn
-		// A connection got after the reset (a retry inside the
-		// transport) goes the same way.
-		if abandoned {
-			resetConn(conn)
-		}
-	}}
-	req = req.WithContext(httptrace.WithClientTrace(req.Context(), trace))
-
-	var timer *time.Timer
-	var check func()
-	check = func() {
-		ok, until := fence.Authority()
-		mu.Lock()
-		defer mu.Unlock()
-		if answered {
-			return
-		}
-		if ok {
-			timer = time.AfterFunc(min(time.Until(until), authorityRecheck), check)
-			return
-		}
-		abandoned = true
-		if conn != nil {
-			resetConn(conn)
-		}
-		klog.FromContext(req.Context()).Info("Write still in flight when this replica's authority ran out: its connection was reset, so what the apiserver has not received of it yet never arrives",
-			"method", req.Method, "path", req.URL.Path, "admittedAgo", time.Since(admitted).Round(time.Millisecond), "authorityEndedAgo", -time.Until(until).Round(time.Millisecond))
-	}
+	w := &inflightWrite{fence: fence, admitted: time.Now()}
+	w.req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{GotConn: w.gotConn}))
 	_, until := fence.Authority()
-	mu.Lock()
-	timer = time.AfterFunc(min(time.Until(until), authorityRecheck), check)
-	mu.Unlock()
+	w.mu.Lock()
+	w.timer = time.AfterFunc(min(time.Until(until), authorityRecheck), w.check)
+	w.mu.Unlock()
 
-	resp, err := next.RoundTrip(req)
+	resp, err := next.RoundTrip(w.req)
 
-	mu.Lock()
-	answered = true
-	timer.Stop()
-	wasAbandoned := abandoned || conn != nil && resetForAuthority(conn)
-	mu.Unlock()
+	wasAbandoned := w.answer()
 	if err != nil {
 		if ok, _ := fence.Authority(); wasAbandoned || !ok {
 			// Its connection was reset here (this check, or the write
@@ -102,6 +61,61 @@ func abandonAtDeadline(req *http.Request, fence shard.Authority, next http.Round
 	}
 	// Answered despite a reset: the apiserver acted before the deadline.
 	return resp, err
+}
+
+// inflightWrite is one write abandonAtDeadline watches.
+type inflightWrite struct {
+	req      *http.Request
+	fence    shard.Authority
+	admitted time.Time
+
+	mu        sync.Mutex
+	conn      net.Conn
+	answered  bool
+	abandoned bool
+	timer     *time.Timer
+}
+
+// gotConn records the write's connection; one got after the reset (a
+// retry inside the transport) goes the same way.
+func (w *inflightWrite) gotConn(info httptrace.GotConnInfo) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.conn = info.Conn
+	if w.abandoned {
+		resetConn(w.conn)
+	}
+}
+
+// check resets the write's connection if the replica's authority ran out
+// before the write was answered, else looks again when it may.
+func (w *inflightWrite) check() {
+	ok, until := w.fence.Authority()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.answered {
+		return
+	}
+	if ok {
+		w.timer = time.AfterFunc(min(time.Until(until), authorityRecheck), w.check)
+		return
+	}
+	w.abandoned = true
+	if w.conn != nil {
+		resetConn(w.conn)
+	}
+	klog.FromContext(w.req.Context()).Info("Write still in flight when this replica's authority ran out: its connection was reset, so what the apiserver has not received of it yet never arrives",
+		"method", w.req.Method, "path", w.req.URL.Path, "admittedAgo", time.Since(w.admitted).Round(time.Millisecond), "authorityEndedAgo", -time.Until(until).Round(time.Millisecond))
+}
+
+// answer records that the write was answered and says whether its
+// connection was reset for authority.
+func (w *inflightWrite) answer() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.answered = true
+	w.timer.Stop()
+	return w.abandoned || w.conn != nil && resetForAuthority(w.conn)
 }
 
 // ErrWriteAbandoned is returned for a write whose connection this

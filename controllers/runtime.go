@@ -224,12 +224,8 @@ func NewRuntime(ctx context.Context, cfg RuntimeConfig) (*Runtime, error) {
 	}
 	r.shared.Start(r)
 	if cfg.Mode != informers.ModeFilteredWatch {
-		if r.owned, err = informers.NewOwnedCache(informers.OwnedCacheConfig{
-			Sharded: cfg.Mode == informers.ModeShardedWatch, MaxTerms: cfg.SelectorTerms, NamespaceWatchMax: cfg.NamespaceWatchMax, RESTClients: r.restClients, Mapper: restMapper,
-			Namespaces: namespaces, PartitionOf: cfg.Ring.NamespacePartition, FieldSelectors: ownedFieldSelectors(), SelectedWatches: sets.New(cfg.SelectedWatches...),
-			Resync: kcmapp.ResyncPeriod(c)(), Transform: trimManagedFields, Logger: klog.FromContext(ctx),
-		}); err != nil {
-			return nil, fmt.Errorf("owned cache: %w", err)
+		if r.owned, err = newOwnedCache(ctx, cfg, r.restClients, restMapper, namespaces); err != nil {
+			return nil, err
 		}
 	}
 	r.table = r.newPartitionTable(cfg.Ring)
@@ -241,6 +237,20 @@ func NewRuntime(ctx context.Context, cfg RuntimeConfig) (*Runtime, error) {
 		go r.measureWeights(ctx, cfg.Weights)
 	}
 	return r, nil
+}
+
+// newOwnedCache is the replica's owned cache, for the modes that have
+// one.
+func newOwnedCache(ctx context.Context, cfg RuntimeConfig, clients *informers.RESTClients, mapper meta.RESTMapper, namespaces cache.SharedIndexInformer) (*informers.OwnedCache, error) {
+	owned, err := informers.NewOwnedCache(informers.OwnedCacheConfig{
+		Sharded: cfg.Mode == informers.ModeShardedWatch, MaxTerms: cfg.SelectorTerms, NamespaceWatchMax: cfg.NamespaceWatchMax, RESTClients: clients, Mapper: mapper,
+		Namespaces: namespaces, PartitionOf: cfg.Ring.NamespacePartition, FieldSelectors: ownedFieldSelectors(), SelectedWatches: sets.New(cfg.SelectedWatches...),
+		Resync: kcmapp.ResyncPeriod(cfg.KCM)(), Transform: trimManagedFields, Logger: klog.FromContext(ctx),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("owned cache: %w", err)
+	}
+	return owned, nil
 }
 
 // newPartitionTable is the replica's partition table over ring's

@@ -156,33 +156,10 @@ func (s *ownedStream) emit(ctx context.Context, src *source, watched *uint64, ev
 		if stale[ns] {
 			continue
 		}
-		lw.mu.Lock()
-		loaded := lw.adopt(src, ns)
-		j, joining := src.joining[ns]
-		if joining && loaded && !relist {
-			j.held = append(j.held, e)
-		}
-		lw.mu.Unlock()
-		if !loaded || !src.has(ns) || joining {
+		switch s.decide(src, e, m, relist) {
+		case eventDropped:
 			continue
-		}
-		if !relist {
-			if floor, ok := src.floors[ns]; ok && !newerVersion(m.GetResourceVersion(), floor) {
-				continue
-			}
-			if e.Type == watch.Deleted && !lw.sent(ns, m.GetName()) {
-				// The deletion of an object the informer was never
-				// handed: an adopting source that resumed from before a
-				// namespace was unloaded replays it, and takes the
-				// namespace at that first event. A plain informer's
-				// watch never tells its handlers of the deletion of an
-				// object they never saw.
-				continue
-			}
-		} else if e.Type == watch.Added && lw.holds(ns, m.GetName(), m.GetResourceVersion()) {
-			// Unchanged since it was sent: sending it again would only
-			// make the informer call every handler's OnUpdate with the
-			// same object.
+		case eventUnchanged:
 			added = append(added, e.Object)
 			continue
 		}
@@ -196,6 +173,55 @@ func (s *ownedStream) emit(ctx context.Context, src *source, watched *uint64, ev
 	}
 	s.emitted(src, version, relist, covered, stale, added)
 	return s.bookmark()
+}
+
+// eventFate is what emit does with one event of a source.
+type eventFate int
+
+const (
+	eventSent      eventFate = iota // sent to the informer
+	eventDropped                    // not its to send (or held back for a feeder)
+	eventUnchanged                  // a relist's object the store holds unchanged: counted as listed, not sent
+)
+
+// decide is the fate of event e (of object m) of src: held back for its
+// feeder while its namespace joins src; dropped outside src's loaded
+// namespaces, at or below a floor, or for the deletion of an object the
+// informer was never handed; a relist's object the store holds at its
+// version is not sent again.
+func (s *ownedStream) decide(src *source, e watch.Event, m metav1.Object, relist bool) eventFate {
+	lw := s.lw
+	ns := m.GetNamespace()
+	lw.mu.Lock()
+	loaded := lw.adopt(src, ns)
+	j, joining := src.joining[ns]
+	if joining && loaded && !relist {
+		j.held = append(j.held, e)
+	}
+	lw.mu.Unlock()
+	if !loaded || !src.has(ns) || joining {
+		return eventDropped
+	}
+	if !relist {
+		if floor, ok := src.floors[ns]; ok && !newerVersion(m.GetResourceVersion(), floor) {
+			return eventDropped
+		}
+		if e.Type == watch.Deleted && !lw.sent(ns, m.GetName()) {
+			// The deletion of an object the informer was never
+			// handed: an adopting source that resumed from before a
+			// namespace was unloaded replays it, and takes the
+			// namespace at that first event. A plain informer's
+			// watch never tells its handlers of the deletion of an
+			// object they never saw.
+			return eventDropped
+		}
+	} else if e.Type == watch.Added && lw.holds(ns, m.GetName(), m.GetResourceVersion()) {
+		// Unchanged since it was sent: sending it again would only
+		// make the informer call every handler's OnUpdate with the
+		// same object.
+		return eventUnchanged
+	}
+	return eventSent
 }
 
 // emitted records that src has delivered through version and, after a
@@ -350,96 +376,6 @@ func (lw *ownedListWatch) feedUncovered(s *ownedStream, trunk *source) {
 	lw.sources[f] = struct{}{}
 	s.start(f)
 	lw.countSources()
-}
-
-// feed hands over feeder f's list: for every namespace still joining the
-// trunk through f, its objects and the deletions of what the informer
-// holds of it and the list lacks, then the trunk's events of it held back
-// and newer than the list; from then on the trunk carries it. f is then
-// no longer a source. The trunk's events are held from before f's list
-// was asked for, so together they miss nothing.
-func (s *ownedStream) feed(ctx context.Context, f *source, items []runtime.Object, versions map[string]string) {
-	lw := s.lw
-	lw.sendMu.Lock()
-	defer lw.sendMu.Unlock()
-	lw.mu.Lock()
-	namespaces, events, listedCount, ok := s.takeFeed(ctx, f, items, versions)
-	lw.countSources()
-	lw.mu.Unlock()
-	if !ok {
-		return
-	}
-	var added []runtime.Object
-	for i, e := range events {
-		m, err := meta.Accessor(e.Object)
-		if err != nil {
-			continue
-		}
-		if !s.send(e) {
-			return
-		}
-		lw.recordSent(e, m.GetNamespace(), m.GetName())
-		if i < listedCount && e.Type == watch.Added {
-			added = append(added, e.Object)
-		}
-	}
-	lw.mu.Lock()
-	lw.noteListed(namespaces, added)
-	lw.mu.Unlock()
-	for _, ns := range namespaces {
-		if newerVersion(versions[ns], lw.highest) {
-			lw.highest = versions[ns]
-		}
-	}
-	s.bookmark()
-}
-
-// takeFeed ends feeder f and takes over the namespaces still joining its
-// trunk through it: it returns them and the events that bring them into
-// the store, the first listedCount of them from f's list (its objects and
-// the deletions of what the store holds and the list lacks), then the
-// trunk's events held back and newer than the list. False if f or its
-// trunk was stopped, or ctx ended. Called with lw.mu held.
-func (s *ownedStream) takeFeed(ctx context.Context, f *source, items []runtime.Object, versions map[string]string) (namespaces []string, events []watch.Event, listedCount int, ok bool) {
-	lw := s.lw
-	// Read first: stopping f ends ctx, its producer's.
-	stopped := ctx.Err() != nil
-	_, current := lw.sources[f]
-	delete(lw.sources, f)
-	s.stop(f)
-	trunk := f.feeds
-	if _, trunkCurrent := lw.sources[trunk]; !current || !trunkCurrent || stopped {
-		return nil, nil, 0, false
-	}
-	held := map[string][]watch.Event{}
-	for ns := range versions {
-		if j := trunk.joining[ns]; j != nil && j.feeder == f {
-			namespaces = append(namespaces, ns)
-			held[ns] = j.held
-			delete(trunk.joining, ns)
-			trunk.raiseFloor(ns, versions[ns])
-		}
-	}
-	sort.Strings(namespaces)
-	take := map[string]bool{}
-	for _, ns := range namespaces {
-		take[ns] = true
-	}
-	for _, item := range items {
-		if m, err := meta.Accessor(item); err == nil && take[m.GetNamespace()] {
-			events = append(events, watch.Event{Type: watch.Added, Object: item})
-		}
-	}
-	events = append(events, lw.deletionsAbsent(namespaces, events)...)
-	listedCount = len(events)
-	for _, ns := range namespaces {
-		for _, e := range held[ns] {
-			if m, err := meta.Accessor(e.Object); err == nil && newerVersion(m.GetResourceVersion(), versions[ns]) {
-				events = append(events, e)
-			}
-		}
-	}
-	return namespaces, events, listedCount, true
 }
 
 // bookmark brings the store's version up to the newest any source has

@@ -80,6 +80,24 @@ func (d *dealer) deal(now time.Time, current string, view Plan, fresh map[string
 		}
 		return "", false
 	}
+	d.forgetGone(now, fresh)
+	count, dealing := d.countFresh(now, view.Ring.Partitions, fresh)
+	if len(dealing) == 0 || len(view.Members) == 0 {
+		return "", false
+	}
+	running, base, inRing := runningAndBase(view, current)
+	if d.young == nil {
+		d.young = map[int]time.Time{}
+	}
+	round := newDealRound(view, running.owners, base, inRing, count)
+	movable := round.movable(dealing)
+	round.spread(movable, len(dealing)*len(inRing))
+	return d.movesTable(now, current, view.Ring.Partitions, running.owners, base.owners, round.owner, movable, weights)
+}
+
+// forgetGone drops the namespaces no longer fresh, and those dealt a
+// youngWindow ago.
+func (d *dealer) forgetGone(now time.Time, fresh map[string]int) {
 	for ns := range d.before {
 		if _, ok := fresh[ns]; !ok {
 			delete(d.before, ns)
@@ -90,7 +108,12 @@ func (d *dealer) deal(now time.Time, current string, view Plan, fresh map[string
 			delete(d.dealt, ns)
 		}
 	}
-	partitions := view.Ring.Partitions
+}
+
+// countFresh counts the new namespaces of each partition (those there at
+// the first step left out) and lists the partitions holding one not dealt
+// yet, recording those as dealt now.
+func (d *dealer) countFresh(now time.Time, partitions int, fresh map[string]int) (map[int]uint64, []int) {
 	count := map[int]uint64{}
 	var dealing []int
 	for ns, p := range fresh {
@@ -108,97 +131,133 @@ func (d *dealer) deal(now time.Time, current string, view Plan, fresh map[string
 			}
 		}
 	}
-	if len(dealing) == 0 || len(view.Members) == 0 {
-		return "", false
-	}
-	running, base, inRing := runningAndBase(view, current)
-	heavy, pinned := base.heavyOf()
-	capacity := func(m string) float64 {
-		if m == heavy {
-			return view.Ring.ColocatedShare
-		}
-		return 1
-	}
-	if d.young == nil {
-		d.young = map[int]time.Time{}
-	}
-	load := map[string]uint64{}
-	owner := map[int]string{}
-	for p, n := range count {
-		load[running.owners[p]] += n
-	}
-	// Movable: the partitions being dealt, which win ties, then those
-	// dealt within the window, which hold little yet (a namespace landing
-	// beside an earlier one can leave its member above its count with
-	// nothing new to move but that partition).
 	slices.Sort(dealing)
+	return count, dealing
+}
+
+// dealRound is one deal's working state: the new namespaces in each
+// partition, where each goes, and what that loads each member with.
+type dealRound struct {
+	inRing []string
+	heavy  string
+	pinned int
+	// share is the colocated singletons' owner's capacity.
+	share float64
+	count map[int]uint64
+	load  map[string]uint64
+	owner map[int]string
+}
+
+func newDealRound(view Plan, running []string, base *Ring, inRing []string, count map[int]uint64) *dealRound {
+	r := &dealRound{inRing: inRing, share: view.Ring.ColocatedShare, count: count, load: map[string]uint64{}, owner: map[int]string{}}
+	r.heavy, r.pinned = base.heavyOf()
+	for p, n := range count {
+		r.load[running[p]] += n
+		r.owner[p] = running[p]
+	}
+	return r
+}
+
+// capacity is m's share of new namespaces: the colocated singletons'
+// owner has ColocatedShare of one.
+func (r *dealRound) capacity(m string) float64 {
+	if m == r.heavy {
+		return r.share
+	}
+	return 1
+}
+
+// movable lists the partitions a deal may move: the partitions being
+// dealt, which win ties, then those dealt within the window, which hold
+// little yet (a namespace landing beside an earlier one can leave its
+// member above its count with nothing new to move but that partition).
+func (r *dealRound) movable(dealing []int) []int {
 	movable := slices.Clone(dealing)
-	for p := range count {
-		owner[p] = running.owners[p]
+	for p := range r.count {
 		if !slices.Contains(dealing, p) {
 			movable = append(movable, p)
 		}
 	}
 	slices.Sort(movable[len(dealing):])
-	// From where they run: move a partition off the member the most above
-	// its fair count (its capacity's share, rounded up) while that lowers
-	// the pair's larger load; so a deal moves no more than it must.
+	return movable
+}
+
+// fair is m's fair count of the new namespaces: its capacity's share,
+// rounded up.
+func (r *dealRound) fair(m string) uint64 {
 	var total uint64
 	var capacities float64
-	for _, m := range inRing {
-		total += load[m]
-		capacities += capacity(m)
+	for _, n := range r.inRing {
+		total += r.load[n]
+		capacities += r.capacity(n)
 	}
-	fair := func(m string) uint64 {
-		if capacities <= 0 {
-			return total
-		}
-		return uint64(math.Ceil(float64(total) * capacity(m) / capacities))
+	if capacities <= 0 {
+		return total
 	}
-	for range len(dealing) * len(inRing) {
+	return uint64(math.Ceil(float64(total) * r.capacity(m) / capacities))
+}
+
+// spread moves, at most steps times, a partition off the member the most
+// above its fair count while that lowers the pair's larger load; so a
+// deal moves no more than it must.
+func (r *dealRound) spread(movable []int, steps int) {
+	for range steps {
 		from := ""
-		for _, m := range inRing {
-			if load[m] > fair(m) && (from == "" || load[m]-fair(m) > load[from]-fair(from)) {
+		for _, m := range r.inRing {
+			if r.load[m] > r.fair(m) && (from == "" || r.load[m]-r.fair(m) > r.load[from]-r.fair(from)) {
 				from = m
 			}
 		}
 		if from == "" {
-			break
+			return
 		}
-		was := dealtLoad(load[from], capacity(from))
-		moving, to, after := -1, "", was
-		for _, p := range movable {
-			if owner[p] != from || p == pinned {
+		moving, to := r.bestMove(from, movable)
+		if moving < 0 {
+			return
+		}
+		r.owner[moving] = to
+		r.load[from] -= r.count[moving]
+		r.load[to] += r.count[moving]
+	}
+}
+
+// bestMove is the partition of from's to move, and where, that lowers the
+// larger of the two members' loads the most (-1: none lowers it).
+func (r *dealRound) bestMove(from string, movable []int) (int, string) {
+	after := dealtLoad(r.load[from], r.capacity(from))
+	moving, to := -1, ""
+	for _, p := range movable {
+		if r.owner[p] != from || p == r.pinned {
+			continue
+		}
+		for _, m := range r.inRing {
+			if m == from {
 				continue
 			}
-			for _, m := range inRing {
-				if m == from {
-					continue
-				}
-				if l := max(dealtLoad(load[m]+count[p], capacity(m)), dealtLoad(load[from]-count[p], capacity(from))); l < after {
-					moving, to, after = p, m, l
-				}
+			if l := max(dealtLoad(r.load[m]+r.count[p], r.capacity(m)), dealtLoad(r.load[from]-r.count[p], r.capacity(from))); l < after {
+				moving, to, after = p, m, l
 			}
 		}
-		if moving < 0 {
-			break
-		}
-		owner[moving] = to
-		load[from] -= count[moving]
-		load[to] += count[moving]
 	}
+	return moving, to
+}
+
+// movesTable is the moves table that places the movable partitions by
+// owner, over current's, with weights' codes; false if the deal moved
+// nothing. The partitions it moved are fixed for youngWindow.
+func (d *dealer) movesTable(now time.Time, current string, partitions int, running, base []string, owner map[int]string, movable []int, weights map[int]uint64) (string, bool) {
 	_, moves, err := DecodeMovesTable(current, partitions)
 	if err != nil {
 		moves = map[int]string{}
 	}
 	d.moved = 0
 	for _, p := range movable {
-		if owner[p] == running.owners[p] {
+		if owner[p] == running[p] {
 			continue
 		}
 		d.moved++
 		d.young[p] = now
-		if owner[p] == base.owners[p] {
+		if owner[p] == base[p] {
 			delete(moves, p)
 		} else {
 			moves[p] = owner[p]
