@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -263,7 +264,9 @@ func (r *Runtime) holdEverywhere(ctx context.Context, name string) (map[reflect.
 	r.owned.Start(r.sharedStop)
 	held := map[reflect.Type]cache.SharedIndexInformer{}
 	for _, kind := range heldEverywhere {
+		done := r.watchHold(ctx, name, kind.resource.Resource)
 		informer, err := r.owned.HoldEverywhere(ctx, kind.obj)
+		done()
 		if err != nil {
 			r.releaseEverywhere(held)
 			return nil, err
@@ -271,6 +274,25 @@ func (r *Runtime) holdEverywhere(ctx context.Context, name string) (map[reflect.
 		held[reflect.TypeOf(kind.obj)] = informer
 	}
 	return held, nil
+}
+
+// watchHold logs a singleton's hold of every namespace of resource once
+// it has gone on for longer than a lease duration, with what the owned
+// cache waits for: the singleton does not start until it ends. It
+// returns what ends the watch.
+func (r *Runtime) watchHold(ctx context.Context, name, resource string) (done func()) {
+	if r.table.stuckAfter <= 0 {
+		return func() {}
+	}
+	start := time.Now()
+	timer := time.AfterFunc(r.table.stuckAfter, func() {
+		var waits []string
+		for _, w := range r.owned.Waiting() {
+			waits = append(waits, w.String())
+		}
+		klog.FromContext(ctx).Error(nil, "A singleton's hold of every namespace has gone on for longer than a lease duration: the singleton does not start until it ends", "singleton", name, "resource", resource, "took", time.Since(start).Round(time.Second), "waitingFor", waits)
+	})
+	return func() { timer.Stop() }
 }
 
 // releaseEverywhere ends holdEverywhere, once the singleton's handlers

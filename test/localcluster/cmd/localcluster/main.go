@@ -68,6 +68,11 @@ type fleetOptions struct {
 }
 
 func run(kubeconfigOut, dir, stateFile string, fleet fleetOptions, opts localcluster.Options) error {
+	giveBack, err := takeForeground()
+	if err != nil {
+		return err
+	}
+	defer giveBack()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if dir != "" {
@@ -82,7 +87,10 @@ func run(kubeconfigOut, dir, stateFile string, fleet fleetOptions, opts localclu
 	if err != nil {
 		return err
 	}
-	defer cluster.Stop()
+	defer func() {
+		cluster.Stop()
+		fmt.Println("Stopped: every process of the local cluster has exited.")
+	}()
 
 	if err := copyKubeconfig(cluster.AdminKubeconfig, kubeconfigOut); err != nil {
 		return err
