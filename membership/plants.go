@@ -6,7 +6,7 @@ import "time"
 // plant_<name> (make chaos PLANT=<name> builds and runs one) breaks
 // one safety rule of membership, and the soak must name the breach.
 // Every other build leaves them false, and a replica built with one says
-// so when it starts. informers/plants.go holds one more, in the owned
+// so when it starts. informers/plants.go holds two more, in the owned
 // cache.
 var (
 	// plantedUnboundedAuthority (plant_unbounded_authority): authority
