@@ -170,18 +170,10 @@ func (lw *ownedListWatch) noteBehind(namespaces []string, delta int) {
 func (lw *ownedListWatch) wakeCarriers(namespaces []string) {
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
-	for s := range lw.sources {
-		if s.feeds != nil || s.version == "" {
-			continue
-		}
-		for _, ns := range namespaces {
-			if s.has(ns) {
-				select {
-				case s.wakeChan() <- struct{}{}:
-				default:
-				}
-				break
-			}
+	for _, s := range lw.carriers(namespaces) {
+		select {
+		case s.wakeChan() <- struct{}{}:
+		default:
 		}
 	}
 }
@@ -192,16 +184,20 @@ func (lw *ownedListWatch) wakeCarriers(namespaces []string) {
 func (lw *ownedListWatch) relistCarriers(namespaces []string) {
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
+	for _, s := range lw.carriers(namespaces) {
+		s.version = ""
+		s.supersedeWatch()
+	}
+}
+
+// carriers are the watching sources that have listed and carry one of
+// namespaces. Called with mu held.
+func (lw *ownedListWatch) carriers(namespaces []string) []*source {
+	var out []*source
 	for s := range lw.sources {
-		if s.feeds != nil || s.version == "" {
-			continue
-		}
-		for _, ns := range namespaces {
-			if s.has(ns) {
-				s.version = ""
-				s.supersedeWatch()
-				break
-			}
+		if s.feeds == nil && s.version != "" && slices.ContainsFunc(namespaces, s.has) {
+			out = append(out, s)
 		}
 	}
+	return out
 }
