@@ -28,13 +28,13 @@ var (
 	// ownedSimUngated plants the bug the simulation exists for: the
 	// controllers see a namespace before the owned cache holds it.
 	ownedSimUngated = flag.Bool("ownedsim.ungated", false, "plant a bug: do not gate namespaces on the owned cache")
-	ownedSimDebug   = flag.String("ownedsim.debug", "", "print the schedule and every event of this namespace")
+	ownedSimDebug   = flag.String("ownedsim.debug", "", "print the schedule and every event of this namespace (*: of every namespace)")
 )
 
 // simDebugf prints a line of the schedule when -ownedsim.debug is set,
 // and only of namespace ns when ns is not "".
 func simDebugf(ns string, format string, args ...any) {
-	if *ownedSimDebug == "" || ns != "" && ns != *ownedSimDebug {
+	if *ownedSimDebug == "" || ns != "" && *ownedSimDebug != "*" && ns != *ownedSimDebug {
 		return
 	}
 	fmt.Printf(time.Now().Format("15:04:05.000")+" "+format+"\n", args...)
@@ -383,6 +383,7 @@ func runOwnedSim(t *testing.T, seed int64) map[string]int {
 						// Gained as the partition table does: loaded, then
 						// in scope.
 						if owned.Load(ctx, p) == nil {
+							simDebugf("", "partition %d loaded; in scope", p)
 							scope.Gain(p)
 						}
 					}()

@@ -111,7 +111,7 @@ func (h *scopedHandler) pass(e scopeEvent, obj any, visible bool) bool {
 		// opened a window of its own where it mattered.
 		return visible
 	case w.hide:
-		return w.passHidden(e, key)
+		return w.passHidden(e, key, h.revealBefore(w, namespaceOfKey(key, h.byName)))
 	default:
 		return w.passRevealed(e, key, obj)
 	}
@@ -120,8 +120,12 @@ func (h *scopedHandler) pass(e scopeEvent, obj any, visible bool) bool {
 // passHidden: the namespace was hidden by the window's Lose. An addition
 // arriving now was never told; a deletion reaches the handler unless
 // the object is one it was not told of (it knew the object, and the
-// scope's read found it deleted already).
-func (w *scopeWindow) passHidden(e scopeEvent, key string) bool {
+// scope's read found it deleted already). revealed, when the namespace
+// was revealed by a window still open before the Lose, says what the
+// handler knew then: a deletion queued from before that reveal, of an
+// object the reveal's read found deleted already, was never told and is
+// not now.
+func (w *scopeWindow) passHidden(e scopeEvent, key string, revealed *scopeWindow) bool {
 	switch e {
 	case eventAdd:
 		w.keys[key] = ""
@@ -131,9 +135,34 @@ func (w *scopeWindow) passHidden(e scopeEvent, key string) bool {
 			delete(w.keys, key)
 			return false
 		}
+		if revealed != nil {
+			if _, knew := revealed.keys[key]; !knew {
+				return false
+			}
+		}
 		return true
 	}
 	return false
+}
+
+// revealBefore is the newest open reveal window older than hide that
+// covers namespace ns, or nil; the caller holds h.mu.
+func (h *scopedHandler) revealBefore(hide *scopeWindow, ns string) *scopeWindow {
+	older := false
+	for i := len(h.windows) - 1; i >= 0; i-- {
+		w := h.windows[i]
+		if w == hide {
+			older = true
+			continue
+		}
+		if older && w.covers(ns) {
+			if w.hide {
+				return nil // hidden before that reveal: the older hide's keys decide
+			}
+			return w
+		}
+	}
+	return nil
 }
 
 // passRevealed: the namespace was revealed by the window's Gain or Held.

@@ -103,6 +103,12 @@ func TestScopeWindows(t *testing.T) {
 			{op: "write", ns: "p0-a", name: "j", version: "4"},
 			{op: "gain"}, {op: "tell"},
 		}},
+		{"a deletion queued across a gain and the lose right after", []step{
+			{op: "write", ns: "p0-a", name: "k", version: "1"},
+			{op: "write", ns: "p0-a", name: "j", version: "2"}, {op: "tell"},
+			{op: "delete", ns: "p0-a", name: "k", version: "3"},
+			{op: "gain"}, {op: "lose"}, {op: "tell"},
+		}},
 		{"another partition's events pass as before", []step{
 			{op: "gain"},
 			{op: "write", ns: "p1-a", name: "k", version: "1"},
