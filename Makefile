@@ -55,7 +55,7 @@ KUBE_TOOLS    := kube-apiserver kube-controller-manager kube-scheduler kubectl
 # Tests and the demo find every tool here.
 export FCM_BIN_DIR := $(BIN)
 
-.PHONY: all tools build image image-host push test test-long test-deps bench cluster run clean fuzz chaos conformance conformance-ci
+.PHONY: all tools build image image-host push test test-long test-deps bench cluster run clean fuzz chaos conformance conformance-ci sim-sweep
 
 # Kubernetes' own end-to-end tests of the controllers (test/tools/e2e: the
 # apimachinery, apps, auth and network suites), at the controllers' version.
@@ -231,6 +231,25 @@ test-long: tools build $(BIN)/fleet-recording-replica $(PREVIOUS_RELEASE_BIN) te
 	set -o pipefail; FCM_PREVIOUS_RELEASE=$(PREVIOUS_RELEASE) $(GO) test -count=1 -tags 'e2e long' -json -timeout 20m ./test/e2e/ -run '^(TestKillServesVictimNamespacesWithinLease|TestRollingUpgradeAndRollback|TestNamespaceFirstMoments|TestPlacementByWeight)$$' | $(GO) run ./test/testsummary
 	$(MAKE) chaos DURATION=20
 	$(MAKE) conformance
+
+# Fresh seeds of the owned-cache simulation, one process per seed (a seed
+# that passed once proves little): SWEEP_SEEDS of them (default 200),
+# SWEEP_PROCS at once (12: a schedule mostly waits), each within 90 s.
+# Prints every seed that failed or hung, with its replay command, and the
+# count of each outcome; fails if any did. SWEEP_REPEAT=<seed> runs one
+# seed that many times instead (SWEEP_SEEDS of them).
+SWEEP_SEEDS ?= 200
+SWEEP_PROCS ?= 12
+sim-sweep:
+	@mkdir -p build/sim-sweep
+	$(GO) test -c -o build/sim-sweep/informers.test ./informers
+	@cd informers && rm -f ../build/sim-sweep/results && \
+	  for i in $$(seq $(SWEEP_SEEDS)); do \
+	    if [ -n "$(SWEEP_REPEAT)" ]; then echo $(SWEEP_REPEAT); else echo $$(( $$(od -An -N7 -tu8 /dev/urandom) + 1 )); fi; \
+	  done | xargs -P $(SWEEP_PROCS) -I{} sh -c \
+	    'timeout -s QUIT 90 ../build/sim-sweep/informers.test -test.run "^TestOwnedCacheSimulation$$" -test.timeout 3m -ownedsim.seed={} > ../build/sim-sweep/{}.$$$$.log 2>&1; echo "{} $$?" >> ../build/sim-sweep/results'
+	@awk '$$2 != 0 { print "seed " $$1 (($$2 == 124 || $$2 == 131) ? " hung" : " failed") ": go test ./informers -run ^TestOwnedCacheSimulation$$ -args -ownedsim.seed=" $$1 }' build/sim-sweep/results
+	@awk '{ n[$$2 == 0 ? "passed" : ($$2 == 124 || $$2 == 131) ? "hung" : "failed"]++ } END { printf "%d passed, %d failed, %d hung\n", n["passed"], n["failed"], n["hung"]; exit (n["failed"] + n["hung"] > 0) }' build/sim-sweep/results
 
 # What make cluster and make run start: not kube-controller-manager, which
 # only the tests and the bench run beside the fleet (its build is about a
