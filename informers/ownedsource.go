@@ -155,7 +155,9 @@ type source struct {
 	cancelWatch context.CancelFunc
 	// woken cuts short the wait of a watching source after kube-apiserver
 	// closed its watch early: a gain waiting for the source to catch up
-	// (ownedcatchup.go) resumes its watch now. Made by wakeChan.
+	// (ownedcatchup.go) resumes its watch now. One wake sent while the
+	// source watches stays for its next wait, which it cuts short: one
+	// early resume, at most, per gain. Made by wakeChan.
 	woken chan struct{}
 }
 
