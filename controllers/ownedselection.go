@@ -15,10 +15,9 @@ import (
 // partition controllers, only the readers below take these informers
 // (TestOwnedSelectionReaders builds each one to check), and each of them
 // reads only the objects the selector keeps. Every ConfigMap and Secret in
-// full would be the largest part of a replica's live heap
-// (docs/benchmarks/selected/), while the garbage collector and
-// resourcequota, which need every one of them, read metadata from the
-// pool on the replica running them.
+// full would be the largest part of a replica's live heap, while the
+// garbage collector and resourcequota, which need every one of them, read
+// metadata from the pool on the replica running them.
 type ownedSelection struct {
 	object   any
 	selector fields.Selector

@@ -36,8 +36,7 @@ var notFoundQueues = []string{
 // A partition that comes back within minOutOfScope waits for this rather
 // than the rest of the time, because a rolling restart moves partitions
 // onto the next replica to restart and back within a fraction of a
-// second, and each would otherwise wait seconds unserved
-// (docs/benchmarks/rolling-restart-x5).
+// second, and each would otherwise wait seconds unserved.
 type queueDrain struct {
 	gatherer prometheus.Gatherer
 	queues   map[string]bool

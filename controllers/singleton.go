@@ -226,12 +226,12 @@ var quotaTypedResources = []schema.GroupResource{
 // InformerFactory.ForResource and the monitors from
 // ObjectOrMetadataInformerFactory.ForResource, the same typed informer
 // there; here the monitors of ConfigMaps, Secrets and
-// ReplicationControllers are metadata, and typed listers beside them were
-// second informers, made after the piece's informers started and never
-// started, so a quota naming those resources was never computed and every
-// create it covered was Forbidden. Their evaluators only count objects
-// (generic.objectCountEvaluator: Usage ignores the object, no scope
-// applies), so metadata gives the counts KCM computes.
+// ReplicationControllers are metadata, and typed listers beside them would
+// be second informers, made after the piece's informers start and never
+// started, so a quota naming those resources would never be computed and
+// every create it covers would be Forbidden. Their evaluators only count
+// objects (generic.objectCountEvaluator: Usage ignores the object, no
+// scope applies), so metadata gives the counts KCM computes.
 type quotaEvaluatorFactory struct {
 	clientinformers.SharedInformerFactory
 	monitors informerfactory.InformerFactory

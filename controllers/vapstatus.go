@@ -35,8 +35,7 @@ const definitionsIdle = 2 * time.Minute
 // (cmd/kube-controller-manager/app/validatingadmissionpolicystatus.go,
 // v1.36.3) but for when the compiled-in OpenAPI definitions are loaded.
 // KCM loads them when the controller starts and keeps them for the life
-// of the process, a fifth of a small replica's live heap
-// (docs/benchmarks/vap-definitions). The
+// of the process, a large part of a small replica's live heap. The
 // controller type checks a policy only when its generation is ahead of
 // its status (reconcile), so a settled cluster never reads them; here they
 // are loaded at the first type check and dropped definitionsIdle after

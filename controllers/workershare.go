@@ -33,9 +33,9 @@ func (w WorkerSharing) Validate() error {
 // clients have qps against KCM's default defaultQPS. auto shares them
 // only above the default. At or below it a replica's client rate limiter
 // holds its workers back, so sharing saves few writes and slows the
-// fleet; above it KCM's counts on every replica write half again as many
-// status updates as KCM, and the apiserver, busy with them, closes
-// watchers for falling behind (docs/benchmarks/workers/).
+// fleet; above it KCM's counts on every replica would write more status
+// updates than KCM, and the apiserver, busy with them, closes watchers
+// for falling behind.
 func (w WorkerSharing) Shares(qps, defaultQPS float32) bool {
 	switch w {
 	case ShareWorkersTrue:
@@ -101,9 +101,8 @@ var partitionWorkers = map[string]func(*ctrlconfig.KubeControllerManagerConfigur
 // divided among replicas, rounded up: the fleet runs, in total, about the
 // workers KCM's flags give one KCM. A replica with a third of the
 // namespaces and all of KCM's workers syncs each object as soon as it
-// changes, where KCM's busier queue folds several changes into one sync:
-// in workload (a) at raised client limits a fleet of three with KCM's
-// counts wrote 965-1,070 updates against KCM's 611-633 (shared: 662-772).
+// changes, where KCM's busier queue folds several changes into one sync,
+// so KCM's counts on every replica write more updates than KCM does.
 // Singleton controllers keep KCM's counts: one of each runs.
 func shareWorkers(cfg ctrlconfig.KubeControllerManagerConfiguration, replicas int) ctrlconfig.KubeControllerManagerConfiguration {
 	if replicas <= 1 {

@@ -24,10 +24,9 @@ import (
 // (abandonAtDeadline) runs on a timer. A process frozen between a write's
 // headers and its body (SIGSTOP, a VM stall) and resumed past the deadline
 // may send the body before that timer runs, and kube-apiserver then acts
-// on a write whose partition another replica already runs (the chaos
-// soak's pauses produce exactly that). Checking authority before each
-// write to the socket leaves only the time between that check and the
-// system call.
+// on a write whose partition another replica already runs. Checking
+// authority before each write to the socket leaves only the time between
+// that check and the system call.
 //
 // Reads stay on the client's own transport: a connection refused for
 // lack of authority is closed with everything on it, and the informers'

@@ -29,7 +29,7 @@ var ErrPartitionMoved = errors.New("this replica does not run the namespace's pa
 // learn to stop: a key queued by the move's deletions (the root-CA
 // publisher recreating the ConfigMap it saw deleted, for one) is dropped
 // instead of retried with backoff for as long as the partition stays away,
-// as an error from the transport is (docs/benchmarks/refused-writes).
+// as an error from the transport would be.
 func partitionMovedResponse(req *http.Request, namespace string) *http.Response {
 	if req.Body != nil {
 		req.Body.Close()
@@ -261,10 +261,8 @@ func (f fencedRoundTripper) RoundTrip(req *http.Request) (*http.Response, error)
 // caller that gives up on it, its piece stopping, gets its error at once,
 // but the write is not cancelled: an HTTP/2 cancel is a stream reset sent
 // behind the request's own bytes, which the apiserver may still act on,
-// so a write counted answered at its cancel let the piece count as ended,
-// and the next owner start, before the write had arrived (a singleton's
-// status patch received 1 ms after its run was logged stopped, under
-// TestStalledWatchTakesItsShare).
+// so counting a write answered at its cancel would let the piece count as
+// ended, and the next owner start, before the write arrives.
 func sendAdmitted(req *http.Request, answered []func(), send func(*http.Request) (*http.Response, error)) (*http.Response, error) {
 	type result struct {
 		resp *http.Response

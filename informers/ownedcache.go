@@ -95,8 +95,7 @@ type ownedInformer struct {
 // short: a new namespace is shown to the partition controllers only once
 // it has joined (ownedheld.go), so its kube-root-ca.crt and default
 // ServiceAccount wait for it, and a quota created with the namespace
-// counts its ConfigMaps before them if they come late
-// (docs/benchmarks/namespace-gate).
+// counts its ConfigMaps before them if they come late.
 const joinDelay = 5 * time.Millisecond
 
 // NewOwnedCache makes an empty cache (no partition loaded).

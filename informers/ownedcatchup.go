@@ -21,9 +21,9 @@ import (
 // stalled, and the partition's previous owner (another replica, or an
 // earlier run here before its authority ran out) wrote in between: a Job
 // controller handed such a cache sees no Pod for a Job whose Pod has run,
-// and runs it again (docs/benchmarks/chaos). KCM has no such window: a
-// new leader's informers start with a list. Upstream's read-your-writes
-// check (pkg/controller/util/consistency) knows only its own writes.
+// and runs it again. KCM has no such window: a new leader's informers
+// start with a list. Upstream's read-your-writes check
+// (pkg/controller/util/consistency) knows only its own writes.
 
 // catchUpRelistAfter is how long a gain waits for a source behind the
 // server before making it list again: a watch kube-apiserver closed

@@ -33,12 +33,11 @@ func newClosedBackoff() wait.Backoff {
 
 // closedBackoffReset: a watch open this long before kube-apiserver closed
 // it was not closed for falling behind the replay it began with (those
-// closes came 0.1-3.2 s after opening: docs/benchmarks/closed-backoff), but
-// by something else, such as a restart of kube-apiserver or etcd, which
-// closes every watch however long it was open. Without the reset each
-// restart doubled the next wait, and after a few a replica's caches stayed
-// 8-16 s behind a restarted apiserver while its controllers ran
-// (docs/benchmarks/chaos).
+// closes come within seconds of opening), but by something else, such as
+// a restart of kube-apiserver or etcd, which closes every watch however
+// long it was open. Without the reset each restart would double the next
+// wait, and after a few a replica's caches would stay at the backoff's cap
+// behind a restarted apiserver while its controllers run.
 const closedBackoffReset = 10 * time.Second
 
 // closedWait is how long a source waits before resuming after a watch,

@@ -22,14 +22,13 @@ const DefaultSelectorTerms = 64
 // DefaultNamespaceWatchMax bounds namespace-watch's watches per namespace
 // and kind: every watch holds memory in kube-apiserver and the replica,
 // so past 16 namespaces one cluster-wide watch per kind, filtered on the
-// client, costs both sides less (docs/benchmarks/informer-modes).
+// client, costs both sides less.
 const DefaultNamespaceWatchMax = 16
 
 // DefaultSelectedWatches are the resources whose owned cache watch names
 // the loaded namespaces in a shard selector: Pods, the kind with the most
 // events, whose unfiltered watches kube-apiserver closes for falling
-// behind when it decodes every event for every replica
-// (docs/benchmarks/memory-closes).
+// behind when it decodes every event for every replica.
 var DefaultSelectedWatches = []string{"pods"}
 
 // namespaceSelector is the shard selector that matches exactly the objects

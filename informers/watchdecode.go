@@ -11,11 +11,11 @@ import (
 // The trunk watches a kind in every namespace and keeps the events of the
 // namespaces the replica has loaded, so most events a replica of a fleet
 // receives are dropped. Decoding them is the part of that cost the client
-// can avoid, about a tenth of a busy replica's CPU
-// (docs/benchmarks/skip-decode): a Pod event costs ten times as much to
-// decode as to read its namespace (BenchmarkPodEventDecode). A protobuf event names its namespace near
-// the start of its bytes, so the trunk reads that first and decodes only
-// what it keeps. Reading the stream itself (TLS, HTTP/2) stays.
+// can avoid: a Pod event costs far more to decode than to read its
+// namespace (BenchmarkPodEventDecode compares the two). A protobuf event
+// names its namespace near the start of its bytes, so the trunk reads that
+// first and decodes only what it keeps. Reading the stream itself (TLS,
+// HTTP/2) stays.
 
 // protobufPrefix starts every object in Kubernetes' protobuf encoding
 // (k8s.io/apimachinery/pkg/runtime/serializer/protobuf), before the

@@ -38,7 +38,7 @@ import (
 //
 // A join that waits asks for the list and the renewal it needs at once:
 // waiting the whole lease duration would make every rolling restart pay
-// a lease duration per replica (docs/benchmarks/join-early).
+// a lease duration per replica.
 //
 // It stays joining while a live member's Lease holds a state version it
 // does not read: that member is invisible to it (a newer release writes
@@ -117,12 +117,12 @@ func (m *Member) unseenLocked(read writersRead, start time.Time) string {
 	// A member this one leaves out of its views must certainly act no
 	// more. Expiry is not certain here: after an apiserver outage longer
 	// than a lease duration, members confirm each other's expiry before
-	// any has renewed again, and two that each left the other out both
-	// took every piece (TestHandoverAPIServerRestart). Such a member
-	// renews, or the join ends at the lease duration. (A member whose
-	// Lease was deleted by hand and not recreated for a lease duration
-	// has no authority; if it comes back, it joins again, seeing this
-	// one.)
+	// any has renewed again, and two that each left the other out would
+	// both take every piece (TestHandoverAPIServerRestart guards it). Such
+	// a member renews, or the join ends at the lease duration. (A member
+	// whose Lease was deleted by hand and not recreated for a lease
+	// duration has no authority; if it comes back, it joins again, seeing
+	// this one.)
 	for name, o := range m.obs {
 		// Garbage holds no one, an unread version keeps the join going
 		// by itself (unreadMemberLocked), a graceful leave is final.
@@ -195,10 +195,10 @@ func (m *Member) listOnce(ctx context.Context) error {
 // knows of every other is at least as new as the list, which was sent after
 // the join began. Observations from before the join are not enough: a
 // replica cut off from the apiserver keeps its last copy of each Lease,
-// and on its return those still acknowledged the epoch it had published
-// before the cut, while the others had left it out of their views and
+// and on its return those still acknowledge the epoch it published
+// before the cut, while the others have left it out of their views and
 // taken its pieces, so it would start a partition beside the replica that
-// took it (TestNetworkCutWithControllers).
+// took it (TestNetworkCutWithControllers guards it).
 // Observing drops what is older than what was seen; a deletion already
 // seen is kept (a list sent before the deletion would undo it).
 func (m *Member) observeListed(leases []coordinationv1.Lease) {

@@ -112,6 +112,5 @@ func (l *leaderLease) leftBy(lease *coordinationv1.Lease, release bool) *coordin
 // reach their leave at different times (each stops its own pieces first);
 // only those arriving within a watch delay of each other need to wait, so
 // a short wait is enough, and it is all a rolling update pays per replica
-// (a whole retry period would be paid once per replica:
-// docs/benchmarks/kcmlease).
+// (a whole retry period would be paid once per replica).
 func (l *leaderLease) leaveWait() time.Duration { return l.cfg.RetryPeriod / 4 }

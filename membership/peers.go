@@ -86,7 +86,7 @@ func (m *Member) Peers() []Peer {
 		// to start what others acknowledged to it): it counts as before
 		// for one lease duration, until it renews (recreating its Lease)
 		// or is certainly dead. Dropped at once, another could start its
-		// pieces while it starts them too (TestProtocolSimulation).
+		// pieces while it starts them too.
 		if o.deleted && (o.state.Leaving || now.Sub(o.lastChange) > o.duration) {
 			continue
 		}
@@ -319,10 +319,10 @@ func (m *Member) deleteStale(ctx context.Context, name, rv string) {
 // confirmExpiry reads name's Lease, suspected stale at version rv, and
 // judges its member expired only if the read still shows rv (or no Lease)
 // and nothing newer was observed meanwhile. Compared with the version
-// observed when the read returns instead, a renewal the watch delivered
-// while the read was on its way matched the read, and a live member was
-// dropped: a replica back from a 15 s network cut took a peer's pieces
-// for 14 ms beside it (TestConfirmExpiry).
+// observed when the read returns instead, a renewal the watch delivers
+// while the read is on its way would match the read, and a live member
+// would be dropped, its pieces taken while it still runs them
+// (TestConfirmExpiry guards it).
 func (m *Member) confirmExpiry(ctx context.Context, name, rv string) {
 	reqCtx, cancel := context.WithTimeout(ctx, m.cfg.RetryPeriod)
 	lease, err := m.cfg.Store.Get(reqCtx, m.cfg.Namespace, name)

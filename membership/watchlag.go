@@ -6,10 +6,10 @@ import "time"
 // stream, a stuck watch cache): renewals go on succeeding, and this member
 // goes on judging the others by what it last saw of them. A piece handed
 // to it then waits for the stall to end, since the giver's release is not
-// seen (the chaos soak's stalled watches). This member's own renewals
-// tell when: the watch must deliver each of them. While one written more
-// than RetryPeriod ago is still undelivered, every renewal asks listLoop
-// for a consistent list of the Leases, until the watch catches up.
+// seen. This member's own renewals tell when: the watch must deliver each
+// of them. While one written more than RetryPeriod ago is still
+// undelivered, every renewal asks listLoop for a consistent list of the
+// Leases, until the watch catches up.
 
 // maxUnseenRenewals bounds the renewals kept while the watch is behind: a
 // caught-up watch delivers the newest, which clears them all.

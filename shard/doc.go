@@ -94,18 +94,19 @@
 // B's list, no copy from before B's join (a member back from a network
 // cut holds those, acknowledging the epoch it published before) counts
 // for B's starts. (A renewal that takes the Lease from a KCM replaces a
-// version whose writers no longer act, and lists nothing else.) The list covers a member that renews no writers list (one run
-// with --leader-elect=false beside the others) but whose Lease exists;
-// the writers cover a member that acts while its own Lease is gone
-// (deleted by hand, recreated at its next renewal), which no list shows:
-// a cut-off member whose Lease was deleted by hand, and a joiner that
-// listed while it was gone, would both own. (Every simulated member renews
-// KCM's Lease, so the simulation passes without the list.) The simulation (protocol_sim_test.go) checks the property under
-// delayed and reordered events, crashes, pauses, outages, hand-deleted
-// Leases and weight tables switched under them (PlacementWeighted and
-// the keeper's moves tables of PlacementWeightedMoves), and that members
-// which applied one view own disjoint pieces; the e2e tests check it on
-// a real apiserver.
+// version whose writers no longer act, and lists nothing else.) The list
+// covers a member that renews no writers list (one run with
+// --leader-elect=false beside the others) but whose Lease exists; the
+// writers cover a member that acts while its own Lease is gone (deleted by
+// hand, recreated at its next renewal), which no list shows: a cut-off
+// member whose Lease was deleted by hand, and a joiner that listed while it
+// was gone, would both own. (Every simulated member renews KCM's Lease, so
+// the simulation passes without the list.) The simulation
+// (protocol_sim_test.go) checks the property under delayed and reordered
+// events, crashes, pauses, outages, hand-deleted Leases and weight tables
+// switched under them (PlacementWeighted and the keeper's moves tables of
+// PlacementWeightedMoves), and that members which applied one view own
+// disjoint pieces; the e2e tests check it on a real apiserver.
 //
 // # Releases side by side
 //

@@ -62,11 +62,12 @@ const (
 	HashFNV = "fnv"
 )
 
-// DefaultRingConfig: 64 partitions keep the busiest member at or under
-// 1.31x the average for 2..10 members, and a join or leave moves at most
-// 1.72x the ideal 1/N of them (TestRingBalanceAndMovement, run with -v);
-// fewer partitions balance worse or reshuffle more when P/N is small, and
-// more make each handover's lists and the Lease state larger.
+// DefaultRingConfig: for 2..10 members, bounded loads keep every member at
+// or under ceil(Load * floor(P/N)) partitions, and with 64 partitions a
+// join or leave moves at most twice the ideal 1/N of them
+// (TestRingBalanceAndMovement guards both); fewer partitions balance worse
+// or reshuffle more when P/N is small, and more make each handover's lists
+// and the Lease state larger.
 var DefaultRingConfig = RingConfig{Partitions: 64, ReplicationFactor: 64, Load: 1.25, NamespaceHash: HashXX, ColocatedShare: DefaultColocatedShare, Placement: PlacementColocatedShare}
 
 // DefaultColocatedShare: the colocated singletons cache every Pod and

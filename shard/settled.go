@@ -21,8 +21,7 @@ const settleWaitMax = time.Minute
 // that leaves while the view that brought this one in is still being
 // handed over moves the same pieces back to where they came from, which
 // then wait out their quiet time there (minOutOfScope in package
-// controllers), without an owner and then unserved for seconds
-// (docs/benchmarks/rolling-restart-x5).
+// controllers), without an owner and then unserved for seconds.
 func unsettled(plan Plan, local Local, peers []membership.Peer, rings *RingCache) string {
 	if len(plan.Members) == 0 {
 		return "no members"

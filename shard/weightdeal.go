@@ -17,11 +17,10 @@ import (
 // have stayed uneven for the keeper's hold, and the hash alone decides
 // where it lands: at default client limits, where each replica's own
 // client budgets are what a fleet multiplies, the fleet finishes when the
-// replica with the most new namespaces does (8 of 20 on one of three
-// replicas in the bench's workload (a): 2.50x KCM's speed where 3x is the
-// ideal; docs/benchmarks/placement-by-weight). A new namespace has no
-// weight to measure yet, so under PlacementWeightedMoves the keeper deals
-// new namespaces (created within youngWindow) by count as they appear,
+// replica with the most new namespaces does, and the hash can put well
+// over its share of them on one replica. A new namespace has no weight to
+// measure yet, so under PlacementWeightedMoves the keeper deals new
+// namespaces (created within youngWindow) by count as they appear,
 // without the hold. A deal starts from where the partitions run and moves
 // a partition holding new namespaces off the member the most above its
 // fair count of them (its capacity's share, rounded up; the colocated

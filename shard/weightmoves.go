@@ -14,14 +14,12 @@ import (
 //
 // A table of PlacementWeighted holds weights, and its placement is the
 // ring's balanced by them: a new table undoes the earlier moves it no
-// longer needs as well as making its own, 1.4x to 5.2x the fewest moves
-// that reach the bound after half a cluster's objects moved
-// (docs/benchmarks/placement-by-weight). So the moves table carries the
-// placement's moves themselves, which the keeper computes by balancing
-// from the placement the fleet runs, and a ring only applies them: a new
-// table moves what the new weights need and nothing else, and the
-// keeper's policy can change from release to release without changing
-// what a table means.
+// longer needs as well as making its own, more than the fewest moves that
+// reach the bound. So the moves table carries the placement's moves
+// themselves, which the keeper computes by balancing from the placement
+// the fleet runs, and a ring only applies them: a new table moves what the
+// new weights need and nothing else, and the keeper's policy can change
+// from release to release without changing what a table means.
 //
 // Encoding (base64url without padding, as any table): the weight codes,
 // one byte per partition as PlacementWeighted's, then per move two bytes
