@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 )
@@ -27,6 +29,10 @@ const (
 	// project does and why and links the measurements rather than
 	// retelling them.
 	limitDesignLines = 600
+	// limitBenchmarkFiles: files under docs/benchmarks/, which keeps the
+	// evidence the docs link and the current figures; a superseded run
+	// leaves with the figure it backed (git keeps it).
+	limitBenchmarkFiles = 250
 )
 
 // breaches lists every limit the repository at root is past, each with
@@ -59,5 +65,33 @@ func (s *stats) breaches(root string) ([]string, error) {
 	if n := bytes.Count(design, []byte("\n")); n > limitDesignLines {
 		out = append(out, fmt.Sprintf("docs/design.md: %d lines, limit %d (it says what the project does and why; evidence belongs in docs/benchmarks/, linked)", n, limitDesignLines))
 	}
+	n, err := countFiles(filepath.Join(root, "docs", "benchmarks"))
+	if err != nil {
+		return nil, err
+	}
+	if n > limitBenchmarkFiles {
+		out = append(out, fmt.Sprintf("files under docs/benchmarks: %d, limit %d (keep the evidence the docs link and the current figures; git keeps superseded runs)", n, limitBenchmarkFiles))
+	}
 	return out, nil
+}
+
+// countFiles counts the files under dir (none when it does not exist).
+func countFiles(dir string) (int, error) {
+	n := 0
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) {
+			return filepath.SkipDir
+		}
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			n++
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("counting the files under %s: %w", dir, err)
+	}
+	return n, nil
 }

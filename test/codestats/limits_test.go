@@ -33,6 +33,8 @@ func TestLimits(t *testing.T) {
 			want: "product files importing the module's test/ tree: 1, limit 0\n   pkg/a.go -> example.com/m/test/helpers"},
 		{name: "a type defined twice", files: map[string]string{"pkg/a.go": "package pkg\n\ntype Twin int\n", "other/b.go": "package other\n\ntype Twin int\n"}, design: 10,
 			want: "type names defined in more than one package: 1, limit 0\n   Twin: other, pkg"},
+		{name: "too many benchmark files", files: benchFiles(limitBenchmarkFiles + 1), design: 10,
+			want: fmt.Sprintf("files under docs/benchmarks: %d, limit %d", limitBenchmarkFiles+1, limitBenchmarkFiles)},
 		{name: "a long design.md", files: map[string]string{"pkg/a.go": "package pkg\n"}, design: limitDesignLines + 1,
 			want: fmt.Sprintf("docs/design.md: %d lines, limit %d", limitDesignLines+1, limitDesignLines)},
 	} {
@@ -68,4 +70,13 @@ func TestLimits(t *testing.T) {
 			}
 		})
 	}
+}
+
+// benchFiles is a repository's pkg/a.go and n files under docs/benchmarks.
+func benchFiles(n int) map[string]string {
+	files := map[string]string{"pkg/a.go": "package pkg\n"}
+	for i := range n {
+		files[fmt.Sprintf("docs/benchmarks/run-%d/README.md", i)] = "x\n"
+	}
+	return files
 }
