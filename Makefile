@@ -237,7 +237,9 @@ test-long: tools build $(BIN)/fleet-recording-replica $(PREVIOUS_RELEASE_BIN) te
 # SWEEP_PROCS at once (12: a schedule mostly waits), each within 90 s.
 # Prints every seed that failed or hung, with its replay command, and the
 # count of each outcome; fails if any did. SWEEP_REPEAT=<seed> runs one
-# seed that many times instead (SWEEP_SEEDS of them).
+# seed that many times instead (SWEEP_SEEDS of them);
+# SWEEP_ARGS='-ownedsim.plant=<rule>' plants a rule out, to show some seed
+# catches it.
 SWEEP_SEEDS ?= 200
 SWEEP_PROCS ?= 12
 sim-sweep:
@@ -247,7 +249,7 @@ sim-sweep:
 	  for i in $$(seq $(SWEEP_SEEDS)); do \
 	    if [ -n "$(SWEEP_REPEAT)" ]; then echo $(SWEEP_REPEAT); else echo $$(( $$(od -An -N7 -tu8 /dev/urandom) + 1 )); fi; \
 	  done | xargs -P $(SWEEP_PROCS) -I{} sh -c \
-	    'timeout -s QUIT 90 ../build/sim-sweep/informers.test -test.run "^TestOwnedCacheSimulation$$" -test.timeout 3m -ownedsim.seed={} > ../build/sim-sweep/{}.$$$$.log 2>&1; echo "{} $$?" >> ../build/sim-sweep/results'
+	    'timeout -s QUIT 90 ../build/sim-sweep/informers.test -test.run "^TestOwnedCacheSimulation$$" -test.timeout 3m -ownedsim.seed={} $(SWEEP_ARGS) > ../build/sim-sweep/{}.$$$$.log 2>&1; echo "{} $$?" >> ../build/sim-sweep/results'
 	@awk '$$2 != 0 { print "seed " $$1 (($$2 == 124 || $$2 == 131) ? " hung" : " failed") ": go test ./informers -run ^TestOwnedCacheSimulation$$ -args -ownedsim.seed=" $$1 }' build/sim-sweep/results
 	@awk '{ n[$$2 == 0 ? "passed" : ($$2 == 124 || $$2 == 131) ? "hung" : "failed"]++ } END { printf "%d passed, %d failed, %d hung\n", n["passed"], n["failed"], n["hung"]; exit (n["failed"] + n["hung"] > 0) }' build/sim-sweep/results
 

@@ -1,13 +1,3 @@
-// Package informers builds the informer views through which the fleet's
-// controllers see one replica-wide cache: a SharedInformerFactory for a
-// singleton (every object, from the replica's pool of cluster-wide
-// informers, or the owned cache holding every namespace) and for the
-// replica's one set of partition controllers (the namespaces of the
-// partitions the replica owns now, a Scope that grows and shrinks while
-// they run, cached by the owned cache, or by the pool in filtered-watch:
-// see Mode). A view's event handlers are removed from the shared
-// informers when its controllers stop, and every factory records what it
-// handed to which controller (census.go).
 package informers
 
 import (

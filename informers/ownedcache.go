@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
-	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -67,7 +65,10 @@ type OwnedCache struct {
 	mu         sync.Mutex
 	informers  map[reflect.Type]*ownedInformer
 	partitions map[int]bool
-	stop       <-chan struct{}
+	// naming: partitions whose gains are reading their namespaces, with
+	// how many; join leaves their new namespaces to the gain.
+	naming map[int]int
+	stop   <-chan struct{}
 	// joining: namespaces created in loaded partitions, added together
 	// after a short wait so a burst of them shares a request.
 	joining []string
@@ -91,11 +92,12 @@ type ownedInformer struct {
 	everywhere int
 }
 
-// joinDelay gathers namespaces created together into one list. It is
-// short: a new namespace is shown to the partition controllers only once
-// it has joined (ownedheld.go), so its kube-root-ca.crt and default
-// ServiceAccount wait for it, and a quota created with the namespace
-// counts its ConfigMaps before them if they come late.
+// joinDelay gathers namespaces created together into one list, for the
+// kinds that list a namespace to hold it. It is short: a new namespace is
+// shown to the partition controllers only once it has joined
+// (ownedheld.go), so its kube-root-ca.crt and default ServiceAccount
+// wait for it, and a quota created with the namespace counts its
+// ConfigMaps before them if they come late.
 const joinDelay = 5 * time.Millisecond
 
 // NewOwnedCache makes an empty cache (no partition loaded).
@@ -118,7 +120,7 @@ func NewOwnedCache(c OwnedCacheConfig) (*OwnedCache, error) {
 	if plantedStuckLoad {
 		c.Logger.Error(nil, "THIS BUILD CARRIES A PLANTED FAULT, for tests only: a load of a partition holding a namespace named "+stuckLoadPrefix+"* never finishes")
 	}
-	o := &OwnedCache{config: c, informers: map[reflect.Type]*ownedInformer{}, partitions: map[int]bool{}, held: map[string]bool{}}
+	o := &OwnedCache{config: c, informers: map[reflect.Type]*ownedInformer{}, partitions: map[int]bool{}, naming: map[int]int{}, held: map[string]bool{}}
 	if _, err := c.Namespaces.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: o.namespaceAdded}); err != nil {
 		return nil, fmt.Errorf("following namespaces: %w", err)
 	}
@@ -136,9 +138,26 @@ func (o *OwnedCache) namespaceAdded(obj any) {
 		return
 	}
 	o.joining = append(o.joining, ns.Name)
-	if len(o.joining) == 1 {
+	switch {
+	case !o.listsToJoin(ns.Name):
+		// Every kind has kept it from its first event: shown at once.
+		go o.join()
+	case len(o.joining) == 1:
 		time.AfterFunc(joinDelay, o.join)
 	}
+}
+
+// listsToJoin says whether some informer lists namespace ns to hold it:
+// one that does not keep its partition (or holds every namespace, and
+// takes it in a source of its own). Called with mu held.
+func (o *OwnedCache) listsToJoin(ns string) bool {
+	p := o.config.PartitionOf(ns)
+	for _, i := range o.informers {
+		if i.everywhere > 0 || !i.lw.keeps(p) {
+			return true
+		}
+	}
+	return false
 }
 
 // heldEverywhere says whether some informer holds every namespace. Called
@@ -234,7 +253,11 @@ func (o *OwnedCache) InformerFor(obj runtime.Object) cache.SharedIndexInformer {
 		_ = informer.SetTransform(o.config.Transform)
 	}
 	lw.indexer = informer.GetIndexer
-	lw.load(o.namespacesOf(o.partitions), false)
+	lw.partitionOf, lw.listNamespaceNames = o.config.PartitionOf, o.namespaceNames
+	// Not yet run: its first list and the read after it (joinUncarried)
+	// bring every namespace of the loaded partitions.
+	lw.nameGain(o.partitions)
+	lw.keepGain(o.partitions, o.namespacesOf(o.partitions), false)
 	o.informers[t] = &ownedInformer{informer: informer, lw: lw}
 	if o.stop != nil {
 		go informer.Run(o.stop)
@@ -302,62 +325,6 @@ func (o *OwnedCache) Load(ctx context.Context, partitions ...int) error {
 	return o.load(ctx, partitions, true)
 }
 
-func (o *OwnedCache) load(ctx context.Context, partitions []int, await bool) error {
-	if err := o.waitNamespaces(ctx); err != nil {
-		return err
-	}
-	o.mu.Lock()
-	adding := map[int]bool{}
-	for _, p := range partitions {
-		if !o.partitions[p] {
-			o.partitions[p] = true
-			adding[p] = true
-		}
-	}
-	if len(adding) == 0 {
-		o.mu.Unlock()
-		return nil
-	}
-	namespaces := o.namespacesOf(adding)
-	var lws []*ownedListWatch
-	var catchUps []func() error
-	for _, i := range o.informers {
-		unlisted := i.lw.load(namespaces, await)
-		lws = append(lws, i.lw)
-		if len(unlisted) > 0 && o.stop != nil {
-			lw, synced := i.lw, i.informer.HasSynced
-			catchUps = append(catchUps, func() error { return lw.catchUp(ctx, unlisted, synced) })
-		}
-	}
-	o.mu.Unlock()
-	ownedNamespaces.Add(float64(len(namespaces)))
-	ownedPartitions.Add(float64(len(adding)))
-	caughtUp := make(chan error, len(catchUps))
-	for _, catchUp := range catchUps {
-		go func() { caughtUp <- catchUp() }()
-	}
-	if await && plantedStuckLoad && slices.ContainsFunc(namespaces, func(ns string) bool { return strings.HasPrefix(ns, stuckLoadPrefix) }) {
-		<-ctx.Done()
-	}
-	if await {
-		err := wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) {
-			return loadedInto(lws, namespaces), nil
-		})
-		if err != nil {
-			return fmt.Errorf("loading partitions %v: %w", partitions, err)
-		}
-	}
-	for range catchUps {
-		if err := <-caughtUp; err != nil {
-			return fmt.Errorf("loading partitions %v: %w", partitions, err)
-		}
-	}
-	// Included partitions are held from the informers' first list, which
-	// their controllers wait for.
-	o.markHeld(namespaces)
-	return nil
-}
-
 // Unload removes p's namespaces: their objects leave every informer (as
 // deletions their handlers see; scoped handlers drop them once p is out of
 // scope).
@@ -385,27 +352,26 @@ func (o *OwnedCache) unload(p int) (dropped []string) {
 			dropped = append(dropped, ns)
 		}
 	}
-	var namespaces []string
+	unloaded := 0
 	for _, i := range o.informers {
+		// Forgotten first: a namespace it takes meanwhile is unloaded
+		// with the rest.
+		i.lw.forget(p)
+		var namespaces []string
 		for _, ns := range i.lw.namespaces() {
 			if o.config.PartitionOf(ns) == p {
 				namespaces = append(namespaces, ns)
 			}
 		}
-		break
-	}
-	if len(o.informers) == 0 {
-		namespaces = o.namespacesOf(map[int]bool{p: true})
-	}
-	for _, i := range o.informers {
+		unloaded = max(unloaded, len(namespaces))
 		if i.everywhere > 0 {
 			continue // a singleton reads them still
 		}
 		i.lw.unload(namespaces)
 	}
-	ownedNamespaces.Add(-float64(len(namespaces)))
+	ownedNamespaces.Add(-float64(unloaded))
 	ownedPartitions.Dec()
-	o.config.Logger.V(4).Info("Unloaded a partition from the owned cache", "partition", p, "namespaces", len(namespaces))
+	o.config.Logger.V(4).Info("Unloaded a partition from the owned cache", "partition", p, "namespaces", unloaded)
 	return dropped
 }
 

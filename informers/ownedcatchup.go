@@ -102,8 +102,12 @@ func (lw *ownedListWatch) caughtUp(ns string, listed []keyVersion, version strin
 	lw.sendMu.Lock()
 	lw.mu.Lock()
 	passed := false
+	// A namespace of a kept partition no source carries has had no event
+	// since its keeper's stream began, so a keeper that has delivered
+	// past the list has delivered it too.
+	unclaimed := !lw.loaded[ns] && lw.kept(ns)
 	for s := range lw.sources {
-		if s.feeds == nil && s.version != "" && s.has(ns) && s.joining[ns] == nil {
+		if s.feeds == nil && s.version != "" && (s.has(ns) || unclaimed && s.keeps) && s.joining[ns] == nil {
 			passed = !newerVersion(version, s.delivered(ns))
 		}
 	}
@@ -193,9 +197,12 @@ func (lw *ownedListWatch) relistCarriers(namespaces []string) {
 // carriers are the watching sources that have listed and carry one of
 // namespaces. Called with mu held.
 func (lw *ownedListWatch) carriers(namespaces []string) []*source {
+	// A namespace of a kept partition no source carries yet is the
+	// keepers' to take.
+	unclaimed := slices.ContainsFunc(namespaces, func(ns string) bool { return !lw.loaded[ns] && lw.kept(ns) })
 	var out []*source
 	for s := range lw.sources {
-		if s.feeds == nil && s.version != "" && slices.ContainsFunc(namespaces, s.has) {
+		if s.feeds == nil && s.version != "" && (slices.ContainsFunc(namespaces, s.has) || unclaimed && lw.keeper(s)) {
 			out = append(out, s)
 		}
 	}

@@ -42,13 +42,15 @@ func (o *OwnedCache) join() {
 	o.mu.Lock()
 	var namespaces []string
 	for _, ns := range o.joining {
-		if o.partitions[o.config.PartitionOf(ns)] && !o.held[ns] {
+		// A gain still reading its partition's namespaces loads it.
+		if p := o.config.PartitionOf(ns); o.partitions[p] && o.naming[p] == 0 && !o.held[ns] {
 			namespaces = append(namespaces, ns)
 		}
 	}
 	var lws []*ownedListWatch
 	for _, i := range o.informers {
-		i.lw.load(namespaces, true)
+		// A kind kept by partition has kept it from its first event.
+		i.lw.loadUnkept(namespaces)
 		if i.everywhere > 0 {
 			i.lw.load(o.joining, false)
 		}
@@ -66,7 +68,7 @@ func (o *OwnedCache) join() {
 	waitCtx, cancelWait := context.WithTimeout(ctx, heldWaitMax)
 	defer cancelWait()
 	err := wait.PollUntilContextCancel(waitCtx, heldPollInterval, true, func(context.Context) (bool, error) {
-		return loadedInto(lws, namespaces), nil
+		return loadedInto(lws, namespaces) && readyIn(lws, namespaces), nil
 	})
 	if ctx.Err() != nil {
 		return // the cache stops
@@ -118,6 +120,19 @@ func (o *OwnedCache) markHeld(namespaces []string) []string {
 		o.reporter.Held(added)
 	}
 	return added
+}
+
+// readyIn says whether every one of lws is ready to show namespaces
+// (ownedListWatch.ready).
+func readyIn(lws []*ownedListWatch, namespaces []string) bool {
+	for _, lw := range lws {
+		for _, ns := range namespaces {
+			if !lw.ready(ns) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // loadedInto says whether every one of lws holds the first list of

@@ -22,6 +22,9 @@ import (
 // when it has none reads only the current version. Objects of other
 // namespaces are dropped here, except an adopting source's.
 func (lw *ownedListWatch) listSource(ctx context.Context, t *listWatchTarget, src *source) ([]runtime.Object, map[string]string, error) {
+	if src.feeds == nil && !lw.claimUncarried(ctx, src) {
+		return nil, nil, fmt.Errorf("reading the namespaces before listing %s", t.resource)
+	}
 	lw.mu.Lock()
 	namespaces := slices.Clone(src.namespaces)
 	lw.mu.Unlock()

@@ -137,6 +137,13 @@ func (p *producer) listIfUnversioned(ctx context.Context) roundEnd {
 		p.feed(ctx, p.src, items, versions)
 		return roundDone
 	}
+	if !lw.joinUncarried(ctx, p.src) {
+		if ctx.Err() == nil {
+			p.logger.Error(nil, "Reading the namespaces after a list of the owned cache failed; listing again")
+			p.sleep(ctx, p.backoff.Step())
+		}
+		return roundAgain
+	}
 	events := make([]watch.Event, 0, len(items))
 	for _, item := range items {
 		events = append(events, watch.Event{Type: watch.Added, Object: item})

@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"maps"
 	"math/rand"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -28,6 +29,7 @@ var (
 	// ownedSimUngated plants the bug the simulation exists for: the
 	// controllers see a namespace before the owned cache holds it.
 	ownedSimUngated = flag.Bool("ownedsim.ungated", false, "plant a bug: do not gate namespaces on the owned cache")
+	ownedSimPlant   = flag.String("ownedsim.plant", "", "plant a rule of keeping by partition out: informer-names, no-note, no-read-after-list or any-keeper")
 	ownedSimDebug   = flag.String("ownedsim.debug", "", "print the schedule and every event of this namespace (*: of every namespace)")
 )
 
@@ -85,6 +87,7 @@ func simStuck(t *testing.T, seed int64, what string, owned *OwnedCache) {
 // goroutines' interleaving is the machine's), -ownedsim.ungated plants
 // the namespace-gate bug.
 func TestOwnedCacheSimulation(t *testing.T) {
+	plantRule(t, *ownedSimPlant)
 	seeds := []int64{}
 	if *ownedSimSeed != 0 {
 		seeds = append(seeds, *ownedSimSeed)
@@ -561,4 +564,25 @@ func diffVersions(got, want map[string]string) string {
 		out = append(out[:5], fmt.Sprintf("and %d more", len(out)-5))
 	}
 	return strings.Join(out, "; ")
+}
+
+// plantRule plants one rule of keeping by partition out for this run
+// (-ownedsim.plant), so that a sweep shows a schedule that breaks
+// without it.
+func plantRule(t *testing.T, rule string) {
+	plants := map[string]*bool{
+		"informer-names":     &plantedGainNamesFromInformer,
+		"no-note":            &plantedNoNote,
+		"no-read-after-list": &plantedNoReadAfterList,
+		"any-keeper":         &plantedAnyKeeper,
+	}
+	if rule == "" {
+		return
+	}
+	planted, ok := plants[rule]
+	if !ok {
+		t.Fatalf("-ownedsim.plant=%q: not a rule (%v)", rule, slices.Sorted(maps.Keys(plants)))
+	}
+	*planted = true
+	t.Cleanup(func() { *planted = false })
 }

@@ -89,9 +89,10 @@ func (lw *ownedListWatch) mergedSource() (*source, []*source) {
 	// adopter's list carried every namespace no other source held, and
 	// without it a namespace adopted at its first event would miss its
 	// older objects.
-	adopts := false
+	adopts, keeps := false, false
 	for _, s := range listed {
 		adopts = adopts || s.adopts && lw.everywhere
+		keeps = keeps || s.keeps
 	}
 	reshape := false
 	for _, s := range listed {
@@ -101,7 +102,7 @@ func (lw *ownedListWatch) mergedSource() (*source, []*source) {
 		return nil, nil
 	}
 	sort.Strings(namespaces)
-	merged := &source{namespaces: namespaces, version: oldest, floors: map[string]string{}, adopts: adopts}
+	merged := &source{namespaces: namespaces, version: oldest, floors: map[string]string{}, adopts: adopts, keeps: keeps}
 	for _, ns := range namespaces {
 		if newerVersion(through[ns], merged.version) {
 			merged.floors[ns] = through[ns]
@@ -129,6 +130,12 @@ type source struct {
 	// PVCs created with their quota as none, and its monitors, which
 	// have no add handler, never counted again until the full resync).
 	adopts bool
+	// keeps: the source takes the namespaces of kept partitions at their
+	// first event (ownedpartitions.go): a trunk, or an adopting source
+	// made when none watched; a merge of sources one of which kept. One
+	// made to adopt beside a keeper never keeps, even once it no longer
+	// adopts: it left those namespaces to the keeper.
+	keeps bool
 	// floors: per namespace, the version through which the sources this
 	// one merged had delivered its events (a merged source resumes from
 	// the oldest of theirs and drops what they delivered); nil once its
@@ -258,4 +265,73 @@ func (s *source) insert(ns string) {
 func (s *source) has(ns string) bool {
 	i := sort.SearchStrings(s.namespaces, ns)
 	return i < len(s.namespaces) && s.namespaces[i] == ns
+}
+
+// newSources makes the sources of namespaces (sorted). Called with mu held.
+func (lw *ownedListWatch) newSources(namespaces []string) []*source {
+	if k := lw.keeperSource(); lw.everywhere && k != nil && len(lw.partitions) > 0 {
+		// The namespaces of naming or kept partitions are the keeper's,
+		// listed by a feeder: an adopting keeper's list left those of
+		// naming partitions out.
+		var byPartition, rest []string
+		for _, ns := range namespaces {
+			if lw.partitionDecoded(ns) {
+				byPartition = append(byPartition, ns)
+			} else {
+				rest = append(rest, ns)
+			}
+		}
+		sources := lw.joinTrunk(k, byPartition)
+		return append(sources, lw.adoptAll(rest)...)
+	}
+	if lw.everywhere {
+		return lw.adoptAll(namespaces)
+	}
+	// The trunk takes the namespaces; a feeder lists them. A trunk that
+	// has not listed yet holds them back too: its list may have been
+	// asked for before they were loaded, and once it has listed, a
+	// feeder lists the ones it did not cover (emit).
+	if t := lw.trunk(); t != nil {
+		return lw.joinTrunk(t, namespaces)
+	}
+	s := &source{namespaces: slices.Clone(namespaces), keeps: true}
+	lw.sources[s] = struct{}{}
+	return []*source{s}
+}
+
+// joinTrunk makes namespaces join trunk t through a new feeder (none
+// while t has not listed: its list covers them, or a feeder lists those
+// it did not after it, emit). Called with mu held.
+func (lw *ownedListWatch) joinTrunk(t *source, namespaces []string) []*source {
+	if len(namespaces) == 0 {
+		return nil
+	}
+	if t.version == "" {
+		t.join(namespaces, nil)
+		return nil
+	}
+	f := &source{namespaces: slices.Clone(namespaces), feeds: t}
+	t.join(namespaces, f)
+	lw.sources[f] = struct{}{}
+	return []*source{f}
+}
+
+// adoptAll hands namespaces to the adopting source, made if there is
+// none. Called with mu held.
+func (lw *ownedListWatch) adoptAll(namespaces []string) []*source {
+	if a := lw.adopter(); a != nil {
+		for _, ns := range namespaces {
+			a.insert(ns)
+			if _, waiting := lw.awaited[ns]; waiting && a.version != "" {
+				// No event of it came since a's version, at which a's
+				// list carried every namespace no other source held: it
+				// had no objects then.
+				lw.awaited[ns] = []keyVersion{}
+			}
+		}
+		return nil
+	}
+	s := &source{namespaces: slices.Clone(namespaces), adopts: true, keeps: !lw.hasKeeper()}
+	lw.sources[s] = struct{}{}
+	return []*source{s}
 }

@@ -358,8 +358,17 @@ func (lw *ownedListWatch) recordSent(e watch.Event, ns, name string) {
 // no feeder lists (they joined while the trunk's own list was on its
 // way, and it did not cover them). Called with mu held.
 func (lw *ownedListWatch) feedUncovered(s *ownedStream, trunk *source) {
+	if f := lw.feedJoining(trunk); f != nil {
+		s.start(f)
+	}
+}
+
+// feedJoining makes the feeder of the namespaces joining trunk that no
+// feeder lists, if there are any; the stream starts it. Called with mu
+// held.
+func (lw *ownedListWatch) feedJoining(trunk *source) *source {
 	if trunk.feeds != nil {
-		return
+		return nil
 	}
 	var namespaces []string
 	for ns, j := range trunk.joining {
@@ -368,14 +377,14 @@ func (lw *ownedListWatch) feedUncovered(s *ownedStream, trunk *source) {
 		}
 	}
 	if len(namespaces) == 0 {
-		return
+		return nil
 	}
 	sort.Strings(namespaces)
 	f := &source{namespaces: namespaces, feeds: trunk}
 	trunk.join(namespaces, f)
 	lw.sources[f] = struct{}{}
-	s.start(f)
 	lw.countSources()
+	return f
 }
 
 // bookmark brings the store's version up to the newest any source has

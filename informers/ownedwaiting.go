@@ -26,7 +26,8 @@ type LoadWait struct {
 	// (ownedcatchup.go).
 	Behind []string `json:"behind,omitempty"`
 	// Sources: the informer's requests, each as "trunk", "feeder",
-	// "adopter" with its version ("" while it lists) and namespaces.
+	// "adopter", "adopting keeper" or "watcher" with its version
+	// ("" while it lists) and namespaces.
 	Sources []string `json:"sources,omitempty"`
 }
 
@@ -88,6 +89,7 @@ func (lw *ownedListWatch) waiting() (LoadWait, bool) {
 		w.Sources = append(w.Sources, s.describe())
 	}
 	sort.Strings(w.Sources)
+	w.Sources = append(w.Sources, fmt.Sprintf("partitions kept or naming %v", lw.partitionsDescribed()))
 	return w, true
 }
 
@@ -100,6 +102,11 @@ func (s *source) describe() string {
 		kind = "feeder"
 	case s.adopts:
 		kind = "adopter"
+	case !s.keeps:
+		kind = "watcher" // a former adopter, left by the keepers
+	}
+	if s.keeps && s.adopts {
+		kind = "adopting keeper"
 	}
 	version := s.version
 	if version == "" {

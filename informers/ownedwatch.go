@@ -2,7 +2,7 @@ package informers
 
 import (
 	"context"
-	"slices"
+	"fmt"
 	"sort"
 	"sync"
 	"time"
@@ -48,6 +48,11 @@ type ownedListWatch struct {
 	everywhere bool
 	// indexer is the informer's store, for the objects a purge deletes.
 	indexer func() cache.Indexer
+	// partitionOf places a namespace; listNamespaceNames reads every
+	// namespace's name consistently (ownedpartitions.go). Either nil:
+	// the kind keeps namespaces by name only.
+	partitionOf        func(namespace string) int
+	listNamespaceNames func(ctx context.Context) ([]string, error)
 
 	// sendMu orders what reaches the reflector: an event is checked
 	// against the loaded set, sent and recorded in the ledger under it, so
@@ -58,9 +63,17 @@ type ownedListWatch struct {
 	// event's object's, or a bookmark's). Guarded by sendMu.
 	highest, stored string
 
-	mu      sync.Mutex
-	loaded  map[string]bool
-	sources map[*source]struct{}
+	mu     sync.Mutex
+	loaded map[string]bool
+	// partitions: the loaded partitions the trunk keeps by partition,
+	// each naming or kept; noted: per naming partition, the namespaces
+	// whose events the trunk dropped (ownedpartitions.go).
+	partitions map[int]partitionPhase
+	noted      map[int]map[string]bool
+	// retained: partitions unloaded while every namespace was held,
+	// still kept until it no longer is (forget).
+	retained map[int]bool
+	sources  map[*source]struct{}
 	// ledger: per namespace, the names of the objects handed to the
 	// informer and not deleted since.
 	ledger map[string]map[string]struct{}
@@ -114,7 +127,7 @@ type keyVersion struct{ key, version string }
 
 func newOwnedListWatch(target func() (*listWatchTarget, error), sharded bool, maxTerms, wideAbove int) *ownedListWatch {
 	return &ownedListWatch{target: target, sharded: sharded, maxTerms: maxTerms, wideAbove: wideAbove,
-		loaded: map[string]bool{}, sources: map[*source]struct{}{}, ledger: map[string]map[string]struct{}{}, awaited: map[string][]keyVersion{}, behind: map[string]int{}}
+		loaded: map[string]bool{}, partitions: map[int]partitionPhase{}, noted: map[int]map[string]bool{}, retained: map[int]bool{}, sources: map[*source]struct{}{}, ledger: map[string]map[string]struct{}{}, awaited: map[string][]keyVersion{}, behind: map[string]int{}}
 }
 
 var _ cache.ListerWatcherWithContext = &ownedListWatch{}
@@ -149,6 +162,7 @@ func (lw *ownedListWatch) holdEverywhere(everywhere bool) {
 	defer lw.mu.Unlock()
 	lw.everywhere = everywhere
 	if !everywhere {
+		lw.forgetRetained()
 		// An adopting source vouches that a namespace no source holds had
 		// no objects at its version only while every namespace stays
 		// held: those released next leave the informer, objects and
@@ -161,45 +175,6 @@ func (lw *ownedListWatch) holdEverywhere(everywhere bool) {
 		}
 	}
 	lw.scheduleCompact()
-}
-
-// newSources makes the sources of namespaces (sorted). Called with mu held.
-func (lw *ownedListWatch) newSources(namespaces []string) []*source {
-	if lw.everywhere {
-		// Every namespace is held: one source adopts them all.
-		if a := lw.adopter(); a != nil {
-			for _, ns := range namespaces {
-				a.insert(ns)
-				if _, waiting := lw.awaited[ns]; waiting && a.version != "" {
-					// No event of it came since a's version, at which
-					// a's list carried every namespace no other source
-					// held: it had no objects then.
-					lw.awaited[ns] = []keyVersion{}
-				}
-			}
-			return nil
-		}
-		s := &source{namespaces: slices.Clone(namespaces), adopts: true}
-		lw.sources[s] = struct{}{}
-		return []*source{s}
-	}
-	// The trunk takes the namespaces; a feeder lists them. A trunk that
-	// has not listed yet holds them back too: its list may have been
-	// asked for before they were loaded, and once it has listed, a
-	// feeder lists the ones it did not cover (emit).
-	if t := lw.trunk(); t != nil {
-		if t.version == "" {
-			t.join(namespaces, nil)
-			return nil
-		}
-		f := &source{namespaces: slices.Clone(namespaces), feeds: t}
-		t.join(namespaces, f)
-		lw.sources[f] = struct{}{}
-		return []*source{f}
-	}
-	s := &source{namespaces: slices.Clone(namespaces)}
-	lw.sources[s] = struct{}{}
-	return []*source{s}
 }
 
 // ListWithContext lists every loaded namespace, in new sources, as one
@@ -222,25 +197,15 @@ func (lw *ownedListWatch) ListWithContext(ctx context.Context, _ metav1.ListOpti
 	lw.countSources()
 	lw.mu.Unlock()
 
-	var all []runtime.Object
-	highest := "0"
-	listed := map[*source]string{}
-	for _, s := range sources {
-		items, versions, err := lw.listSource(ctx, t, s)
-		if err != nil {
-			return nil, err
-		}
-		version := versions[""]
-		all = append(all, items...)
-		listed[s] = version
-		if newerVersion(version, highest) {
-			highest = version
-		}
+	all, listed, highest, err := lw.listSources(ctx, t, sources)
+	if err != nil {
+		return nil, err
 	}
 	ledger := map[string]map[string]struct{}{}
 	lw.mu.Lock()
 	for s, version := range listed {
 		s.version = version
+		lw.feedJoining(s)
 	}
 	var kept []runtime.Object
 	for _, item := range all {
@@ -261,6 +226,34 @@ func (lw *ownedListWatch) ListWithContext(ctx context.Context, _ metav1.ListOpti
 	// The store's version is the list's (Replace).
 	lw.highest, lw.stored = highest, highest
 	return t.newList(kept, highest)
+}
+
+// listSources lists sources, each at its own version, then makes the
+// namespaces created in kept partitions meanwhile join them
+// (joinUncarried); it returns their objects, each one's version and the
+// newest.
+func (lw *ownedListWatch) listSources(ctx context.Context, t *listWatchTarget, sources []*source) ([]runtime.Object, map[*source]string, string, error) {
+	var all []runtime.Object
+	highest := "0"
+	listed := map[*source]string{}
+	for _, s := range sources {
+		items, versions, err := lw.listSource(ctx, t, s)
+		if err != nil {
+			return nil, nil, "", err
+		}
+		version := versions[""]
+		all = append(all, items...)
+		listed[s] = version
+		if newerVersion(version, highest) {
+			highest = version
+		}
+	}
+	for _, s := range sources {
+		if !lw.joinUncarried(ctx, s) {
+			return nil, nil, "", fmt.Errorf("reading the namespaces after listing %s", t.resource)
+		}
+	}
+	return all, listed, highest, nil
 }
 
 func record(ledger map[string]map[string]struct{}, ns, name string) {
@@ -302,6 +295,9 @@ func (lw *ownedListWatch) adopt(src *source, ns string) bool {
 	if lw.loaded[ns] {
 		return true
 	}
+	if lw.partitionDecoded(ns) {
+		return lw.takeByPartition(src, ns)
+	}
 	if !src.adopts || !lw.everywhere {
 		return false
 	}
@@ -311,13 +307,14 @@ func (lw *ownedListWatch) adopt(src *source, ns string) bool {
 }
 
 // decodes says whether the trunk decodes an event of namespace: one it
-// may keep (loaded, or any while every namespace is held). Whatever it
-// skips was written before the namespace's load began, so that load's
-// list, asked for later, carries it.
+// may keep (loaded, of a naming or kept partition, or any while every
+// namespace is held). Whatever it skips was written before the
+// namespace's load began, so that load's list, asked for later, carries
+// it.
 func (lw *ownedListWatch) decodes(namespace string) bool {
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
-	return lw.everywhere || lw.loaded[namespace]
+	return lw.everywhere || lw.loaded[namespace] || lw.partitionDecoded(namespace)
 }
 
 // noNamespace selects nothing a namespaced kind has: the FNV-1a hash of
@@ -374,6 +371,13 @@ func (lw *ownedListWatch) load(namespaces []string, await bool) (unlisted []stri
 	var added []string
 	for _, ns := range namespaces {
 		if lw.loaded[ns] {
+			unlisted = append(unlisted, ns)
+			continue
+		}
+		if lw.kept(ns) {
+			// Not carried yet: created after the keepers' streams
+			// began, it is taken at its first event. A hold of every
+			// namespace catches it up with the server (catchUp).
 			unlisted = append(unlisted, ns)
 			continue
 		}

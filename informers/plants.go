@@ -18,3 +18,22 @@ var plantedStuckLoad bool
 // stuckLoadPrefix names the namespaces whose loads plantedStuckLoad
 // holds.
 const stuckLoadPrefix = "stuck-load-"
+
+// The rules of keeping namespaces by partition (ownedpartitions.go),
+// each planted out by the owned-cache simulation (-ownedsim.plant) to
+// show a schedule that breaks without it. Every build leaves them false.
+var (
+	// plantedGainNamesFromInformer: a gain reads its partitions'
+	// namespaces from the Namespaces informer, which lags, instead of a
+	// consistent list issued after they were named.
+	plantedGainNamesFromInformer bool
+	// plantedNoNote: the trunk drops a naming partition's events without
+	// noting their namespaces for the gain.
+	plantedNoNote bool
+	// plantedNoReadAfterList: a trunk's list is not followed by a read
+	// of the namespaces it did not carry.
+	plantedNoReadAfterList bool
+	// plantedAnyKeeper: an adopting source beside a keeper takes kept
+	// partitions' namespaces too, from its list.
+	plantedAnyKeeper bool
+)

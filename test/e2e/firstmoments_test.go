@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -90,7 +91,7 @@ func TestNamespaceFirstMoments(t *testing.T) {
 		}
 		for _, o := range firstMomentObjects {
 			var gone []string
-			var appeared time.Duration
+			var appeared []time.Duration
 			for i := range firstMomentTries {
 				ns := fmt.Sprintf("first-%s-%d", map[bool]string{true: "ca", false: "sa"}[o.what[0] == 'C'], i)
 				if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
@@ -102,7 +103,7 @@ func TestNamespaceFirstMoments(t *testing.T) {
 				}); err != nil {
 					t.Fatalf("%s never appeared in namespace %s: %v", o.what, ns, err)
 				}
-				appeared += time.Since(created)
+				appeared = append(appeared, time.Since(created))
 				if err := o.delete(ctx, client, ns); err != nil {
 					t.Fatalf("deleting %s in %s: %v", o.what, ns, err)
 				}
@@ -124,8 +125,9 @@ func TestNamespaceFirstMoments(t *testing.T) {
 					missing = append(missing, ns)
 				}
 			}
-			t.Logf("%s: deleted as it appeared (%v after its namespace, on average) in %d namespaces; written again in %d", o.what,
-				(appeared / time.Duration(firstMomentTries)).Round(time.Millisecond), len(gone), len(gone)-len(missing))
+			slices.Sort(appeared)
+			t.Logf("%s: deleted as it appeared (after its namespace: median %v, max %v) in %d namespaces; written again in %d", o.what,
+				appeared[len(appeared)/2].Round(time.Millisecond), appeared[len(appeared)-1].Round(time.Millisecond), len(gone), len(gone)-len(missing))
 			if len(missing) > 0 {
 				t.Errorf("%s deleted the moment it appeared was never written again in %d of %d namespaces: %v", o.what, len(missing), len(gone), missing)
 			}

@@ -1,0 +1,220 @@
+package informers
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+// How the owned cache gains partitions: named in every kind kept by
+// partition, their namespaces read by a consistent list, listed by
+// feeders with the ones the trunk noted meanwhile, and held once every
+// informer holds them (doc.go).
+
+// load gains partitions: with await, it returns once every informer
+// holds them.
+func (o *OwnedCache) load(ctx context.Context, partitions []int, await bool) error {
+	if err := o.waitNamespaces(ctx); err != nil {
+		return err
+	}
+	g := o.beginGain(partitions)
+	if len(g.adding) == 0 {
+		return nil
+	}
+	defer o.endNaming(g)
+	namespaces, err := o.gainedNamespaces(ctx, g)
+	if err != nil {
+		return fmt.Errorf("loading partitions %v: %w", partitions, err)
+	}
+	catchUps := o.keepGain(ctx, g, namespaces, await)
+	ownedNamespaces.Add(float64(len(g.loading)))
+	ownedPartitions.Add(float64(len(g.adding)))
+	if err := o.awaitGain(ctx, g, catchUps, await); err != nil {
+		return fmt.Errorf("loading partitions %v: %w", partitions, err)
+	}
+	arrived := o.settleGain(g)
+	if await && len(arrived) > 0 {
+		err := wait.PollUntilContextCancel(ctx, heldPollInterval, true, func(context.Context) (bool, error) {
+			return loadedInto(g.lws, arrived) && readyIn(g.lws, arrived), nil
+		})
+		if err != nil {
+			return fmt.Errorf("loading partitions %v: %w", partitions, err)
+		}
+	}
+	// Included partitions are held from the informers' first list, which
+	// their controllers wait for.
+	o.markHeld(append(g.loading, arrived...))
+	return nil
+}
+
+// gain is one load of partitions in progress.
+type gain struct {
+	adding    map[int]bool
+	informers []*ownedInformer
+	lws       []*ownedListWatch
+	// started: the informers run, so the gain names its partitions
+	// before reading their namespaces; naming until settled.
+	started, naming bool
+	// loading: the namespaces the gain lists and waits for.
+	loading []string
+}
+
+// beginGain marks the partitions not loaded yet loaded and, once the
+// informers run, naming in every kind kept by partition: from now on the
+// trunk decodes every event of their namespaces.
+func (o *OwnedCache) beginGain(partitions []int) *gain {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	g := &gain{adding: map[int]bool{}, started: o.stop != nil}
+	for _, p := range partitions {
+		if !o.partitions[p] {
+			o.partitions[p] = true
+			g.adding[p] = true
+		}
+	}
+	if len(g.adding) == 0 {
+		return g
+	}
+	for _, i := range o.informers {
+		g.informers = append(g.informers, i)
+		g.lws = append(g.lws, i.lw)
+		if g.started {
+			i.lw.nameGain(g.adding)
+		}
+	}
+	if g.started {
+		g.naming = true
+		for p := range g.adding {
+			o.naming[p]++
+		}
+	}
+	return g
+}
+
+// gainedNamespaces reads the namespaces of g's partitions: once the
+// informers run, by a consistent list issued after they were named, so
+// that a namespace it lacks was created after every event the trunks had
+// decoded (ownedpartitions.go); before, from the Namespaces informer,
+// since the informers' first lists read them again.
+func (o *OwnedCache) gainedNamespaces(ctx context.Context, g *gain) ([]string, error) {
+	if !g.started || plantedGainNamesFromInformer {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		return o.namespacesOf(g.adding), nil
+	}
+	var names []string
+	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		var err error
+		if names, err = o.namespaceNames(ctx); err != nil {
+			o.config.Logger.V(2).Info("Reading the namespaces of partitions gained; retrying", "err", err)
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading the namespaces of partitions gained: %w", err)
+	}
+	var out []string
+	for _, ns := range names {
+		if g.adding[o.config.PartitionOf(ns)] {
+			out = append(out, ns)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// keepGain loads namespaces (and those each trunk noted while naming)
+// into every informer and keeps g's partitions; it returns the catch-ups
+// of the namespaces loaded already.
+func (o *OwnedCache) keepGain(ctx context.Context, g *gain, namespaces []string, await bool) []func() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var catchUps []func() error
+	loading := sets.New[string]()
+	for _, i := range g.informers {
+		unlisted, loads := i.lw.keepGain(g.adding, namespaces, await)
+		loading.Insert(loads...)
+		if len(unlisted) > 0 && g.started {
+			lw, synced := i.lw, i.informer.HasSynced
+			catchUps = append(catchUps, func() error { return lw.catchUp(ctx, unlisted, synced) })
+		}
+	}
+	g.loading = sets.List(loading)
+	return catchUps
+}
+
+// awaitGain waits, with await, until every informer holds what the
+// gain's lists handed over, and for the catch-ups.
+func (o *OwnedCache) awaitGain(ctx context.Context, g *gain, catchUps []func() error, await bool) error {
+	caughtUp := make(chan error, len(catchUps))
+	for _, catchUp := range catchUps {
+		go func() { caughtUp <- catchUp() }()
+	}
+	if await && plantedStuckLoad && slices.ContainsFunc(g.loading, func(ns string) bool { return strings.HasPrefix(ns, stuckLoadPrefix) }) {
+		<-ctx.Done()
+	}
+	if await {
+		err := wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) {
+			return loadedInto(g.lws, g.loading), nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	for range catchUps {
+		if err := <-caughtUp; err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// settleGain ends g's naming and returns the namespaces of its
+// partitions the Namespaces informer shows that the gain did not load:
+// created after the gain read them, and left to it by join. The kinds
+// kept by partition have kept them from their first event; the others
+// list them now (the caller waits for it).
+func (o *OwnedCache) settleGain(g *gain) []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.stopNaming(g)
+	loading := sets.New(g.loading...)
+	var arrived []string
+	for _, ns := range o.namespacesOf(g.adding) {
+		if !loading.Has(ns) {
+			arrived = append(arrived, ns)
+		}
+	}
+	for _, i := range g.informers {
+		i.lw.loadUnkept(arrived)
+	}
+	return arrived
+}
+
+// endNaming ends g's naming if settleGain did not.
+func (o *OwnedCache) endNaming(g *gain) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.stopNaming(g)
+}
+
+// stopNaming: join may take g's namespaces from now on. Called with mu
+// held.
+func (o *OwnedCache) stopNaming(g *gain) {
+	if !g.naming {
+		return
+	}
+	g.naming = false
+	for p := range g.adding {
+		if o.naming[p]--; o.naming[p] <= 0 {
+			delete(o.naming, p)
+		}
+	}
+}

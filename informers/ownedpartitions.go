@@ -1,0 +1,358 @@
+package informers
+
+import (
+	"context"
+	"fmt"
+	"sort"
+)
+
+// How an ownedListWatch keeps the namespaces of loaded partitions: by
+// partition, not by name, for every kind whose trunk watches every
+// namespace (all but a sharded-watch replica's selected watches).
+//
+// A partition is *naming* while its gain reads which namespaces it holds,
+// then *kept*. While kept, the trunk takes a namespace of it at the
+// namespace's first event, listed or watched, with no list of its own:
+// the gain's namespaces were read by a consistent list issued after the
+// partition became naming, at a version no older than any event the
+// trunk had decoded before, so a namespace missing from that list was
+// created after it and each of its events reaches the trunk's decoder
+// once the partition is naming, newer than anything a list could add.
+// While naming, the trunk drops the events of the partition's namespaces
+// it does not carry and notes them; the gain lists them with the ones it
+// read. A trunk's own list names only the namespaces it carries, so
+// after it the namespaces are read again and those of naming or kept
+// partitions it did not carry join it through a feeder.
+
+// partitionPhase is where a loaded partition's gain is.
+type partitionPhase int
+
+const (
+	partitionNaming partitionPhase = iota // the gain reads its namespaces
+	partitionKept                         // its namespaces are taken at their first event
+)
+
+// keepsByPartition says whether the trunk keeps namespaces by partition:
+// its watch carries every namespace (no shard selector naming them).
+func (lw *ownedListWatch) keepsByPartition() bool {
+	if lw.partitionOf == nil {
+		return false
+	}
+	t, err := lw.target()
+	return err == nil && !(lw.sharded && t.selectWatch)
+}
+
+// nameGain marks partitions naming: from now on the trunk decodes the
+// events of their namespaces. Returns false when the kind keeps by name.
+func (lw *ownedListWatch) nameGain(partitions map[int]bool) bool {
+	if !lw.keepsByPartition() {
+		return false
+	}
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	for p := range partitions {
+		delete(lw.retained, p)
+		if _, ok := lw.partitions[p]; !ok {
+			lw.partitions[p] = partitionNaming
+		}
+	}
+	return true
+}
+
+// keepGain marks partitions kept and loads namespaces (theirs, read by a
+// consistent list after nameGain) with the ones the trunk noted while
+// they were naming; it returns what load returns and the namespaces
+// loaded, for the gain to wait on.
+func (lw *ownedListWatch) keepGain(partitions map[int]bool, namespaces []string, await bool) (unlisted, loading []string) {
+	lw.mu.Lock()
+	all := map[string]bool{}
+	for _, ns := range namespaces {
+		all[ns] = true
+	}
+	for p := range partitions {
+		for ns := range lw.noted[p] {
+			all[ns] = true
+		}
+		delete(lw.noted, p)
+	}
+	lw.mu.Unlock()
+	for ns := range all {
+		loading = append(loading, ns)
+	}
+	sort.Strings(loading)
+	unlisted = lw.load(loading, await)
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	for p := range partitions {
+		if _, named := lw.partitions[p]; named {
+			lw.partitions[p] = partitionKept
+		}
+	}
+	lw.ensureKeeper()
+	return unlisted, loading
+}
+
+// forget stops keeping partition p: its namespaces not loaded are no
+// longer decoded or taken. Unload its loaded namespaces after.
+func (lw *ownedListWatch) forget(p int) {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	if lw.everywhere {
+		// The adopting source left p's namespaces to the keepers: they
+		// keep them until every namespace is no longer held.
+		if _, ok := lw.partitions[p]; ok {
+			lw.retained[p] = true
+		}
+		return
+	}
+	delete(lw.partitions, p)
+	delete(lw.noted, p)
+}
+
+// forgetRetained forgets the partitions forget retained while every
+// namespace was held. Called with mu held.
+func (lw *ownedListWatch) forgetRetained() {
+	for p := range lw.retained {
+		delete(lw.partitions, p)
+		delete(lw.noted, p)
+	}
+	clear(lw.retained)
+}
+
+// takeByPartition says whether watching source src takes ns, not loaded,
+// at this event: ns is in a kept partition. A naming partition's
+// namespace is noted for its gain. Called with mu held.
+func (lw *ownedListWatch) takeByPartition(src *source, ns string) bool {
+	if !lw.keeper(src) || lw.partitionOf == nil || ns == "" {
+		return false
+	}
+	p := lw.partitionOf(ns)
+	phase, ok := lw.partitions[p]
+	switch {
+	case !ok:
+		return false
+	case phase == partitionNaming:
+		if !plantedNoNote {
+			lw.note(p, ns)
+		}
+		return false
+	}
+	lw.loaded[ns] = true
+	src.insert(ns)
+	return true
+}
+
+// note records that the trunk dropped an event of ns, of naming
+// partition p. Called with mu held.
+func (lw *ownedListWatch) note(p int, ns string) {
+	if lw.noted[p] == nil {
+		lw.noted[p] = map[string]bool{}
+	}
+	lw.noted[p][ns] = true
+}
+
+// keeper says whether watching source src takes the namespaces of kept
+// partitions at their first event: a watching source that does not
+// adopt, or an adopting one when no other watches. The keepers' streams
+// carry every event of those partitions since they were named (or since
+// their lists, after which joinUncarried joined the namespaces they did
+// not carry), so what a keeper takes at its first event is whole; an
+// adopting source beside them leaves those namespaces to them, since its
+// list, which would take them, folds events their handlers may have
+// been told of already. Called with mu held.
+func (lw *ownedListWatch) keeper(src *source) bool {
+	return src.keeps || plantedAnyKeeper && src.feeds == nil
+}
+
+// keeperSource is a keeper, adopting or not, if there is one. Called
+// with mu held.
+func (lw *ownedListWatch) keeperSource() *source {
+	for s := range lw.sources {
+		if s.keeps {
+			return s
+		}
+	}
+	return nil
+}
+
+// hasKeeper says whether some source keeps. Called with mu held.
+func (lw *ownedListWatch) hasKeeper() bool { return lw.keeperSource() != nil }
+
+// ensureKeeper starts an empty trunk when no source watches, so that the
+// namespaces created in kept partitions reach the informer. Called with
+// mu held.
+func (lw *ownedListWatch) ensureKeeper() {
+	if len(lw.partitions) == 0 {
+		return
+	}
+	if lw.hasKeeper() {
+		return
+	}
+	s := &source{keeps: true}
+	lw.sources[s] = struct{}{}
+	if lw.stream != nil {
+		lw.stream.start(s)
+	}
+	lw.countSources()
+}
+
+// partitionDecoded says whether the trunk decodes the events of ns for
+// its partition. Called with mu held.
+func (lw *ownedListWatch) partitionDecoded(ns string) bool {
+	if lw.partitionOf == nil || len(lw.partitions) == 0 {
+		return false
+	}
+	_, ok := lw.partitions[lw.partitionOf(ns)]
+	return ok
+}
+
+// claimUncarried, before a list of keeper src, reads the namespaces and
+// makes src carry those of kept partitions no source carries, so that its
+// list covers them: a keeper that lists again (its version expired)
+// missed their events since it last watched, and a list folds no more of
+// them than a plain informer's relist would. Those of naming partitions
+// are noted. False if the read failed (list again).
+func (lw *ownedListWatch) claimUncarried(ctx context.Context, src *source) bool {
+	names, ok := lw.uncarried(ctx, src)
+	if !ok {
+		return false
+	}
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	for _, ns := range lw.stillUncarried(names) {
+		lw.loaded[ns] = true
+		src.insert(ns)
+	}
+	return true
+}
+
+// joinUncarried, after a list of keeper src, reads the namespaces and
+// makes those of kept partitions that no source carries join src through
+// a feeder (feedUncovered): created while the list was on its way, their
+// events older than its version may be in neither it nor src's watch.
+// Those created after the read are newer than the list and reach src's
+// watch. Those of naming partitions are noted. False if the read failed
+// (list again).
+func (lw *ownedListWatch) joinUncarried(ctx context.Context, src *source) bool {
+	names, ok := lw.uncarried(ctx, src)
+	if !ok {
+		return false
+	}
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	if joining := lw.stillUncarried(names); len(joining) > 0 {
+		for _, ns := range joining {
+			lw.loaded[ns] = true
+		}
+		src.join(joining, nil)
+	}
+	return true
+}
+
+// uncarried reads every namespace for keeper src; nil when src is not a
+// keeper that lists by name or no partition is kept.
+func (lw *ownedListWatch) uncarried(ctx context.Context, src *source) ([]string, bool) {
+	lw.mu.Lock()
+	skip := !src.keeps || src.adopts || len(lw.partitions) == 0 || lw.listNamespaceNames == nil || plantedNoReadAfterList
+	lw.mu.Unlock()
+	if skip {
+		return nil, true
+	}
+	names, err := lw.listNamespaceNames(ctx)
+	return names, err == nil
+}
+
+// stillUncarried keeps the namespaces of kept partitions that no source
+// carries, and notes those of naming partitions. Called with mu held.
+func (lw *ownedListWatch) stillUncarried(names []string) []string {
+	var out []string
+	for _, ns := range names {
+		if lw.loaded[ns] || lw.partitionOf == nil {
+			continue
+		}
+		p := lw.partitionOf(ns)
+		switch phase, ok := lw.partitions[p]; {
+		case !ok:
+		case phase == partitionNaming:
+			lw.note(p, ns)
+		default:
+			out = append(out, ns)
+		}
+	}
+	return out
+}
+
+// ready says whether ns can be shown to handlers as far as this kind
+// keeps it by partition: no keeper is listing (its list, and the read
+// after it, may yet make ns join through a feeder) and ns is not being
+// fed. A namespace shown while a keeper lists could have events its
+// handlers were told of folded into a feeder's list.
+func (lw *ownedListWatch) ready(ns string) bool {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	if lw.partitionOf == nil {
+		return true
+	}
+	if _, ok := lw.partitions[lw.partitionOf(ns)]; !ok {
+		return true
+	}
+	for s := range lw.sources {
+		if s.keeps && s.version == "" || s.joining[ns] != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// loadUnkept loads, awaited, the namespaces whose partitions the kind
+// does not keep by partition: they need a list to join the trunk.
+func (lw *ownedListWatch) loadUnkept(namespaces []string) {
+	var unkept []string
+	lw.mu.Lock()
+	for _, ns := range namespaces {
+		if lw.partitionOf == nil {
+			unkept = append(unkept, ns)
+			continue
+		}
+		if _, kept := lw.partitions[lw.partitionOf(ns)]; !kept {
+			unkept = append(unkept, ns)
+		}
+	}
+	lw.mu.Unlock()
+	if len(unkept) > 0 {
+		lw.load(unkept, true)
+	}
+}
+
+// kept says whether ns's partition is kept by partition. Called with mu
+// held.
+func (lw *ownedListWatch) kept(ns string) bool {
+	if lw.partitionOf == nil || len(lw.partitions) == 0 {
+		return false
+	}
+	phase, ok := lw.partitions[lw.partitionOf(ns)]
+	return ok && phase == partitionKept
+}
+
+// keeps says whether the kind keeps partition p by partition.
+func (lw *ownedListWatch) keeps(p int) bool {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	phase, ok := lw.partitions[p]
+	return ok && phase == partitionKept
+}
+
+// partitionsDescribed lists the partitions kept by partition, each with
+// its phase, for Waiting. Called with mu held.
+func (lw *ownedListWatch) partitionsDescribed() []string {
+	var out []string
+	for p, phase := range lw.partitions {
+		what := map[partitionPhase]string{partitionNaming: "naming", partitionKept: "kept"}[phase]
+		if lw.retained[p] {
+			what = "retained"
+		}
+		out = append(out, fmt.Sprintf("%d %s", p, what))
+	}
+	sort.Strings(out)
+	return out
+}
