@@ -126,7 +126,7 @@ func TestNamespaceFirstMoments(t *testing.T) {
 				}
 			}
 			slices.Sort(appeared)
-			t.Logf("%s: deleted as it appeared (after its namespace: median %v, max %v) in %d namespaces; written again in %d", o.what,
+			t.Logf("%s, %s: deleted as it appeared (after its namespace: median %v, max %v) in %d namespaces; written again in %d", side, o.what,
 				appeared[len(appeared)/2].Round(time.Millisecond), appeared[len(appeared)-1].Round(time.Millisecond), len(gone), len(gone)-len(missing))
 			if len(missing) > 0 {
 				t.Errorf("%s deleted the moment it appeared was never written again in %d of %d namespaces: %v", o.what, len(missing), len(gone), missing)
