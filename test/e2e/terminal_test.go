@@ -133,4 +133,3 @@ func openPty() (master, slave *os.File, err error) {
 	}
 	return master, slave, nil
 }
-
