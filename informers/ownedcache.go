@@ -254,7 +254,7 @@ func (o *OwnedCache) InformerFor(obj runtime.Object) cache.SharedIndexInformer {
 	}
 	lw.indexer = informer.GetIndexer
 	lw.partitionOf, lw.listNamespaceNames = o.config.PartitionOf, o.namespaceNames
-	// Not yet run: its first list and the read after it (joinUncarried)
+	// Not yet run: its first list and the read after it (takeUncarried)
 	// bring every namespace of the loaded partitions.
 	lw.nameGain(o.partitions)
 	lw.keepGain(o.partitions, o.namespacesOf(o.partitions), false)

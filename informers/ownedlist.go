@@ -22,7 +22,7 @@ import (
 // when it has none reads only the current version. Objects of other
 // namespaces are dropped here, except an adopting source's.
 func (lw *ownedListWatch) listSource(ctx context.Context, t *listWatchTarget, src *source) ([]runtime.Object, map[string]string, error) {
-	if src.feeds == nil && !lw.claimUncarried(ctx, src) {
+	if src.feeds == nil && !lw.takeUncarried(ctx, src, false) {
 		return nil, nil, fmt.Errorf("reading the namespaces before listing %s", t.resource)
 	}
 	lw.mu.Lock()

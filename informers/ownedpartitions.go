@@ -155,7 +155,7 @@ func (lw *ownedListWatch) note(p int, ns string) {
 // partitions at their first event: a watching source that does not
 // adopt, or an adopting one when no other watches. The keepers' streams
 // carry every event of those partitions since they were named (or since
-// their lists, after which joinUncarried joined the namespaces they did
+// their lists, after which takeUncarried joined the namespaces they did
 // not carry), so what a keeper takes at its first event is whole; an
 // adopting source beside them leaves those namespaces to them, since its
 // list, which would take them, folds events their handlers may have
@@ -206,45 +206,33 @@ func (lw *ownedListWatch) partitionDecoded(ns string) bool {
 	return ok
 }
 
-// claimUncarried, before a list of keeper src, reads the namespaces and
-// makes src carry those of kept partitions no source carries, so that its
-// list covers them: a keeper that lists again (its version expired)
-// missed their events since it last watched, and a list folds no more of
-// them than a plain informer's relist would. Those of naming partitions
-// are noted. False if the read failed (list again).
-func (lw *ownedListWatch) claimUncarried(ctx context.Context, src *source) bool {
-	names, ok := lw.uncarried(ctx, src)
-	if !ok {
-		return false
-	}
-	lw.mu.Lock()
-	defer lw.mu.Unlock()
-	for _, ns := range lw.stillUncarried(names) {
-		lw.loaded[ns] = true
-		src.insert(ns)
-	}
-	return true
-}
-
-// joinUncarried, after a list of keeper src, reads the namespaces and
-// makes those of kept partitions that no source carries join src through
-// a feeder (feedUncovered): created while the list was on its way, their
-// events older than its version may be in neither it nor src's watch.
-// Those created after the read are newer than the list and reach src's
-// watch. Those of naming partitions are noted. False if the read failed
+// takeUncarried reads the namespaces around a list of keeper src and
+// makes it take those of kept partitions no source carries; those of
+// naming partitions are noted. Before the list (join false) src carries
+// them, so that its list covers them: a keeper that lists again (its
+// version expired) missed their events since it last watched, and its
+// list folds no more of them than a plain informer's relist would. After
+// it (join true) they join src through a feeder (feedUncovered): created
+// while the list was on its way, their events older than its version may
+// be in neither it nor src's watch; those created after the read are
+// newer than the list and reach src's watch. False if the read failed
 // (list again).
-func (lw *ownedListWatch) joinUncarried(ctx context.Context, src *source) bool {
+func (lw *ownedListWatch) takeUncarried(ctx context.Context, src *source, join bool) bool {
 	names, ok := lw.uncarried(ctx, src)
 	if !ok {
 		return false
 	}
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
-	if joining := lw.stillUncarried(names); len(joining) > 0 {
-		for _, ns := range joining {
-			lw.loaded[ns] = true
+	taken := lw.stillUncarried(names)
+	for _, ns := range taken {
+		lw.loaded[ns] = true
+		if !join {
+			src.insert(ns)
 		}
-		src.join(joining, nil)
+	}
+	if join && len(taken) > 0 {
+		src.join(taken, nil)
 	}
 	return true
 }

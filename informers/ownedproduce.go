@@ -137,7 +137,7 @@ func (p *producer) listIfUnversioned(ctx context.Context) roundEnd {
 		p.feed(ctx, p.src, items, versions)
 		return roundDone
 	}
-	if !lw.joinUncarried(ctx, p.src) {
+	if !lw.takeUncarried(ctx, p.src, true) {
 		if ctx.Err() == nil {
 			p.logger.Error(nil, "Reading the namespaces after a list of the owned cache failed; listing again")
 			p.sleep(ctx, p.backoff.Step())

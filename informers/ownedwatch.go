@@ -230,7 +230,7 @@ func (lw *ownedListWatch) ListWithContext(ctx context.Context, _ metav1.ListOpti
 
 // listSources lists sources, each at its own version, then makes the
 // namespaces created in kept partitions meanwhile join them
-// (joinUncarried); it returns their objects, each one's version and the
+// (takeUncarried); it returns their objects, each one's version and the
 // newest.
 func (lw *ownedListWatch) listSources(ctx context.Context, t *listWatchTarget, sources []*source) ([]runtime.Object, map[*source]string, string, error) {
 	var all []runtime.Object
@@ -249,7 +249,7 @@ func (lw *ownedListWatch) listSources(ctx context.Context, t *listWatchTarget, s
 		}
 	}
 	for _, s := range sources {
-		if !lw.joinUncarried(ctx, s) {
+		if !lw.takeUncarried(ctx, s, true) {
 			return nil, nil, "", fmt.Errorf("reading the namespaces after listing %s", t.resource)
 		}
 	}
