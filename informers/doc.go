@@ -46,9 +46,11 @@
 //     event the trunk decoded before; a namespace missing from it was
 //     created later, and every event of it reaches the trunk's decoder
 //     while the partition is naming or kept.
-//   - after any list of a keeper, the namespaces are read again; those of
-//     kept partitions it does not carry join it through a feeder, and
-//     those of naming partitions are noted.
+//   - around every list of a keeper the namespaces are read: before it,
+//     those of kept partitions no source carries join the list; after it,
+//     those created meanwhile join through a feeder; those of naming
+//     partitions are noted. A namespace is shown only while no keeper
+//     lists, so no list folds an event its handlers were told of.
 //
 // The rules, each with the simulation's plant that breaks without it
 // (TestOwnedCacheSimulation -ownedsim.plant=NAME):
@@ -56,7 +58,7 @@
 //   - the gain's names come from a consistent list, not the Namespaces
 //     informer, which lags (informer-names);
 //   - a naming partition's dropped namespaces are noted (no-note);
-//   - a keeper's list is followed by a read of the namespaces (no-read-after-list);
+//   - a keeper's list is read around (no-read-after-list);
 //   - only keepers take by partition: an adopting source beside a keeper
 //     would take a namespace from its list, folding events its handlers
 //     were told of (any-keeper).

@@ -6,23 +6,9 @@ import (
 	"sort"
 )
 
-// How an ownedListWatch keeps the namespaces of loaded partitions: by
-// partition, not by name, for every kind whose trunk watches every
-// namespace (all but a sharded-watch replica's selected watches).
-//
-// A partition is *naming* while its gain reads which namespaces it holds,
-// then *kept*. While kept, the trunk takes a namespace of it at the
-// namespace's first event, listed or watched, with no list of its own:
-// the gain's namespaces were read by a consistent list issued after the
-// partition became naming, at a version no older than any event the
-// trunk had decoded before, so a namespace missing from that list was
-// created after it and each of its events reaches the trunk's decoder
-// once the partition is naming, newer than anything a list could add.
-// While naming, the trunk drops the events of the partition's namespaces
-// it does not carry and notes them; the gain lists them with the ones it
-// read. A trunk's own list names only the namespaces it carries, so
-// after it the namespaces are read again and those of naming or kept
-// partitions it did not carry join it through a feeder.
+// How an ownedListWatch keeps the namespaces of loaded partitions by
+// partition, not by name: the states of a partition, the rules and why
+// they are whole are in doc.go ("A partition, per kind").
 
 // partitionPhase is where a loaded partition's gain is.
 type partitionPhase int
@@ -42,11 +28,11 @@ func (lw *ownedListWatch) keepsByPartition() bool {
 	return err == nil && !(lw.sharded && t.selectWatch)
 }
 
-// nameGain marks partitions naming: from now on the trunk decodes the
-// events of their namespaces. Returns false when the kind keeps by name.
-func (lw *ownedListWatch) nameGain(partitions map[int]bool) bool {
+// nameGain marks partitions naming, for a kind kept by partition: from
+// now on the trunk decodes the events of their namespaces.
+func (lw *ownedListWatch) nameGain(partitions map[int]bool) {
 	if !lw.keepsByPartition() {
-		return false
+		return
 	}
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
@@ -56,7 +42,6 @@ func (lw *ownedListWatch) nameGain(partitions map[int]bool) bool {
 			lw.partitions[p] = partitionNaming
 		}
 	}
-	return true
 }
 
 // keepGain marks partitions kept and loads namespaces (theirs, read by a
