@@ -81,6 +81,8 @@ type OwnedCache struct {
 	// reportMu orders the reports to reporter as held changes.
 	reportMu sync.Mutex
 	reporter HeldReporter
+	// namespaceReads shares the consistent reads of the namespaces.
+	namespaceReads *namespaceReads
 }
 
 type ownedInformer struct {
@@ -121,6 +123,7 @@ func NewOwnedCache(c OwnedCacheConfig) (*OwnedCache, error) {
 		c.Logger.Error(nil, "THIS BUILD CARRIES A PLANTED FAULT, for tests only: a load of a partition holding a namespace named "+stuckLoadPrefix+"* never finishes")
 	}
 	o := &OwnedCache{config: c, informers: map[reflect.Type]*ownedInformer{}, partitions: map[int]bool{}, naming: map[int]int{}, held: map[string]bool{}}
+	o.namespaceReads = &namespaceReads{read: o.namespaceNames}
 	if _, err := c.Namespaces.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: o.namespaceAdded}); err != nil {
 		return nil, fmt.Errorf("following namespaces: %w", err)
 	}
@@ -253,7 +256,7 @@ func (o *OwnedCache) InformerFor(obj runtime.Object) cache.SharedIndexInformer {
 		_ = informer.SetTransform(o.config.Transform)
 	}
 	lw.indexer = informer.GetIndexer
-	lw.partitionOf, lw.listNamespaceNames = o.config.PartitionOf, o.namespaceNames
+	lw.partitionOf, lw.listNamespaceNames = o.config.PartitionOf, o.namespaceReads.get
 	// Not yet run: its first list and the read after it (takeUncarried)
 	// bring every namespace of the loaded partitions.
 	lw.nameGain(o.partitions)

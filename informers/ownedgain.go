@@ -111,7 +111,7 @@ func (o *OwnedCache) gainedNamespaces(ctx context.Context, g *gain) ([]string, e
 	var names []string
 	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		var err error
-		if names, err = o.namespaceNames(ctx); err != nil {
+		if names, err = o.namespaceReads.get(ctx); err != nil {
 			o.config.Logger.V(2).Info("Reading the namespaces of partitions gained; retrying", "err", err)
 			return false, nil
 		}

@@ -3,6 +3,8 @@ package informers
 import (
 	"context"
 	"fmt"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -11,6 +13,77 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/pager"
 )
+
+// namespaceReadTimeout bounds one shared read of the namespaces: its
+// callers retry on error.
+const namespaceReadTimeout = time.Minute
+
+// namespaceReads shares the consistent reads of every namespace's name
+// that gains and keepers' lists make (ownedpartitions.go): each caller
+// is answered by a read sent after it asked, so that the answer holds
+// every namespace created before the call, and the callers that ask
+// while a read is on its way share the next one. A replica starting its
+// seventeen kinds reads the namespaces a few times, not twice per kind.
+type namespaceReads struct {
+	read func(ctx context.Context) ([]string, error)
+
+	mu sync.Mutex
+	// next: the read the callers since the last one started wait for;
+	// nil when none waits.
+	next *namespaceRead
+	// reading: a read is on its way, and the loop sending it sends next
+	// after it.
+	reading bool
+}
+
+type namespaceRead struct {
+	done  chan struct{}
+	names []string
+	err   error
+	// callers: how many wait for it.
+	callers int
+}
+
+// get returns the names of every namespace, read after the call.
+func (r *namespaceReads) get(ctx context.Context) ([]string, error) {
+	r.mu.Lock()
+	if r.next == nil {
+		r.next = &namespaceRead{done: make(chan struct{})}
+		if !r.reading {
+			r.reading = true
+			go r.loop()
+		}
+	}
+	mine := r.next
+	mine.callers++
+	r.mu.Unlock()
+	select {
+	case <-mine.done:
+		return mine.names, mine.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// loop sends the reads callers wait for, one at a time, until none
+// waits.
+func (r *namespaceReads) loop() {
+	for {
+		r.mu.Lock()
+		cur := r.next
+		r.next = nil
+		if cur == nil {
+			r.reading = false
+			r.mu.Unlock()
+			return
+		}
+		r.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), namespaceReadTimeout)
+		cur.names, cur.err = r.read(ctx)
+		cancel()
+		close(cur.done)
+	}
+}
 
 // namespaceNames reads the name of every namespace by a consistent list
 // (no resource version: the server reads its store as it is now), so
