@@ -46,10 +46,12 @@
 //     event the trunk decoded before; a namespace missing from it was
 //     created later, and every event of it reaches the trunk's decoder
 //     while the partition is naming or kept.
-//   - around every list of a keeper the namespaces are read: before it,
-//     those of kept partitions no source carries join the list; after it,
-//     those created meanwhile join through a feeder; those of naming
-//     partitions are noted. A namespace is shown only while no keeper
+//   - around every list of a keeper the namespaces are read: before a
+//     list again, those of kept partitions no source carries join the
+//     list (at the informer's first list none was taken at an event);
+//     after it, those created meanwhile join through a feeder; those of
+//     naming partitions are noted. Reads asked for together share one
+//     consistent list, sent after each asked. A namespace is shown only while no keeper
 //     lists, so no list folds an event its handlers were told of.
 //
 // The rules, each with the simulation's plant that breaks without it

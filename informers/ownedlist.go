@@ -20,9 +20,13 @@ import (
 // wideAbove namespaces one cluster-wide request. The trunk lists with one
 // selector naming its namespaces when they fit, else cluster-wide, and
 // when it has none reads only the current version. Objects of other
-// namespaces are dropped here, except an adopting source's.
-func (lw *ownedListWatch) listSource(ctx context.Context, t *listWatchTarget, src *source) ([]runtime.Object, map[string]string, error) {
-	if src.feeds == nil && !lw.takeUncarried(ctx, src, false) {
+// namespaces are dropped here, except an adopting source's. A trunk
+// listing again first takes the namespaces created in kept partitions
+// since it last watched (takeUncarried); at the informer's first list
+// (first) none was taken at an event yet, and the read after the list
+// joins those the informer was made without.
+func (lw *ownedListWatch) listSource(ctx context.Context, t *listWatchTarget, src *source, first bool) ([]runtime.Object, map[string]string, error) {
+	if src.feeds == nil && !first && !lw.takeUncarried(ctx, src, false) {
 		return nil, nil, fmt.Errorf("reading the namespaces before listing %s", t.resource)
 	}
 	lw.mu.Lock()

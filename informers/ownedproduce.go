@@ -125,7 +125,7 @@ func (p *producer) listIfUnversioned(ctx context.Context) roundEnd {
 	if version != "" {
 		return roundGoOn
 	}
-	items, versions, err := lw.listSource(ctx, p.target, p.src)
+	items, versions, err := lw.listSource(ctx, p.target, p.src, false)
 	if err != nil {
 		if ctx.Err() == nil {
 			p.logger.Error(err, "Listing a source of the owned cache; retrying")

@@ -197,7 +197,7 @@ func (lw *ownedListWatch) ListWithContext(ctx context.Context, _ metav1.ListOpti
 	lw.countSources()
 	lw.mu.Unlock()
 
-	all, listed, highest, err := lw.listSources(ctx, t, sources)
+	all, listed, highest, err := lw.listSources(ctx, t, sources, lw.highest == "")
 	if err != nil {
 		return nil, err
 	}
@@ -232,12 +232,12 @@ func (lw *ownedListWatch) ListWithContext(ctx context.Context, _ metav1.ListOpti
 // namespaces created in kept partitions meanwhile join them
 // (takeUncarried); it returns their objects, each one's version and the
 // newest.
-func (lw *ownedListWatch) listSources(ctx context.Context, t *listWatchTarget, sources []*source) ([]runtime.Object, map[*source]string, string, error) {
+func (lw *ownedListWatch) listSources(ctx context.Context, t *listWatchTarget, sources []*source, first bool) ([]runtime.Object, map[*source]string, string, error) {
 	var all []runtime.Object
 	highest := "0"
 	listed := map[*source]string{}
 	for _, s := range sources {
-		items, versions, err := lw.listSource(ctx, t, s)
+		items, versions, err := lw.listSource(ctx, t, s, first)
 		if err != nil {
 			return nil, nil, "", err
 		}
