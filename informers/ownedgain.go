@@ -193,7 +193,7 @@ func (o *OwnedCache) settleGain(g *gain) []string {
 		}
 	}
 	for _, i := range g.informers {
-		i.lw.loadUnkept(arrived)
+		i.lw.loadUnkept(arrived, false)
 	}
 	return arrived
 }

@@ -50,7 +50,7 @@ func (o *OwnedCache) join() {
 	var lws []*ownedListWatch
 	for _, i := range o.informers {
 		// A kind kept by partition has kept it from its first event.
-		i.lw.loadUnkept(namespaces)
+		i.lw.loadUnkept(namespaces, true)
 		if i.everywhere > 0 {
 			i.lw.load(o.joining, false)
 		}

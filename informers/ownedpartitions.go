@@ -279,7 +279,8 @@ func (lw *ownedListWatch) ready(ns string) bool {
 
 // loadUnkept loads, awaited, the namespaces whose partitions the kind
 // does not keep by partition: they need a list to join the trunk.
-func (lw *ownedListWatch) loadUnkept(namespaces []string) {
+// created: they were created in partitions the replica had loaded.
+func (lw *ownedListWatch) loadUnkept(namespaces []string, created bool) {
 	var unkept []string
 	lw.mu.Lock()
 	for _, ns := range namespaces {
@@ -293,7 +294,7 @@ func (lw *ownedListWatch) loadUnkept(namespaces []string) {
 	}
 	lw.mu.Unlock()
 	if len(unkept) > 0 {
-		lw.load(unkept, true)
+		lw.loadFrom(unkept, true, created)
 	}
 }
 

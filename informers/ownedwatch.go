@@ -364,6 +364,12 @@ func (lw *ownedListWatch) namespaces() []string {
 // singleton, or joining) and those an adopting source takes without a
 // list.
 func (lw *ownedListWatch) load(namespaces []string, await bool) (unlisted []string) {
+	return lw.loadFrom(namespaces, await, false)
+}
+
+// loadFrom is load; created says that namespaces were created in
+// partitions the replica had loaded (source.created).
+func (lw *ownedListWatch) loadFrom(namespaces []string, await, created bool) (unlisted []string) {
 	lw.sendMu.Lock()
 	defer lw.sendMu.Unlock()
 	lw.mu.Lock()
@@ -395,6 +401,9 @@ func (lw *ownedListWatch) load(namespaces []string, await bool) (unlisted []stri
 		unlisted = append(unlisted, added...)
 	}
 	sources := lw.newSources(added)
+	for _, s := range sources {
+		s.created = created && s.feeds != nil
+	}
 	if lw.stream != nil {
 		for _, s := range sources {
 			lw.stream.start(s)
