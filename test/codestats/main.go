@@ -21,7 +21,9 @@
 //     field) homes checked for presence, and every product struct field
 //     named like partition state, so a restructuring that moves or renames
 //     it shows where the state went;
-//   - type names defined in more than one package of the repository.
+//   - type names defined in more than one package of the repository;
+//   - the owned cache's size (informers/): files, lines, mutexes, comments
+//     saying a lock is held, and the concepts its doc.go names.
 //
 // Usage:
 //
@@ -79,6 +81,8 @@ type stats struct {
 	testImports []string                    // "file -> import path"
 	structs     map[string]map[string]field // product package -> "Type.field" -> field
 	typeHomes   map[string][]string         // type name -> packages
+	ownedCache  ownedCacheStats             // informers/
+	root        string
 }
 
 func main() {
@@ -121,6 +125,7 @@ func collect(root string) (*stats, error) {
 		klogCalls: map[string][]string{},
 		structs:   map[string]map[string]field{},
 		typeHomes: map[string][]string{},
+		root:      root,
 	}
 	fset := token.NewFileSet()
 	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
@@ -138,7 +143,7 @@ func collect(root string) (*stats, error) {
 		if !strings.HasSuffix(rel, ".go") || strings.HasSuffix(rel, "_test.go") {
 			return nil
 		}
-		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution|parser.ParseComments)
 		if err != nil {
 			return fmt.Errorf("parsing %s: %w", rel, err)
 		}
@@ -184,6 +189,9 @@ func (s *stats) add(fset *token.FileSet, rel string, f *ast.File) {
 	s.addDecls(fset, rel, a, pkg, f)
 	if a != product {
 		return
+	}
+	if pkg == informersPkg {
+		s.ownedCache.add(fset, f)
 	}
 	if _, ok := s.klogCalls[pkg]; !ok {
 		s.klogCalls[pkg] = nil // every product package gets a line, even at 0
@@ -282,6 +290,7 @@ func (s *stats) print(w io.Writer, verbose bool) {
 	section(w, "product non-test files importing the module's test/ tree (file -> import)", len(s.testImports), s.testImports)
 	s.printStateHomes(w)
 	section(w, "type names defined in more than one package", len(s.twins()), s.twins())
+	s.printOwnedCache(w, s.root)
 }
 
 // printSizes prints the long functions and files, the product's first.
