@@ -63,7 +63,11 @@
 //   - a keeper's list is read around (no-read-after-list);
 //   - only keepers take by partition: an adopting source beside a keeper
 //     would take a namespace from its list, folding events its handlers
-//     were told of (any-keeper).
+//     were told of (any-keeper);
+//   - a gain shows its namespaces only while no keeper lists: a keeper
+//     listing since a singleton began holding every namespace folded a
+//     ConfigMap created and deleted after the reveal
+//     (gain-shows-while-listing).
 //
 // # What controllers see
 //

@@ -39,9 +39,13 @@ func (o *OwnedCache) load(ctx context.Context, partitions []int, await bool) err
 		return fmt.Errorf("loading partitions %v: %w", partitions, err)
 	}
 	arrived := o.settleGain(g)
-	if await && len(arrived) > 0 {
+	shown := append(g.loading, arrived...)
+	if await && len(shown) > 0 {
+		// Shown only while no keeper lists (doc.go): a keeper's list in
+		// flight would fold what happens to them meanwhile, a ConfigMap
+		// their handlers are told of being created and deleted.
 		err := wait.PollUntilContextCancel(ctx, heldPollInterval, true, func(context.Context) (bool, error) {
-			return loadedInto(g.lws, arrived) && readyIn(g.lws, arrived), nil
+			return loadedInto(g.lws, shown) && (plantedGainShowsWhileListing || readyIn(g.lws, shown)), nil
 		})
 		if err != nil {
 			return fmt.Errorf("loading partitions %v: %w", partitions, err)
@@ -49,7 +53,7 @@ func (o *OwnedCache) load(ctx context.Context, partitions []int, await bool) err
 	}
 	// Included partitions are held from the informers' first list, which
 	// their controllers wait for.
-	o.markHeld(append(g.loading, arrived...))
+	o.markHeld(shown)
 	return nil
 }
 

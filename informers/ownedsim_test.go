@@ -29,7 +29,7 @@ var (
 	// ownedSimUngated plants the bug the simulation exists for: the
 	// controllers see a namespace before the owned cache holds it.
 	ownedSimUngated = flag.Bool("ownedsim.ungated", false, "plant a bug: do not gate namespaces on the owned cache")
-	ownedSimPlant   = flag.String("ownedsim.plant", "", "plant a rule of keeping by partition out: informer-names, no-note, no-read-after-list or any-keeper")
+	ownedSimPlant   = flag.String("ownedsim.plant", "", "plant a rule of keeping by partition out: informer-names, no-note, no-read-after-list, any-keeper or gain-shows-while-listing")
 	ownedSimDebug   = flag.String("ownedsim.debug", "", "print the schedule and every event of this namespace (*: of every namespace)")
 )
 
@@ -571,10 +571,11 @@ func diffVersions(got, want map[string]string) string {
 // without it.
 func plantRule(t *testing.T, rule string) {
 	plants := map[string]*bool{
-		"informer-names":     &plantedGainNamesFromInformer,
-		"no-note":            &plantedNoNote,
-		"no-read-after-list": &plantedNoReadAfterList,
-		"any-keeper":         &plantedAnyKeeper,
+		"informer-names":           &plantedGainNamesFromInformer,
+		"no-note":                  &plantedNoNote,
+		"no-read-after-list":       &plantedNoReadAfterList,
+		"any-keeper":               &plantedAnyKeeper,
+		"gain-shows-while-listing": &plantedGainShowsWhileListing,
 	}
 	if rule == "" {
 		return

@@ -36,4 +36,7 @@ var (
 	// plantedAnyKeeper: an adopting source beside a keeper takes kept
 	// partitions' namespaces too, from its list.
 	plantedAnyKeeper bool
+	// plantedGainShowsWhileListing: a gain shows the namespaces it
+	// loaded once their lists are in, even while a keeper lists.
+	plantedGainShowsWhileListing bool
 )
