@@ -147,8 +147,8 @@ $(BIN)/fleet-controller-manager:
 # from this repository's history, built into bin/ once. The commit is
 # pinned beside the tag, so a clone without tags builds it too (a shallow
 # clone cannot: it says so).
-PREVIOUS_RELEASE        := v0.1.0
-PREVIOUS_RELEASE_COMMIT := ecf4cae3595913b90703f65ae6768bee72c1a70e
+PREVIOUS_RELEASE        := v0.2.0
+PREVIOUS_RELEASE_COMMIT := 8fedf5c44fa973af7107242c87224dbb15e1c510
 PREVIOUS_RELEASE_BIN    := $(BIN)/fleet-controller-manager-$(PREVIOUS_RELEASE)
 $(PREVIOUS_RELEASE_BIN):
 	@git cat-file -e '$(PREVIOUS_RELEASE_COMMIT)^{commit}' 2>/dev/null || { echo "commit $(PREVIOUS_RELEASE_COMMIT) of release $(PREVIOUS_RELEASE) is not in this clone (a shallow clone? git fetch --unshallow)"; exit 1; }
@@ -280,7 +280,7 @@ bench: tools build test-deps
 # KINDS=<kind>,<kind> names the kinds. FLEET_ARGS=<flag>,<flag> adds flags
 # to every replica (other settings). PLACEMENT=count|weight fixes the
 # placement, which otherwise follows the seed: an odd seed places by
-# weight, with a 10 s hold. PLANT=<name> runs a build with a planted fault
+# count, an even one by weight (the default) with a 10 s hold. PLANT=<name> runs a build with a planted fault
 # (membership/plants.go), to show the soak catches it.
 DURATION ?= 20
 chaos: tools build $(if $(PLANT),$(BIN)/fleet-controller-manager-planted-$(PLANT))

@@ -26,23 +26,40 @@ const (
 	// the view's table carries (weightmoves.go): the keeper balances from the
 	// current placement, so a new table moves only what it must.
 	PlacementWeightedMoves = "consistent-v0.10.0/xxhash/v5-weighted-moves"
+	// PlacementWeightedEvenShare: PlacementWeightedMoves', with the
+	// colocated singletons' owner keeping RingConfig.ColocatedShareByWeight
+	// of an even share (one unless set): placed by weight, the keeper
+	// evens out what the partitions hold, and a replica's speed at default
+	// client limits is how many namespaces its controllers serve.
+	PlacementWeightedEvenShare = "consistent-v0.10.0/xxhash/v6-weighted-even-share"
 )
 
 // Placements is every placement this build computes, oldest first.
-var Placements = []string{PlacementColocated, PlacementColocatedShare, PlacementWeighted, PlacementWeightedMoves}
+var Placements = []string{PlacementColocated, PlacementColocatedShare, PlacementWeighted, PlacementWeightedMoves, PlacementWeightedEvenShare}
 
 // PlacementsByWeight are the placements by weight, oldest first: a
 // replica asked to place by weight supports them all, so that a fleet
 // mid-upgrade keeps placing by the newest its every replica computes.
-var PlacementsByWeight = []string{PlacementWeighted, PlacementWeightedMoves}
+var PlacementsByWeight = []string{PlacementWeighted, PlacementWeightedMoves, PlacementWeightedEvenShare}
 
 // ByWeight says whether placement balances by the view's weight table.
 func ByWeight(placement string) bool { return slices.Contains(PlacementsByWeight, placement) }
 
+// byMoves says whether the view's weight table carries the moves
+// themselves (weightmoves.go), and the keeper deals new namespaces.
+func byMoves(placement string) bool {
+	return placement == PlacementWeightedMoves || placement == PlacementWeightedEvenShare
+}
+
 // DefaultPlacements are the placements a replica supports unless told
-// otherwise: placement by weight is chosen only by fleets whose every
-// replica asks for it (--placement-by-weight).
-var DefaultPlacements = []string{PlacementColocated, PlacementColocatedShare}
+// otherwise: every one, so that a fleet places by weight once its every
+// replica supports it.
+var DefaultPlacements = Placements
+
+// PlacementsByCount are the placements a replica told to place by count
+// (--placement-by-weight=false) supports: an even share of the partitions
+// each, whatever they hold.
+var PlacementsByCount = []string{PlacementColocated, PlacementColocatedShare}
 
 // legacyPlacements is what a member that does not say what it supports
 // (a release from before the negotiation) supports.

@@ -17,16 +17,16 @@ func TestCommonPlacement(t *testing.T) {
 		want      string
 		ok        bool
 	}{
-		{"alone, the newest", DefaultPlacements, nil, PlacementColocatedShare, true},
-		{"alone, asking for placement by weight", Placements, nil, PlacementWeightedMoves, true},
-		{"placement by weight only when every participant asks for it", Placements, []membership.Peer{peer("b", true, DefaultPlacements...)}, PlacementColocatedShare, true},
-		{"every participant asks for placement by weight", Placements, []membership.Peer{peer("b", true, Placements...)}, PlacementWeightedMoves, true},
+		{"alone, the newest: by weight, the colocated owner's share even", DefaultPlacements, nil, PlacementWeightedEvenShare, true},
+		{"alone, placing by count", PlacementsByCount, nil, PlacementColocatedShare, true},
+		{"placement by weight only when every participant supports it", Placements, []membership.Peer{peer("b", true, PlacementsByCount...)}, PlacementColocatedShare, true},
+		{"a release whose placement by weight is v5 at newest beside it", Placements, []membership.Peer{peer("b", true, PlacementColocated, PlacementColocatedShare, PlacementWeighted, PlacementWeightedMoves)}, PlacementWeightedMoves, true},
 		{"a release that places by weight only as v4 beside it", Placements, []membership.Peer{peer("b", true, PlacementColocated, PlacementColocatedShare, PlacementWeighted)}, PlacementWeighted, true},
 		{"an older release beside it", Placements, []membership.Peer{peer("b", true, PlacementColocated)}, PlacementColocated, true},
-		{"the older release left: its ghost does not count", DefaultPlacements, []membership.Peer{peer("b", false, PlacementColocated)}, PlacementColocatedShare, true},
+		{"the older release left: its ghost does not count", DefaultPlacements, []membership.Peer{peer("b", false, PlacementColocated)}, PlacementWeightedEvenShare, true},
 		{"a release from before the annotation supports only v3", Placements, []membership.Peer{peer("b", true)}, PlacementColocatedShare, true},
 		{"this member from before the annotation", nil, []membership.Peer{peer("b", true, Placements...)}, PlacementColocatedShare, true},
-		{"a newer placement this build does not know is ignored", DefaultPlacements, []membership.Peer{peer("b", true, append([]string{"consistent-v0.10.0/xxhash/v9"}, Placements...)...)}, PlacementColocatedShare, true},
+		{"a newer placement this build does not know is ignored", DefaultPlacements, []membership.Peer{peer("b", true, append([]string{"consistent-v0.10.0/xxhash/v9"}, Placements...)...)}, PlacementWeightedEvenShare, true},
 		{"nothing in common", []string{PlacementColocated}, []membership.Peer{peer("b", true)}, "", false},
 		{"its own entry among the peers is skipped", []string{PlacementColocated}, []membership.Peer{peer("a", true)}, PlacementColocated, true},
 	} {
@@ -63,4 +63,36 @@ func TestPlacementsPlaceDifferently(t *testing.T) {
 		t.Errorf("the colocated owner %s holds %d partitions under %s and %d under %s; want fewer under the share", owner, older[owner], PlacementColocated, newer[owner], PlacementColocatedShare)
 	}
 	t.Logf("partitions per member: %s %v, %s %v", PlacementColocated, older, PlacementColocatedShare, newer)
+}
+
+// TestPlacedByShare: placed by weight with the colocated owner's share
+// even (the default), the view uses ColocatedShareByWeight and every
+// older placement the configured ColocatedShare, so that a fleet beside a
+// release that placed by count or by weight at half a share agrees with
+// it; the share is part of the view's fingerprint.
+func TestPlacedByShare(t *testing.T) {
+	config := DefaultRingConfig
+	config.Colocated = "garbagecollector,podgc"
+	for _, tc := range []struct {
+		placement string
+		want      float64
+	}{
+		{PlacementColocatedShare, DefaultColocatedShare},
+		{PlacementWeighted, DefaultColocatedShare},
+		{PlacementWeightedMoves, DefaultColocatedShare},
+		{PlacementWeightedEvenShare, 1},
+	} {
+		t.Run(tc.placement, func(t *testing.T) {
+			got := config.placedBy(tc.placement)
+			if got.Placement != tc.placement || got.ColocatedShare != tc.want {
+				t.Errorf("placed by %s: placement %q, share %g; want share %g", tc.placement, got.Placement, got.ColocatedShare, tc.want)
+			}
+		})
+	}
+	members := []string{"a", "b", "c"}
+	even, half := config.placedBy(PlacementWeightedEvenShare), config.placedBy(PlacementWeightedEvenShare)
+	half.ColocatedShare = DefaultColocatedShare
+	if ViewID(even, members, members) == ViewID(half, members, members) {
+		t.Error("views at an even and at half a share have one fingerprint")
+	}
 }

@@ -144,7 +144,7 @@ func viewOf(local Local, peers []membership.Peer) (plan Plan, common bool) {
 	config := local.Ring
 	placement, common := CommonPlacement(local.Placements, local.Self, peers)
 	if common {
-		config.Placement = placement
+		config = config.placedBy(placement)
 	}
 	if ByWeight(config.Placement) && len(members) > 0 {
 		config.WeightTable = tableOf(members[0], local, peers)

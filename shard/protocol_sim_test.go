@@ -114,11 +114,14 @@ type sim struct {
 
 // simReleases are the fleets a run may hold: one release, a release and
 // the one before it that also computes an older placement, a release
-// beside one that places by weight only as PlacementWeighted, and a
+// beside one that places by weight only as PlacementWeighted or at half
+// a share (PlacementWeightedMoves), one placing by count, and a
 // release beside one from before members said what they support.
 var simReleases = [][]membership.Supports{
 	{{Placements: Placements, StateVersions: membership.StateVersions}},
 	{{Placements: []string{PlacementColocated, PlacementColocatedShare, PlacementWeighted}, StateVersions: membership.StateVersions}, {Placements: Placements, StateVersions: membership.StateVersions}},
+	{{Placements: []string{PlacementColocated, PlacementColocatedShare, PlacementWeighted, PlacementWeightedMoves}, StateVersions: membership.StateVersions}, {Placements: Placements, StateVersions: membership.StateVersions}},
+	{{Placements: PlacementsByCount, StateVersions: membership.StateVersions}, {Placements: Placements, StateVersions: membership.StateVersions}},
 	{{Placements: []string{PlacementColocated}, StateVersions: []int{1}}, {Placements: Placements, StateVersions: membership.StateVersions}},
 	{{}, {Placements: Placements, StateVersions: membership.StateVersions}},
 }
@@ -817,7 +820,7 @@ func runSimulation(t *testing.T, seed int64, withKCM bool) (simOutcome, error) {
 	rng := rand.New(rand.NewSource(seed))
 	// The colocated singletons with a share: the two placements differ.
 	s := &sim{t: t, rng: rng, leases: map[string]*simLeaseRecord{}, ring: RingConfig{Partitions: 16, ReplicationFactor: 32, Load: 1.25,
-		Colocated: "garbagecollector,podgc", ColocatedShare: 0.5, Placement: PlacementColocatedShare}}
+		Colocated: "garbagecollector,podgc", ColocatedShare: 0.5, ColocatedShareByWeight: 1, Placement: PlacementColocatedShare}}
 	s.releases = simReleases[rng.Intn(len(simReleases))]
 	s.tables = simTables(rng, s.ring.Partitions, 3)
 	s.pieces = AllPieces(s.ring.Partitions, []string{"garbagecollector", "namespace", "nodelifecycle", "podgc"})
@@ -982,7 +985,7 @@ func (s *sim) allOwned() bool {
 	if !ok {
 		s.t.Fatalf("the run's releases have no placement in common: %v", s.releases)
 	}
-	config.Placement = placement
+	config = config.placedBy(placement)
 	if ByWeight(placement) {
 		// Placed by the table of the view's first member.
 		first := slices.Min(live)

@@ -44,6 +44,10 @@ type RingConfig struct {
 	// all get the memory of its largest; the partitions it gives up go to
 	// the others, as a ring without it would place them.
 	ColocatedShare float64
+	// ColocatedShareByWeight is ColocatedShare under
+	// PlacementWeightedEvenShare, where the weight table, not the count,
+	// evens out the replicas: one unless the operator sets the share.
+	ColocatedShareByWeight float64
 	// Placement is how pieces are placed (one of Placements). The view
 	// sets it: the newest placement every participant supports.
 	Placement string
@@ -68,12 +72,22 @@ const (
 // (TestRingBalanceAndMovement guards both); fewer partitions balance worse
 // or reshuffle more when P/N is small, and more make each handover's lists
 // and the Lease state larger.
-var DefaultRingConfig = RingConfig{Partitions: 64, ReplicationFactor: 64, Load: 1.25, NamespaceHash: HashXX, ColocatedShare: DefaultColocatedShare, Placement: PlacementColocatedShare}
+var DefaultRingConfig = RingConfig{Partitions: 64, ReplicationFactor: 64, Load: 1.25, NamespaceHash: HashXX, ColocatedShare: DefaultColocatedShare, ColocatedShareByWeight: 1, Placement: PlacementColocatedShare}
 
 // DefaultColocatedShare: the colocated singletons cache every Pod and
 // every resource's metadata, about as much as half a share of partitions
 // (docs/design.md, "Pieces and the ring").
 const DefaultColocatedShare = 0.5
+
+// placedBy is the configuration under placement: its colocated share is
+// ColocatedShareByWeight's under PlacementWeightedEvenShare.
+func (c RingConfig) placedBy(placement string) RingConfig {
+	c.Placement = placement
+	if placement == PlacementWeightedEvenShare {
+		c.ColocatedShare = c.ColocatedShareByWeight
+	}
+	return c
+}
 
 // Validate reports a configuration the ring cannot work with.
 func (c RingConfig) Validate() error {
@@ -88,6 +102,8 @@ func (c RingConfig) Validate() error {
 		return fmt.Errorf("namespace hash must be %s or %s, got %q", HashXX, HashFNV, c.NamespaceHash)
 	case !(c.ColocatedShare >= 0 && c.ColocatedShare <= 1):
 		return fmt.Errorf("colocated share must be between 0 and 1, got %g", c.ColocatedShare)
+	case !(c.ColocatedShareByWeight >= 0 && c.ColocatedShareByWeight <= 1):
+		return fmt.Errorf("colocated share placed by weight must be between 0 and 1, got %g", c.ColocatedShareByWeight)
 	case !slices.Contains(Placements, c.Placement):
 		return fmt.Errorf("placement must be one of %v, got %q", Placements, c.Placement)
 	}
@@ -145,7 +161,7 @@ func (r *Ring) balance(inRing []string) {
 	if !ByWeight(r.config.Placement) || r.config.WeightTable == "" {
 		return
 	}
-	if r.config.Placement == PlacementWeightedMoves {
+	if byMoves(r.config.Placement) {
 		r.applyMoves(inRing)
 		return
 	}

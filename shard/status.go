@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -33,6 +34,9 @@ type FleetStatus struct {
 	// members that run partitions (1: even; 0: nothing measured).
 	Objects uint64  `json:"objects"`
 	Busiest float64 `json:"busiest"`
+	// Balance says in a line why the busiest member stays above the
+	// bound placement by weight evens the members to ("" within it).
+	Balance string `json:"balance,omitempty"`
 	// LeaderLease is kube-controller-manager's leader Lease, when the fleet
 	// holds it (nil when not read).
 	LeaderLease *LeaderLeaseStatus `json:"leaderLease,omitempty"`
@@ -112,6 +116,13 @@ type MemberStatus struct {
 	// say (quantized); Measured counts the partitions that have one.
 	Objects  uint64 `json:"objects"`
 	Measured int    `json:"measuredPartitions"`
+	// Heaviest is its partition that holds the most, and what it holds.
+	Heaviest        int    `json:"heaviestPartition"`
+	HeaviestObjects uint64 `json:"heaviestObjects"`
+	// ByWeight: its Lease says it places by weight.
+	ByWeight bool `json:"placesByWeight"`
+	// weights is what each of its partitions holds.
+	weights map[int]uint64
 	// Share is Objects over the fleet's Objects (0 to 1).
 	Share float64 `json:"share"`
 	// Loading: its running partitions still loading into its cache (its
@@ -178,6 +189,9 @@ func FleetStatusFromLeases(leases []coordinationv1.Lease, namespace, fleet strin
 		if l.Spec.LeaseDurationSeconds != nil {
 			m.Lease = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
 		}
+		if supports, err := membership.ParseSupports(l.Annotations[membership.SupportsAnnotation]); err == nil {
+			m.ByWeight = slices.ContainsFunc(supports.Placements, ByWeight)
+		}
 		st, err := membership.ParseState(l.Annotations[membership.StateAnnotation])
 		switch {
 		case err != nil:
@@ -206,9 +220,16 @@ func FleetStatusFromLeases(leases []coordinationv1.Lease, namespace, fleet strin
 			}
 			sort.Ints(m.Partitions)
 			sort.Strings(m.Singletons)
-			for _, w := range st.Weights {
+			for p, w := range st.Weights {
 				m.Objects += w
 				m.Measured++
+				if m.weights == nil {
+					m.weights = map[int]uint64{}
+				}
+				m.weights[p] = w
+				if w > m.HeaviestObjects || (w == m.HeaviestObjects && p < m.Heaviest) {
+					m.Heaviest, m.HeaviestObjects = p, w
+				}
 			}
 			for p, since := range st.Loading {
 				m.Loading = append(m.Loading, PartitionLoad{Partition: p, Since: time.Unix(since, 0)})
@@ -250,6 +271,7 @@ func (s *FleetStatus) weigh() {
 		}
 	}
 	s.Busiest = float64(busiest) * float64(running) / float64(s.Objects)
+	s.Balance = s.explainBalance(running)
 }
 
 // PartitionOwners maps each partition a live member lists as running to
@@ -291,6 +313,11 @@ func (s FleetStatus) WriteTable(w io.Writer) error {
 	}
 	if s.Busiest > 0 {
 		if _, err := fmt.Fprintf(w, "\nobjects in the partitions: %d; the busiest member holds %.2fx the mean\n", s.Objects, s.Busiest); err != nil {
+			return err
+		}
+	}
+	if s.Balance != "" {
+		if _, err := fmt.Fprintln(w, s.Balance); err != nil {
 			return err
 		}
 	}

@@ -16,7 +16,7 @@ import (
 func dealView(n int, share float64, table string) Plan {
 	config := DefaultRingConfig
 	config.Colocated = "garbagecollector,podgc"
-	config.ColocatedShare = share
+	config.ColocatedShare, config.ColocatedShareByWeight = share, share
 	local := Local{Self: "fcm-0", Ring: config, Placements: Placements, WeightTable: table}
 	var peers []membership.Peer
 	for i := 1; i < n; i++ {

@@ -89,7 +89,7 @@ func weightsOfCodes(codes []byte) []uint64 {
 
 // tableCodes are the weight codes of a table of placement.
 func tableCodes(table, placement string, partitions int) ([]byte, error) {
-	if placement == PlacementWeightedMoves {
+	if byMoves(placement) {
 		codes, _, err := DecodeMovesTable(table, partitions)
 		return codes, err
 	}

@@ -113,7 +113,7 @@ func (k *weightKeeper) next(now time.Time, current string, view Plan, measured m
 	}
 	// New namespaces are dealt by count, weights measured or not: a
 	// fleet's first weights come 10 s after it starts.
-	if view.Ring.Placement == PlacementWeightedMoves && k.newNamespaces != nil {
+	if byMoves(view.Ring.Placement) && k.newNamespaces != nil {
 		if table, ok := k.dealer.deal(now, current, view, k.newNamespaces(youngWindow), merged); ok {
 			// The hold's clock runs on: namespaces created more often
 			// than the hold must not keep it from balancing.
@@ -126,7 +126,7 @@ func (k *weightKeeper) next(now time.Time, current string, view Plan, measured m
 		return current
 	}
 	candidate := EncodeWeightTable(merged, partitions)
-	if view.Ring.Placement == PlacementWeightedMoves {
+	if byMoves(view.Ring.Placement) {
 		candidate = k.movesTable(view, current, merged)
 	}
 	if candidate == current || !k.worthMoving(view, current, candidate, measured) {

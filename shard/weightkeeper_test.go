@@ -133,7 +133,7 @@ func TestFollowWeightTable(t *testing.T) {
 	if local.WeightTable != "keepers" {
 		t.Errorf("a follower dropped its copy when the first member published none: %q", local.WeightTable)
 	}
-	local.Placements = DefaultPlacements
+	local.Placements = PlacementsByCount
 	followWeightTable(&local, peers, decided)
 	if local.WeightTable != "" {
 		t.Errorf("a table without placement by weight: %q", local.WeightTable)

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -154,7 +155,7 @@ func (b *bench) placement() error {
 	b.figures["j_shift_rebalance_s"] = max(0, (shift.lastChange - shiftedAt).Seconds())
 	b.figures["j_shift_tables"] = float64(shift.tables)
 	b.figures["j_shift_moves"] = float64(shift.moves)
-	b.figures["j_shift_moves_min"] = float64(shard.FewestMoves(shift.ownersBefore, final.Weights, final.Colocated, shard.DefaultColocatedShare, placementBound))
+	b.figures["j_shift_moves_min"] = float64(shard.FewestMoves(shift.ownersBefore, final.Weights, final.Colocated, b.colocatedShare(), placementBound))
 	b.figures["j_busiest_shift_peak"] = peakBusiest(shift.samples)
 	b.figures["j_busiest_shift_after"] = final.Busiest
 	b.figures["j_heaviest_shift_after"] = final.Heaviest
@@ -315,7 +316,7 @@ func (b *bench) readPlacement(ctx context.Context) (placementSample, error) {
 		}
 	}
 	s.Tables = len(tables)
-	load, mean := shard.MemberLoads(s.Owners, s.Weights, s.Colocated, shard.DefaultColocatedShare)
+	load, mean := shard.MemberLoads(s.Owners, s.Weights, s.Colocated, b.colocatedShare())
 	for _, l := range load {
 		s.Busiest = max(s.Busiest, l/mean)
 	}
@@ -323,6 +324,25 @@ func (b *bench) readPlacement(ctx context.Context) (placementSample, error) {
 		s.Heaviest = max(s.Heaviest, float64(w)/mean)
 	}
 	return s, nil
+}
+
+// colocatedShare is the colocated owner's share the fleet's flags give it:
+// as set, else an even share placed by weight and half of one by count.
+func (b *bench) colocatedShare() float64 {
+	share := 1.0
+	for _, arg := range b.fleetArgs {
+		if arg == "--placement-by-weight=false" {
+			share = shard.DefaultColocatedShare
+		}
+	}
+	for _, arg := range b.fleetArgs {
+		if v, ok := strings.CutPrefix(arg, "--colocated-partition-share="); ok {
+			if f, err := strconv.ParseFloat(v, 64); err == nil {
+				share = f
+			}
+		}
+	}
+	return share
 }
 
 func peakBusiest(samples []placementSample) float64 {

@@ -127,26 +127,29 @@ type chaosRun struct {
 	placementArgs []string
 }
 
-// weightedChaosArgs place a soak's fleet by weight, with a hold short
-// enough that the changing workload makes the keeper adopt tables while
-// faults strike.
-var weightedChaosArgs = []string{"--placement-by-weight", "--placement-weight-hold=10s"}
+// weightedChaosArgs place a soak's fleet by weight (the default), with a
+// hold short enough that the changing workload makes the keeper adopt
+// tables while faults strike.
+var weightedChaosArgs = []string{"--placement-weight-hold=10s"}
+
+// countChaosArgs place a soak's fleet by count.
+var countChaosArgs = []string{"--placement-by-weight=false"}
 
 // chaosPlacement is a soak's placement: CHAOS_PLACEMENT (count or
 // weight), else by the seed, so that CI's soaks alternate between the
-// default placement by count and placement by weight and a seed replays
-// either. make test's one round places by count.
+// default placement by weight and placement by count and a seed replays
+// either. make test's one round places by weight.
 func chaosPlacement(seed int64, soak bool) ([]string, error) {
 	switch p := os.Getenv("CHAOS_PLACEMENT"); p {
 	case "count":
-		return nil, nil
+		return countChaosArgs, nil
 	case "weight":
 		return weightedChaosArgs, nil
 	case "":
 		if soak && seed%2 != 0 {
-			return weightedChaosArgs, nil
+			return countChaosArgs, nil
 		}
-		return nil, nil
+		return weightedChaosArgs, nil
 	default:
 		return nil, fmt.Errorf("CHAOS_PLACEMENT=%q: want count or weight", p)
 	}
@@ -205,8 +208,9 @@ func TestChaos(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	placement := "by count"
-	if placementArgs != nil {
+	byWeight := !slices.Equal(placementArgs, countChaosArgs)
+	placement := "by count (" + strings.Join(placementArgs, " ") + ")"
+	if byWeight {
 		placement = "by weight (" + strings.Join(placementArgs, " ") + ")"
 	}
 	t.Logf("chaos: seed %d, %v of faults%s, placement %s (replay: CHAOS_SEED=%d CHAOS_DURATION=%v CHAOS_SCHEDULE=%s CHAOS_KINDS=%s)", seed, duration, map[bool]string{true: ", " + schedule}[schedule != ""],
@@ -334,10 +338,11 @@ func TestChaos(t *testing.T) {
 	t.Logf("chaos: seed %d: %d faults (%s); converged after each: median %v, p90 %v, longest %v (bound %v, %d late)",
 		seed, total, strings.Join(ran, ", "), percentile(converge, 0.5).Round(time.Millisecond),
 		percentile(converge, 0.9).Round(time.Millisecond), converge[len(converge)-1].Round(time.Millisecond), chaosConvergeBound, late)
-	if placementArgs != nil {
+	if byWeight {
 		tables, byHold := c.tablesAdopted()
 		t.Logf("chaos: the keepers adopted %d weight tables: %d by the hold, %d dealing new namespaces", tables, byHold, tables-byHold)
-		if tables == 0 {
+		// One round (make test) may end before the load turns uneven.
+		if tables == 0 && duration > 0 {
 			t.Errorf("chaos: placed by weight, but no weight table was adopted: the soak did not move a partition by weight")
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -25,10 +26,10 @@ import (
 )
 
 // previousReleaseBin is the release before this one, built from its tag
-// in the repository's history (make test-long: PREVIOUS_RELEASE). It reads
-// and writes Lease state versions 1 and 2 and places pieces by
-// PlacementColocatedShare at newest; it has never heard of version 3 or of
-// placement by weight.
+// in the repository's history (make test-long: PREVIOUS_RELEASE). It
+// reads and writes Lease state versions 1 to previousNewestState and
+// places pieces by count by default (PlacementColocatedShare at newest);
+// it has never heard of PlacementWeightedEvenShare.
 func previousReleaseBin(t *testing.T) string {
 	t.Helper()
 	release := os.Getenv("FCM_PREVIOUS_RELEASE")
@@ -42,10 +43,15 @@ func previousReleaseBin(t *testing.T) string {
 	return bin
 }
 
-// thisRelease's replicas place pieces by weight, a placement the previous
-// release does not know, so the upgrade switches placement as well as the
-// state version.
-var thisRelease = []string{"--placement-by-weight"}
+// previousNewestState is the newest Lease state version the previous
+// release reads.
+const previousNewestState = 4
+
+// thisRelease's replicas run with their defaults: they place pieces by
+// weight, the colocated owner's share even, a placement the previous
+// release does not know, so the upgrade switches placement (and the
+// state version, when this release reads a newer one).
+var thisRelease []string
 
 // TestRollingUpgradeAndRollback replaces a fleet of three replicas of the
 // previous release (its own binary) one by one with this release, as a
@@ -53,8 +59,8 @@ var thisRelease = []string{"--placement-by-weight"}
 // one leaves), under a workload, then rolls back the same way. While any
 // replica of the previous release takes part, every replica places pieces
 // its way and writes the Lease state version it reads; once the last one
-// has left, the fleet switches to placement by weight and state version 3,
-// moving only what it moves; the rollback switches back as soon as the
+// has left, the fleet switches to placement by weight (and the newest
+// state version), moving only what it moves; the rollback switches back as soon as the
 // first old replica joins. No piece is without an owner for more than 2 s,
 // every write of the partition controllers falls inside its writer's runs
 // (the audit-log checker), and the workload converges after each phase.
@@ -76,7 +82,8 @@ func TestRollingUpgradeAndRollback(t *testing.T) {
 	}
 	waitFleetRunning(ctx, t, client, old)
 	u.checkPlacement(old, shard.PlacementColocatedShare)
-	u.checkStateVersion(old, 2)
+	u.checkStateVersion(old, previousNewestState)
+	newest := slices.Max(membership.StateVersions)
 	// One namespace of workload now; each roll adds one halfway, and one
 	// more runs under the newer placement.
 	namespaces := []string{"upgrade-0"}
@@ -89,12 +96,15 @@ func TestRollingUpgradeAndRollback(t *testing.T) {
 	// The new replicas placed pieces the old way while an old one took
 	// part (else they could not have agreed with it and turned ready).
 	u.checkPlacementUsed(upgraded[0], shard.PlacementColocatedShare)
-	u.checkPlacement(upgraded, shard.PlacementWeightedMoves)
-	u.logSwitch(upgraded, shard.PlacementWeightedMoves)
-	// The new replicas wrote state version 2 while an old one read their
-	// Leases, and version 3 once the last had left.
-	u.checkStateVersion(upgraded, 3)
-	u.checkVersionSwitch(upgraded[0], 2, 3)
+	u.checkPlacement(upgraded, shard.PlacementWeightedEvenShare)
+	u.logSwitch(upgraded, shard.PlacementWeightedEvenShare)
+	// The new replicas wrote the previous release's newest state version
+	// while an old one read their Leases, and their own once the last had
+	// left.
+	u.checkStateVersion(upgraded, newest)
+	if newest != previousNewestState {
+		u.checkVersionSwitch(upgraded[0], previousNewestState, newest)
+	}
 	// The controllers work under the newer placement.
 	ns := fmt.Sprintf("upgrade-%d", len(namespaces))
 	namespaces = append(namespaces, ns)
@@ -109,10 +119,12 @@ func TestRollingUpgradeAndRollback(t *testing.T) {
 	waitFleetRunning(ctx, t, client, rolledBack)
 	u.checkPlacement(rolledBack, shard.PlacementColocatedShare)
 	u.logSwitch(upgraded, shard.PlacementColocatedShare)
-	u.checkStateVersion(rolledBack, 2)
-	// The replicas of this release went back to version 2 when the first
-	// old one joined, before they left.
-	u.checkVersionSwitch(upgraded[len(upgraded)-1], 3, 2)
+	u.checkStateVersion(rolledBack, previousNewestState)
+	// The replicas of this release went back to the previous release's
+	// version when the first old one joined, before they left.
+	if newest != previousNewestState {
+		u.checkVersionSwitch(upgraded[len(upgraded)-1], newest, previousNewestState)
+	}
 	for _, ns := range namespaces {
 		waitWorkload(ctx, t, client, ns)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -45,9 +46,9 @@ type FleetOptions struct {
 	// Placements are the placements this replica computes and says it
 	// supports; the fleet uses the newest every replica supports.
 	Placements []string
-	// PlacementByWeight adds shard.PlacementsByWeight to Placements: a
-	// fleet whose every replica asks for it balances the partitions by
-	// what they hold.
+	// PlacementByWeight keeps shard.PlacementsByWeight in Placements: a
+	// fleet whose every replica supports them balances the partitions by
+	// what they hold; false drops them (placement by count).
 	PlacementByWeight bool
 	// WeightHold: how long the load stays uneven before the replica that
 	// keeps the weight table moves partitions.
@@ -73,6 +74,7 @@ func NewFleetOptions() *FleetOptions {
 		SelectedWatches:   informers.DefaultSelectedWatches,
 		ShareWorkers:      controllers.ShareWorkersAuto,
 		Placements:        shard.DefaultPlacements,
+		PlacementByWeight: true,
 		StateVersions:     membership.StateVersions,
 	}
 }
@@ -89,26 +91,20 @@ func (o *FleetOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.Ring.ReplicationFactor, "ring-replication-factor", o.Ring.ReplicationFactor, "Virtual nodes per replica on the consistent-hash ring. Same on every replica.")
 	fs.StringVar(&o.Ring.NamespaceHash, "namespace-hash", o.Ring.NamespaceHash, "Hash that places namespaces in partitions: xxhash (even spread) or fnv (the apiserver's shard hash; it puts names that differ only in their last characters in one partition). Same on every replica.")
 	fs.Float64Var(&o.Ring.Load, "ring-load", o.Ring.Load, "Bounded-load factor of the ring: no replica owns more than this times the average. Same on every replica.")
-	fs.Float64Var(&o.Ring.ColocatedShare, "colocated-partition-share", o.Ring.ColocatedShare, "Fraction (0 to 1) of an even share of the namespace partitions kept by the replica running the singletons that cache every Pod and every resource's metadata (garbage collector, resourcequota, podgc, ...); the rest go to the other replicas, so that the replicas' memory is closer to equal. 1: an even share. Same on every replica.")
+	fs.Var(&colocatedShareValue{&o.Ring}, "colocated-partition-share", "Fraction (0 to 1) of an even share of the namespace partitions kept by the replica running the singletons that cache every Pod and every resource's metadata (garbage collector, resourcequota, podgc, ...); the rest go to the other replicas. Default: 1 placing by weight (an even share: a replica's speed at default client limits is how many namespaces its controllers serve), 0.5 placing by count (the replicas' memory closer to equal). Same on every replica.")
 	fs.Var(&informerModeValue{&o.InformerMode}, "informer-mode", fmt.Sprintf("How the replica caches the namespaced objects its partition controllers read: %s. sharded-watch: only the owned partitions' namespaces, from one cluster-wide watch per kind filtered on the client, each namespace listed when loaded with a shard selector naming it (feature gate ShardedListAndWatch). namespace-watch: the same, each namespace listed on its own, or past --namespace-watch-max-namespaces at once in one cluster-wide list (any apiserver). filtered-watch: every namespace, as kube-controller-manager. auto = sharded-watch when the apiserver filters by shard selector, else namespace-watch.", informers.Modes))
 	fs.IntVar(&o.SelectorTerms, "shard-selector-max-terms", o.SelectorTerms, fmt.Sprintf("Most namespaces one shard selector names (sharded-watch): a replica loading more lists them in several requests. At most %d, the apiserver's limit; the default keeps request URLs near 7 KB.", informers.MaxSelectorTerms))
 	fs.StringSliceVar(&o.SelectedWatches, "selected-watch-resources", o.SelectedWatches, "sharded-watch: resources whose one cluster-wide watch names the replica's namespaces in a shard selector, so that kube-apiserver sends the replica only their events; the watch is opened again, from where it stopped, when namespaces join the replica (at most every 500 ms). The others are filtered on the replica. Its URL grows by about 100 bytes per namespace (at most 1,176, past which it names none): leave it empty behind a proxy that limits URLs.")
 	fs.IntVar(&o.NamespaceWatchMax, "namespace-watch-max-namespaces", o.NamespaceWatchMax, "namespace-watch: a replica loading more namespaces than this at once (the partitions it gains together) lists each kind in every namespace, once, and keeps only theirs, rather than one list per namespace. 0: always one list per namespace.")
 	fs.StringVar((*string)(&o.ShareWorkers), "share-workers", string(o.ShareWorkers), "true: divide the worker counts of the controllers that run on every replica (--concurrent-deployment-syncs, --concurrent-replicaset-syncs, ...) among the fleet's live replicas when they start, rounded up, so the fleet runs about as many workers as one kube-controller-manager with the same flags (fewer status writes for a busy apiserver). false: every replica runs the full counts (faster while each replica's client rate limiter holds its workers back). auto: true when --kube-api-qps is raised above kube-controller-manager's default. See docs/operations.md.")
-	fs.BoolVar(&o.PlacementByWeight, "placement-by-weight", o.PlacementByWeight, "Balance the namespace partitions across the replicas by what they hold (objects in each replica's cache, published in its Lease) rather than by count: the first replica by name keeps a table of the partitions' weights, and once the busiest replica has held more than 1.1x the mean for a minute, the fewest partitions move to even it out. Takes effect when every replica of the fleet sets it. Alpha; see docs/design.md.")
-	fs.DurationVar(&o.WeightHold, "placement-weight-hold", time.Minute, "With --placement-by-weight: how long the busiest replica must stay above 1.1x the mean before partitions move. Shorter reacts sooner to a shifting load and moves more often.")
+	fs.BoolVar(&o.PlacementByWeight, "placement-by-weight", o.PlacementByWeight, "Balance the namespace partitions across the replicas by what they hold (objects in each replica's cache, published in its Lease) rather than by count: the first replica by name keeps a table of the partitions' weights, deals new namespaces among the replicas as they appear, and once the busiest replica has held more than 1.1x the mean for --placement-weight-hold, moves the fewest partitions that even it out. Takes effect when every replica of the fleet places by weight. false: an even share of the partitions each, whatever they hold.")
+	fs.DurationVar(&o.WeightHold, "placement-weight-hold", time.Minute, "Placing by weight: how long the busiest replica must stay above 1.1x the mean before partitions move. Shorter reacts sooner to a shifting load and moves more often.")
 }
 
 // Complete fills in the identity and the placements.
 func (o *FleetOptions) Complete() error {
-	if o.PlacementByWeight {
-		placements := slices.Clone(o.Placements)
-		for _, p := range shard.PlacementsByWeight {
-			if !slices.Contains(placements, p) {
-				placements = append(placements, p)
-			}
-		}
-		o.Placements = placements
+	if !o.PlacementByWeight {
+		o.Placements = slices.DeleteFunc(slices.Clone(o.Placements), shard.ByWeight)
 	}
 	if o.Identity != "" {
 		return nil
@@ -174,6 +170,22 @@ func (v *informerModeValue) Set(s string) error {
 		return err
 	}
 	*v.mode = m
+	return nil
+}
+
+// colocatedShareValue sets the colocated share under every placement:
+// unset, placement by count keeps DefaultColocatedShare and placement by
+// weight an even share.
+type colocatedShareValue struct{ ring *shard.RingConfig }
+
+func (v *colocatedShareValue) String() string { return "" }
+func (v *colocatedShareValue) Type() string   { return "float" }
+func (v *colocatedShareValue) Set(s string) error {
+	share, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return fmt.Errorf("want a fraction from 0 to 1: %w", err)
+	}
+	v.ring.ColocatedShare, v.ring.ColocatedShareByWeight = share, share
 	return nil
 }
 

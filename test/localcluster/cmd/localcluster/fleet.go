@@ -88,6 +88,9 @@ func watchFleet(ctx context.Context, cluster *localcluster.Cluster) {
 			if status.Busiest > 0 {
 				fmt.Fprintf(&b, "the busiest member holds %.2fx the mean of %d objects\n", status.Busiest, status.Objects)
 			}
+			if status.Balance != "" {
+				fmt.Fprintln(&b, status.Balance)
+			}
 			if b.String() != last {
 				last = b.String()
 				fmt.Fprintf(os.Stdout, "\n%s fleet:\n%s", time.Now().Format("15:04:05"), last)
