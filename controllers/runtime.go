@@ -110,6 +110,9 @@ type RuntimeConfig struct {
 	// weightInterval (weights.go): the weights the replica publishes.
 	// Only the modes with an owned cache measure them.
 	Weights func(map[int]uint64)
+	// Young, when set, receives what each young namespace of the loaded
+	// partitions holds, every youngInterval (weights.go).
+	Young func(map[string]uint64)
 	// Loading, when set, is told the partitions being loaded into the
 	// owned cache and since when, as each load starts and ends (the
 	// Lease names a slow one: membership.Member.SetLoading).
@@ -235,6 +238,9 @@ func NewRuntime(ctx context.Context, cfg RuntimeConfig) (*Runtime, error) {
 	go r.table.loop(ctx)
 	if r.owned != nil && cfg.Weights != nil {
 		go r.measureWeights(ctx, cfg.Weights)
+	}
+	if r.owned != nil && cfg.Young != nil {
+		go r.measureYoung(ctx, cfg.Young)
 	}
 	return r, nil
 }

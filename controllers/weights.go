@@ -2,11 +2,16 @@ package controllers
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"strconv"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/component-base/metrics"
+
+	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
 )
 
 // weightInterval is how often the replica measures what its partitions
@@ -14,6 +19,12 @@ import (
 // the latest), and a placement by weight acts on them only once they
 // have stayed uneven for far longer.
 const weightInterval = 10 * time.Second
+
+// youngInterval is how often the replica measures what its young
+// namespaces hold: a renewal's period, so that the keeper deals a busy
+// new tenant's neighbours off its replica within seconds of its work
+// arriving (shard's weightdeal.go).
+const youngInterval = 2 * time.Second
 
 var (
 	partitionObjects = metrics.NewGaugeVec(&metrics.GaugeOpts{
@@ -42,4 +53,16 @@ func (r *Runtime) measureWeights(ctx context.Context, publish func(map[int]uint6
 		}
 		replicaObjects.Set(float64(sum))
 	}, weightInterval)
+}
+
+// measureYoung hands publish what each young namespace (created within
+// shard.YoungWindow) of the loaded partitions holds, Pods left out, every
+// youngInterval until ctx ends. A namespace's Pods come as fast as its
+// replica's controllers make them, so they would weigh the replica's
+// progress; its Deployments, Jobs and the rest are the work it brings.
+func (r *Runtime) measureYoung(ctx context.Context, publish func(map[string]uint64)) {
+	wait.UntilWithContext(ctx, func(context.Context) {
+		young := r.NewNamespaces(shard.YoungWindow)
+		publish(r.owned.NamespaceObjects(slices.Collect(maps.Keys(young)), &corev1.Pod{}))
+	}, youngInterval)
 }

@@ -484,10 +484,12 @@ func checkOwnedSim(ctx context.Context, t *testing.T, seed int64, round int, mod
 		for p := range loaded {
 			weights[p] = 0
 		}
+		nsWeights := map[string]uint64{}
 		for key, version := range model.configMapVersions() {
 			ns, _, _ := cache.SplitMetaNamespaceKey(key)
 			if loaded[partitionOf(ns)] {
 				weights[partitionOf(ns)]++
+				nsWeights[ns]++
 				if scope.HasNamespace(ns) {
 					visible[key] = version
 				}
@@ -508,6 +510,10 @@ func checkOwnedSim(ctx context.Context, t *testing.T, seed int64, round int, mod
 		}
 		if got := owned.PartitionObjects(); !maps.Equal(got, weights) {
 			why = fmt.Sprintf("the partitions' weights are %v, want %v", got, weights)
+			return false, nil
+		}
+		if got := owned.NamespaceObjects(slices.Collect(maps.Keys(nsWeights))); !maps.Equal(got, nsWeights) {
+			why = fmt.Sprintf("the namespaces' weights are %v, want %v", got, nsWeights)
 			return false, nil
 		}
 		checker.mu.Lock()

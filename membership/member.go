@@ -31,6 +31,8 @@ type Member struct {
 	confirmed State
 	// weights: SetWeights's, written with the state (weights.go).
 	weights map[int]uint64
+	// young: SetYoung's, written with the state (young.go).
+	young map[string]uint64
 	// loading: the running partitions still loading, since when
 	// (SetLoading).
 	loading  map[int]time.Time

@@ -117,6 +117,7 @@ func (m *Member) nextState() (st State, heldAtSend, ok bool) {
 	st.Version = m.writeVersionLocked()
 	st.Weights = m.weightsOfLocked(st.Running)
 	st.Loading = m.loadingOfLocked(st.Running)
+	st.Young = m.youngOfLocked()
 	if st.Version != m.confirmed.Version && m.confirmed.Version != 0 {
 		m.logger.Info("Writing another state version: the members observed read it", "version", st.Version, "was", m.confirmed.Version)
 	}

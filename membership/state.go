@@ -42,13 +42,17 @@ const (
 //     second its load began (loading.go), so that `status` names a load
 //     that does not finish.
 //
+//   - Version 5 adds the weights of the young namespaces the member runs,
+//     field "young" (young.go), so that a keeper deals a busy new tenant's
+//     neighbours off its replica within seconds.
+//
 // A member refuses a state of a version it does not read rather than
 // guess at its meaning: a version 1 reader would take a version 2 state
 // for one running no partition.
-const StateVersion = 4
+const StateVersion = 5
 
 // StateVersions are the encodings this release reads, oldest first.
-var StateVersions = []int{1, 2, 3, 4}
+var StateVersions = []int{1, 2, 3, 4, 5}
 
 // PartitionPrefix begins the name of every partition piece (package
 // shard names them); version 2 of the state writes those pieces as a
@@ -109,6 +113,9 @@ type State struct {
 	// loaded into this member's cache (their controllers do not act on
 	// them yet), each with the Unix second its load began (version 4).
 	Loading map[int]int64 `json:"loading,omitempty"`
+	// Young: what each young namespace this member runs holds, as
+	// quantized on the wire (version 5, young.go).
+	Young map[string]uint64 `json:"-"`
 }
 
 var (
@@ -123,8 +130,9 @@ var (
 // partitions out of Running into Parts.
 type stateWire struct {
 	State
-	Parts   string `json:"parts,omitempty"`
-	Weights string `json:"w,omitempty"`
+	Parts   string          `json:"parts,omitempty"`
+	Weights string          `json:"w,omitempty"`
+	Young   map[string]byte `json:"young,omitempty"`
 }
 
 // ParseState decodes and validates an annotation value of any version
@@ -175,6 +183,11 @@ func parseState(value string, versions []int) (State, error) {
 		}
 		s.Weights = weights
 	}
+	young, err := decodeYoung(w.Young)
+	if err != nil {
+		return State{}, err
+	}
+	s.Young = young
 	if err := s.Validate(); err != nil {
 		return State{}, err
 	}
@@ -250,6 +263,9 @@ func (s State) validatePartitionFields(seen map[string]bool) error {
 			return fmt.Errorf("a weight for partition %d, which is not running", p)
 		}
 	}
+	if err := s.validateYoung(); err != nil {
+		return err
+	}
 	if len(s.Loading) > 0 && s.Version < 4 {
 		return fmt.Errorf("state version %d with loading partitions", s.Version)
 	}
@@ -280,6 +296,9 @@ func (s State) EncodeVersion(version int) (string, error) {
 	if version < 4 {
 		s.Loading = nil
 	}
+	if version < 5 {
+		s.Young = nil
+	}
 	if err := s.Validate(); err != nil {
 		return "", fmt.Errorf("refusing to publish an invalid state: %w", err)
 	}
@@ -290,6 +309,7 @@ func (s State) EncodeVersion(version int) (string, error) {
 	if version >= 3 {
 		w.Weights = encodeWeights(runningPartitions(s.Running), s.Weights)
 	}
+	w.Young = encodeYoung(s.Young)
 	data, err := json.Marshal(w)
 	if err != nil {
 		return "", fmt.Errorf("encoding state: %w", err)

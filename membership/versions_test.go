@@ -26,13 +26,14 @@ func TestWriteVersion(t *testing.T) {
 		want  int
 	}{
 		{"alone", nil, nil, StateVersion},
-		{"beside a member of this release", nil, []peer{{"b", `{"stateVersions":[1,2,3,4]}`, false}}, 4},
+		{"beside a member of this release", nil, []peer{{"b", `{"stateVersions":[1,2,3,4,5]}`, false}}, 5},
 		{"beside a member of the release before", nil, []peer{{"b", `{"stateVersions":[1,2,3]}`, false}}, 3},
 		{"beside a member of the release before that", nil, []peer{{"b", `{"stateVersions":[1,2]}`, false}}, 2},
 		{"beside a release that reads only 1", nil, []peer{{"b", `{"stateVersions":[2]}`, false}, {"c", `{"stateVersions":[1]}`, false}}, 1},
 		{"beside a release from before the annotation", nil, []peer{{"b", ``, false}}, 1},
 		{"once the older release has left", nil, []peer{{"b", `{"stateVersions":[1,2]}`, false}, {"c", ``, true}}, 2},
-		{"a newer release's version is not this member's to write", nil, []peer{{"b", `{"stateVersions":[1,2,3,4,5]}`, false}}, 4},
+		{"beside a member of the release before, reading 4", nil, []peer{{"b", `{"stateVersions":[1,2,3,4]}`, false}}, 4},
+		{"a newer release's version is not this member's to write", nil, []peer{{"b", `{"stateVersions":[1,2,3,4,5,6]}`, false}}, 5},
 		{"narrowed to the older release", []int{1}, []peer{{"b", `{"stateVersions":[1,2]}`, false}}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

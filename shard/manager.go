@@ -243,6 +243,7 @@ func (m *Manager) step(ctx context.Context, leaving bool) {
 	now := time.Now()
 	m.clock.observe(now, peers)
 	m.weights.hold, m.weights.newNamespaces = m.WeightHold, m.NewNamespaces
+	m.weights.young = youngWeights(m.local.Confirmed, peers)
 	followWeightTable(&m.local, peers, func(current string, view Plan) string {
 		next := m.weights.next(now, current, view, measuredWeights(m.local.Confirmed, peers))
 		switch {

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/fleet-controller-manager/fleet-controller-manager/membership"
@@ -20,7 +21,7 @@ import (
 // replica with the most new namespaces does, and the hash can put well
 // over its share of them on one replica. A new namespace has no weight to
 // measure yet, so under PlacementWeightedMoves the keeper deals new
-// namespaces (created within youngWindow) by count as they appear,
+// namespaces (created within YoungWindow) by count as they appear,
 // without the hold. A deal starts from where the partitions run and moves
 // a partition holding new namespaces off the member the most above its
 // fair count of them (its capacity's share, rounded up; the colocated
@@ -30,19 +31,27 @@ import (
 // hold little yet (a namespace landing beside an earlier one can leave a
 // member above its count with nothing else to move).
 //
+// A young namespace counts as one, unless what it holds (its members
+// publish it with each renewal, Pods left out: membership's young.go)
+// is over heavyYoung times the median young namespace's: then it counts
+// as that many namespaces' worth of work, rounded, and a change in what
+// the heavy ones count deals again. So a busy new tenant's replica sheds
+// its young neighbours within seconds of the tenant's work arriving,
+// while namespaces that fill alike count alike however far each got.
+//
 // So a deal moves only while a member is above its fair count: a
 // cluster that creates no namespace deals nothing, and namespaces created
-// one at a time, further apart than youngWindow, move nothing. A
-// partition a deal moved stays where it is for youngWindow when the
+// one at a time, further apart than YoungWindow, move nothing. A
+// partition a deal moved stays where it is for YoungWindow when the
 // keeper balances by the hold: the hold balances what partitions hold,
 // and a namespace in its first minute holds little of the work it
 // brings.
 
-// youngWindow is how long a namespace counts as new: as long as the
+// YoungWindow is how long a namespace counts as new: as long as the
 // keeper's default hold, so that a deal spreads the namespaces a tenant
 // or a rollout creates over a minute, and the hold balances what they
 // hold after that.
-const youngWindow = weightHold
+const YoungWindow = weightHold
 
 // dealer is the keeper's memory for dealing.
 type dealer struct {
@@ -52,21 +61,30 @@ type dealer struct {
 	// step, neither dealt nor counted: where they run was decided before
 	// (by the keeper before it, or by the ring).
 	before map[string]bool
-	// young: when each partition a deal moved within youngWindow was
+	// young: when each partition a deal moved within YoungWindow was
 	// moved; the hold's balancing leaves them where they are (fixed).
 	young map[int]time.Time
 	// moved: how many partitions the last deal moved.
 	moved int
+	// weights: the last weight each new namespace's member published of
+	// it (kept while it moves, when nobody publishes it); weighed: the
+	// heavy ones' counts the last deal dealt by (heavyKey).
+	weights map[string]uint64
+	weighed string
 }
 
+// heavyYoung: a young namespace holding over this many times the median
+// young namespace counts as more than one.
+const heavyYoung = 2
+
 // deal is the moves table that deals the partitions of fresh, the
-// namespaces created within youngWindow (by their partitions), and
+// namespaces created within YoungWindow (by their partitions), and
 // whether there is one to adopt: false when no new namespace is left to
 // deal or dealing moves nothing. weights are what the table's codes
 // carry.
-func (d *dealer) deal(now time.Time, current string, view Plan, fresh map[string]int, weights map[int]uint64) (string, bool) {
+func (d *dealer) deal(now time.Time, current string, view Plan, fresh map[string]int, weights map[int]uint64, young map[string]uint64) (string, bool) {
 	for p, at := range d.young {
-		if now.Sub(at) >= youngWindow {
+		if now.Sub(at) >= YoungWindow {
 			delete(d.young, p)
 		}
 	}
@@ -80,22 +98,25 @@ func (d *dealer) deal(now time.Time, current string, view Plan, fresh map[string
 		return "", false
 	}
 	d.forgetGone(now, fresh)
-	count, dealing := d.countFresh(now, view.Ring.Partitions, fresh)
-	if len(dealing) == 0 || len(view.Members) == 0 {
+	units := d.units(fresh, young)
+	count, dealing := d.countFresh(now, view.Ring.Partitions, fresh, units)
+	weighed := heavyKey(units)
+	if (len(dealing) == 0 && weighed == d.weighed) || len(view.Members) == 0 {
 		return "", false
 	}
+	d.weighed = weighed
 	running, base, inRing := runningAndBase(view, current)
 	if d.young == nil {
 		d.young = map[int]time.Time{}
 	}
 	round := newDealRound(view, running.owners, base, inRing, count)
 	movable := round.movable(dealing)
-	round.spread(movable, len(dealing)*len(inRing))
+	round.spread(movable, len(movable)*len(inRing))
 	return d.movesTable(now, current, view.Ring.Partitions, running.owners, base.owners, round.owner, movable, weights)
 }
 
 // forgetGone drops the namespaces no longer fresh, and those dealt a
-// youngWindow ago.
+// YoungWindow ago.
 func (d *dealer) forgetGone(now time.Time, fresh map[string]int) {
 	for ns := range d.before {
 		if _, ok := fresh[ns]; !ok {
@@ -103,23 +124,67 @@ func (d *dealer) forgetGone(now time.Time, fresh map[string]int) {
 		}
 	}
 	for ns, at := range d.dealt {
-		if _, ok := fresh[ns]; !ok || now.Sub(at) >= youngWindow {
+		if _, ok := fresh[ns]; !ok || now.Sub(at) >= YoungWindow {
 			delete(d.dealt, ns)
+		}
+	}
+	for ns := range d.weights {
+		if _, ok := fresh[ns]; !ok {
+			delete(d.weights, ns)
 		}
 	}
 }
 
+// units is how many namespaces' worth each heavy new namespace counts
+// (heavyYoung); the others, absent, count one. young: what the members
+// publish now.
+func (d *dealer) units(fresh map[string]int, young map[string]uint64) map[string]uint64 {
+	if d.weights == nil {
+		d.weights = map[string]uint64{}
+	}
+	var ws []uint64
+	for ns := range fresh {
+		if w, ok := young[ns]; ok {
+			d.weights[ns] = w
+		}
+		if w, ok := d.weights[ns]; ok && !d.before[ns] {
+			ws = append(ws, w)
+		}
+	}
+	units := map[string]uint64{}
+	if len(ws) == 0 {
+		return units
+	}
+	slices.Sort(ws)
+	median := max(1, ws[len(ws)/2])
+	for ns := range fresh {
+		if w := d.weights[ns]; !d.before[ns] && w > heavyYoung*median {
+			units[ns] = uint64(math.Round(float64(w) / float64(median)))
+		}
+	}
+	return units
+}
+
+// heavyKey names the heavy namespaces' counts, to tell a change.
+func heavyKey(units map[string]uint64) string {
+	var b strings.Builder
+	for _, ns := range slices.Sorted(maps.Keys(units)) {
+		fmt.Fprintf(&b, "%s=%d,", ns, units[ns])
+	}
+	return b.String()
+}
+
 // countFresh counts the new namespaces of each partition (those there at
-// the first step left out) and lists the partitions holding one not dealt
-// yet, recording those as dealt now.
-func (d *dealer) countFresh(now time.Time, partitions int, fresh map[string]int) (map[int]uint64, []int) {
+// the first step left out; a heavy one as its units) and lists the
+// partitions holding one not dealt yet, recording those as dealt now.
+func (d *dealer) countFresh(now time.Time, partitions int, fresh map[string]int, units map[string]uint64) (map[int]uint64, []int) {
 	count := map[int]uint64{}
 	var dealing []int
 	for ns, p := range fresh {
 		if p < 0 || p >= partitions || d.before[ns] {
 			continue
 		}
-		count[p]++
+		count[p] += max(1, units[ns])
 		if _, ok := d.dealt[ns]; !ok {
 			if d.dealt == nil {
 				d.dealt = map[string]time.Time{}
@@ -181,19 +246,51 @@ func (r *dealRound) movable(dealing []int) []int {
 	return movable
 }
 
-// fair is m's fair count of the new namespaces: its capacity's share,
-// rounded up.
-func (r *dealRound) fair(m string) uint64 {
+// fairs are the members' fair counts of the new namespaces: their
+// capacities' shares of the count, rounded up, except that a partition
+// counting more than its member's share (a busy tenant) is that member's
+// fair count alone, and the others share what is left.
+func (r *dealRound) fairs() map[string]uint64 {
+	pool := slices.Clone(r.inRing)
 	var total uint64
-	var capacities float64
-	for _, n := range r.inRing {
-		total += r.load[n]
-		capacities += r.capacity(n)
+	for _, m := range pool {
+		total += r.load[m]
 	}
-	if capacities <= 0 {
-		return total
+	out := map[string]uint64{}
+	for {
+		var capacities float64
+		for _, m := range pool {
+			capacities += r.capacity(m)
+		}
+		if capacities <= 0 {
+			for _, m := range pool {
+				out[m] = total
+			}
+			return out
+		}
+		m, n, ok := r.saturated(pool, float64(total)/capacities)
+		if !ok {
+			for _, m := range pool {
+				out[m] = uint64(math.Ceil(float64(total) * r.capacity(m) / capacities))
+			}
+			return out
+		}
+		out[m], total = n, total-n
+		pool = slices.DeleteFunc(pool, func(o string) bool { return o == m })
 	}
-	return uint64(math.Ceil(float64(total) * r.capacity(m) / capacities))
+}
+
+// saturated is a member of pool holding a partition that counts more
+// than its share at level (new namespaces per unit of capacity), with
+// that count; the lowest partition first, so every keeper agrees.
+func (r *dealRound) saturated(pool []string, level float64) (string, uint64, bool) {
+	for _, p := range slices.Sorted(maps.Keys(r.count)) {
+		m, n := r.owner[p], r.count[p]
+		if c := r.capacity(m); c > 0 && slices.Contains(pool, m) && float64(n) > level*c {
+			return m, n, true
+		}
+	}
+	return "", 0, false
 }
 
 // spread moves, at most steps times, a partition off the member the most
@@ -201,9 +298,10 @@ func (r *dealRound) fair(m string) uint64 {
 // deal moves no more than it must.
 func (r *dealRound) spread(movable []int, steps int) {
 	for range steps {
+		fair := r.fairs()
 		from := ""
 		for _, m := range r.inRing {
-			if r.load[m] > r.fair(m) && (from == "" || r.load[m]-r.fair(m) > r.load[from]-r.fair(from)) {
+			if r.load[m] > fair[m] && (from == "" || r.load[m]-fair[m] > r.load[from]-fair[from]) {
 				from = m
 			}
 		}
@@ -243,7 +341,7 @@ func (r *dealRound) bestMove(from string, movable []int) (int, string) {
 
 // movesTable is the moves table that places the movable partitions by
 // owner, over current's, with weights' codes; false if the deal moved
-// nothing. The partitions it moved are fixed for youngWindow.
+// nothing. The partitions it moved are fixed for YoungWindow.
 func (d *dealer) movesTable(now time.Time, current string, partitions int, running, base []string, owner map[int]string, movable []int, weights map[int]uint64) (string, bool) {
 	_, moves, err := DecodeMovesTable(current, partitions)
 	if err != nil {
@@ -290,7 +388,7 @@ func dealtLoad(n uint64, capacity float64) float64 {
 	return float64(n) / capacity
 }
 
-// fixed says whether a deal moved partition p within youngWindow.
+// fixed says whether a deal moved partition p within YoungWindow.
 func (d *dealer) fixed(p int) bool {
 	_, ok := d.young[p]
 	return ok

@@ -102,7 +102,7 @@ func TestWeightKeeperDeals(t *testing.T) {
 			}
 			// Old now, and gone from the new namespaces.
 			clear(fresh)
-			if next := k.next(start.Add(time.Second+youngWindow), table, view, measured); next != table {
+			if next := k.next(start.Add(time.Second+YoungWindow), table, view, measured); next != table {
 				t.Errorf("a new table from namespaces no longer new")
 			}
 		})
@@ -110,7 +110,7 @@ func TestWeightKeeperDeals(t *testing.T) {
 }
 
 // TestWeightKeeperDealsOneAtATime: namespaces created further apart than
-// youngWindow move nothing.
+// YoungWindow move nothing.
 func TestWeightKeeperDealsOneAtATime(t *testing.T) {
 	view := dealView(3, 1, "")
 	measured := map[int]uint64{}
@@ -124,7 +124,7 @@ func TestWeightKeeperDealsOneAtATime(t *testing.T) {
 		ns := fmt.Sprintf("load-%d", i)
 		clear(fresh)
 		fresh[ns] = view.Ring.NamespacePartition(ns)
-		if got := k.next(start.Add(time.Duration(i)*2*youngWindow), "", view, measured); got != "" {
+		if got := k.next(start.Add(time.Duration(i)*2*YoungWindow), "", view, measured); got != "" {
 			t.Fatalf("%s moved a partition", ns)
 		}
 	}
@@ -145,7 +145,7 @@ func TestWeightKeeperHoldLeavesDealtPartitions(t *testing.T) {
 		}
 	}
 	fresh := map[string]int{}
-	const hold = 15 * time.Second // shorter than youngWindow, as the bench's
+	const hold = 15 * time.Second // shorter than YoungWindow, as the bench's
 	k := weightKeeper{hold: hold, newNamespaces: func(time.Duration) map[string]int { return maps.Clone(fresh) }}
 	start := time.Unix(1000, 0)
 	if got := k.next(start.Add(-time.Second), "", view, measured); got != "" {
@@ -262,6 +262,88 @@ func TestWeightKeeperDealMoves(t *testing.T) {
 			}
 			if beyond > 0 {
 				t.Errorf("a member holds %d new namespaces beyond its fair count", beyond)
+			}
+		})
+	}
+}
+
+// TestWeightKeeperDealsABusyTenant: once the members publish what their
+// young namespaces hold, a busy new tenant (over heavyYoung times the
+// median) counts as that many namespaces, so the keeper deals its
+// neighbours off its member (all but those sharing its partition or the
+// colocated singletons'), and the other members share them within one
+// partition's worth; the same weights again deal nothing, and namespaces
+// that fill alike, however far each got, move nothing after the count.
+func TestWeightKeeperDealsABusyTenant(t *testing.T) {
+	const tenants = 20
+	for _, tc := range []struct {
+		name    string
+		members int
+		weight  func(i int) uint64 // what tenant-i holds
+		busy    bool
+	}{
+		{"3 members, a busy tenant", 3, func(i int) uint64 { return map[bool]uint64{true: 120, false: 8}[i == 0] }, true},
+		{"5 members, a busy tenant", 5, func(i int) uint64 { return map[bool]uint64{true: 120, false: 8}[i == 0] }, true},
+		{"3 members, tenants filling alike", 3, func(i int) uint64 { return uint64(5 + i%10) }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			view := dealView(tc.members, 1, "")
+			config := view.Ring
+			measured := map[int]uint64{}
+			for p := range config.Partitions {
+				measured[p] = 6
+			}
+			fresh := map[string]int{}
+			k := weightKeeper{hold: time.Hour, newNamespaces: func(time.Duration) map[string]int { return maps.Clone(fresh) }}
+			start := time.Unix(1000, 0)
+			if got := k.next(start, "", view, measured); got != "" {
+				t.Fatalf("a table with no new namespace: %.20s", got)
+			}
+			for i := range tenants {
+				ns := fmt.Sprintf("tenant-%d", i)
+				fresh[ns] = config.NamespacePartition(ns)
+			}
+			table := k.next(start.Add(time.Second), "", view, measured)
+			k.young = map[string]uint64{}
+			for i := range tenants {
+				k.young[fmt.Sprintf("tenant-%d", i)] = tc.weight(i)
+			}
+			view = dealView(tc.members, 1, table)
+			weighed := k.next(start.Add(3*time.Second), table, view, measured)
+			if !tc.busy {
+				if weighed != table {
+					t.Fatal("tenants filling alike dealt again")
+				}
+				return
+			}
+			view = dealView(tc.members, 1, weighed)
+			r := NewRing(view.Ring, view.Members)
+			_, pinned := r.heavyOf()
+			busyPartition := fresh["tenant-0"]
+			busyOwner := r.PartitionOwner(busyPartition)
+			perMember := map[string]int{}
+			largest := map[int]int{}
+			for ns, p := range fresh {
+				largest[p]++
+				owner := r.PartitionOwner(p)
+				if ns == "tenant-0" {
+					continue
+				}
+				perMember[owner]++
+				if owner == busyOwner && p != busyPartition && p != pinned {
+					t.Errorf("%s (partition %d) still shares %s with the busy tenant", ns, p, busyOwner)
+				}
+			}
+			most := slices.Max(slices.Collect(maps.Values(largest)))
+			fair := int(math.Ceil(float64(tenants-1) / float64(tc.members-1)))
+			for m, n := range perMember {
+				if m != busyOwner && n > fair+most-1 {
+					t.Errorf("%s runs %d of the other tenants, their fair share %d (largest partition %d)", m, n, fair, most)
+				}
+			}
+			t.Logf("the busy tenant on %s; the other tenants per member: %v", busyOwner, perMember)
+			if next := k.next(start.Add(5*time.Second), weighed, view, measured); next != weighed {
+				t.Error("the same weights dealt again")
 			}
 		})
 	}

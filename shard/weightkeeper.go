@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"maps"
 	"time"
 
 	"github.com/fleet-controller-manager/fleet-controller-manager/membership"
@@ -61,6 +62,9 @@ type weightKeeper struct {
 	newNamespaces func(window time.Duration) map[string]int
 	dealer        dealer
 	dealt         bool
+	// young: what the participants publish of their young namespaces
+	// (youngWeights), set each step.
+	young map[string]uint64
 }
 
 // movesTable is movesTable's answer for the weights, kept while the
@@ -114,7 +118,7 @@ func (k *weightKeeper) next(now time.Time, current string, view Plan, measured m
 	// New namespaces are dealt by count, weights measured or not: a
 	// fleet's first weights come 10 s after it starts.
 	if byMoves(view.Ring.Placement) && k.newNamespaces != nil {
-		if table, ok := k.dealer.deal(now, current, view, k.newNamespaces(youngWindow), merged); ok {
+		if table, ok := k.dealer.deal(now, current, view, k.newNamespaces(YoungWindow), merged, k.young); ok {
 			// The hold's clock runs on: namespaces created more often
 			// than the hold must not keep it from balancing.
 			k.dealt = true
@@ -193,6 +197,21 @@ func busiestLoad(r *Ring, weights []uint64) (busiest, mean float64) {
 		busiest = max(busiest, float64(l))
 	}
 	return busiest, mean
+}
+
+// youngWeights are what the participants publish of their young
+// namespaces, own included.
+func youngWeights(own membership.State, peers []membership.Peer) map[string]uint64 {
+	out := maps.Clone(own.Young)
+	if out == nil {
+		out = map[string]uint64{}
+	}
+	for _, peer := range peers {
+		if peer.Participant {
+			maps.Copy(out, peer.State.Young)
+		}
+	}
+	return out
 }
 
 // measuredWeights are the weights the participants publish of the

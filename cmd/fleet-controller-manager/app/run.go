@@ -187,7 +187,7 @@ func ControllersRunner(ctx context.Context, env RunnerEnv) (Pieces, error) {
 	rt, err := controllers.NewRuntime(env.Lifetime, controllers.RuntimeConfig{
 		KCM: c, Identity: fleet.Identity, Ring: ring, Mode: mode,
 		SelectorTerms: fleet.SelectorTerms, NamespaceWatchMax: fleet.NamespaceWatchMax, SelectedWatches: fleet.SelectedWatches, Authority: member,
-		Weights: env.Member.SetWeights,
+		Weights: env.Member.SetWeights, Young: env.Member.SetYoung,
 		Loading: env.Member.SetLoading, LoadStuckAfter: fleet.LeaseDuration.D(),
 		Replicas: replicasOf(fleet.ShareWorkers.Shares(c.ComponentConfig.Generic.ClientConnection.QPS, fleet.defaultQPS), member),
 	})
