@@ -33,7 +33,8 @@ import (
 //
 // A young namespace counts as one, unless what it holds (its members
 // publish it with each renewal, Pods left out: membership's young.go)
-// is over heavyYoung times the median young namespace's: then it counts
+// is over heavyYoung times the median young namespace's (of those past
+// emptyYoung): then it counts
 // as that many namespaces' worth of work, rounded, and a change in what
 // the heavy ones count deals again. So a busy new tenant's replica sheds
 // its young neighbours within seconds of the tenant's work arriving,
@@ -76,6 +77,13 @@ type dealer struct {
 // heavyYoung: a young namespace holding over this many times the median
 // young namespace counts as more than one.
 const heavyYoung = 2
+
+// emptyYoung is what a namespace holds before its work arrives (its
+// kube-root-ca.crt and default ServiceAccount): the median leaves such
+// namespaces out, so that namespaces created one after another with
+// their work, most of them still empty, do not make the first filled
+// look heavy.
+const emptyYoung = 2
 
 // deal is the moves table that deals the partitions of fresh, the
 // namespaces created within YoungWindow (by their partitions), and
@@ -147,7 +155,7 @@ func (d *dealer) units(fresh map[string]int, young map[string]uint64) map[string
 		if w, ok := young[ns]; ok {
 			d.weights[ns] = w
 		}
-		if w, ok := d.weights[ns]; ok && !d.before[ns] {
+		if w, ok := d.weights[ns]; ok && !d.before[ns] && w > emptyYoung {
 			ws = append(ws, w)
 		}
 	}

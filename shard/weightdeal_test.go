@@ -285,6 +285,7 @@ func TestWeightKeeperDealsABusyTenant(t *testing.T) {
 		{"3 members, a busy tenant", 3, func(i int) uint64 { return map[bool]uint64{true: 120, false: 8}[i == 0] }, true},
 		{"5 members, a busy tenant", 5, func(i int) uint64 { return map[bool]uint64{true: 120, false: 8}[i == 0] }, true},
 		{"3 members, tenants filling alike", 3, func(i int) uint64 { return uint64(5 + i%10) }, false},
+		{"3 members, the first tenants filled, the others still empty", 3, func(i int) uint64 { return map[bool]uint64{true: 12, false: 2}[i < 3] }, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			view := dealView(tc.members, 1, "")
