@@ -27,10 +27,10 @@ import (
 // one table, with every partition free to move.
 const weightHoldInTest = 70 * time.Second
 
-// TestPlacementByWeight: a fleet of three with --placement-by-weight
-// deals namespaces created one by one as they appear, so that no replica
-// runs more than its share of them (the colocated singletons' owner
-// half of one) and a partition's worth; then, its work piled into the
+// TestPlacementByWeight: a fleet of three with its default placement
+// (by weight) deals namespaces created one by one as they appear, so
+// that no replica runs more than its even share of them and a
+// partition's worth; then, its work piled into the
 // namespaces of one replica, it adopts one table by the hold on every
 // member, after which the busiest replica holds less than
 // before and at most 1.3x the mean of the objects; with the load steady
@@ -48,7 +48,7 @@ func TestPlacementByWeight(t *testing.T) {
 	bin := filepath.Join(binDir(t), "fleet-controller-manager")
 	replicas := []string{"wt-0", "wt-1", "wt-2"}
 	for _, r := range replicas {
-		if _, _, err := cluster.StartFleetReplica(ctx, bin, r, "--placement-by-weight", "--placement-weight-hold="+weightHoldInTest.String(), "-v=2"); err != nil {
+		if _, _, err := cluster.StartFleetReplica(ctx, bin, r, "--placement-weight-hold="+weightHoldInTest.String(), "-v=2"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -90,9 +90,9 @@ func TestPlacementByWeight(t *testing.T) {
 		for _, nss := range perMember {
 			most = max(most, len(nss))
 		}
-		// An even share of 12 is 4.8 on the two replicas without the
-		// colocated singletons (2.5 shares in all), and a deal may miss
-		// it by one partition.
+		// An even share of 12 is 4 (the colocated singletons' owner
+		// has an even share placed by weight), and a deal may miss it
+		// by one partition.
 		return len(s.UnownedPartitions) == 0 && most <= 5, fmt.Sprintf("namespaces per replica %v", perMember)
 	})
 	if n := strings.Count(readLogs(t, cluster, replicas), "dealing new namespaces"); n == 0 {
