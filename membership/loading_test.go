@@ -25,22 +25,8 @@ func TestLoadingInState(t *testing.T) {
 		{"a load with no start", 4, map[int]int64{7: 0}, nil, "not a time"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			st := State{Incarnation: "a1", Seq: 1, Epoch: 1, Running: running, Loading: tc.loading}
-			value, err := st.EncodeVersion(tc.version)
-			if tc.err != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.err) {
-					t.Fatalf("encoding: %v, want an error saying %q", err, tc.err)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := ParseState(value)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !maps.Equal(got.Loading, tc.want) {
+			got, value, ok := encodeAndRead(t, State{Incarnation: "a1", Seq: 1, Epoch: 1, Running: running, Loading: tc.loading}, tc.version, tc.err)
+			if ok && !maps.Equal(got.Loading, tc.want) {
 				t.Errorf("read back loading %v, want %v (%s)", got.Loading, tc.want, value)
 			}
 		})
@@ -49,4 +35,25 @@ func TestLoadingInState(t *testing.T) {
 	if _, err := ParseState(`{"v":3,"inc":"a1","seq":1,"epoch":1,"view":"","running":["partition/3"],"loading":{"3":1700000000}}`); err == nil {
 		t.Error("a version 3 state with loading partitions was read")
 	}
+}
+
+// encodeAndRead encodes st at version and reads it back (ok); with
+// wantErr set, the encoding must fail saying it, and ok is false.
+func encodeAndRead(t *testing.T, st State, version int, wantErr string) (State, string, bool) {
+	t.Helper()
+	value, err := st.EncodeVersion(version)
+	if wantErr != "" {
+		if err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Fatalf("encoding: %v, want an error saying %q", err, wantErr)
+		}
+		return State{}, "", false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ParseState(value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got, value, true
 }

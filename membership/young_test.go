@@ -31,22 +31,8 @@ func TestYoungInState(t *testing.T) {
 		{"too many", 5, tooMany, nil, "more than 64"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			st := State{Incarnation: "a1", Seq: 1, Epoch: 1, Running: running, Young: tc.young}
-			value, err := st.EncodeVersion(tc.version)
-			if tc.err != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.err) {
-					t.Fatalf("encoding: %v, want an error saying %q", err, tc.err)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := ParseState(value)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !maps.Equal(got.Young, tc.want) {
+			got, value, ok := encodeAndRead(t, State{Incarnation: "a1", Seq: 1, Epoch: 1, Running: running, Young: tc.young}, tc.version, tc.err)
+			if ok && !maps.Equal(got.Young, tc.want) {
 				t.Errorf("read back young %v, want %v (%s)", got.Young, tc.want, value)
 			}
 		})

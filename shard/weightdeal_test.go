@@ -26,6 +26,26 @@ func dealView(n int, share float64, table string) Plan {
 	return view
 }
 
+// startDealing is a keeper of members placing by weight (the colocated
+// owner's share as given) whose every partition weighs 6, with a hold
+// longer than a test (only deals change its table), after its first step
+// with no new namespace: fresh is what its newNamespaces returns.
+func startDealing(t *testing.T, members int, share float64) (Plan, map[int]uint64, map[string]int, *weightKeeper, time.Time) {
+	t.Helper()
+	view := dealView(members, share, "")
+	measured := map[int]uint64{}
+	for p := range view.Ring.Partitions {
+		measured[p] = 6
+	}
+	fresh := map[string]int{}
+	k := &weightKeeper{hold: time.Hour, newNamespaces: func(time.Duration) map[string]int { return maps.Clone(fresh) }}
+	start := time.Unix(1000, 0)
+	if got := k.next(start, "", view, measured); got != "" {
+		t.Fatalf("a table with no new namespace: %.20s", got)
+	}
+	return view, measured, fresh, k, start
+}
+
 // TestWeightKeeperDeals: namespaces created together are dealt at once,
 // in batches as they appear (or one by one), so that the members' new namespaces follow
 // their capacities (the colocated singletons' owner having
@@ -40,19 +60,8 @@ func TestWeightKeeperDeals(t *testing.T) {
 		share          float64
 	}{{3, 10, 1}, {5, 10, 1}, {3, 10, 0.5}, {5, 10, 0.5}, {3, 1, 1}, {5, 1, 1}} {
 		t.Run(fmt.Sprintf("%d members, share %v, in batches of %d", tc.members, tc.share, tc.batch), func(t *testing.T) {
-			view := dealView(tc.members, tc.share, "")
+			view, measured, fresh, k, start := startDealing(t, tc.members, tc.share)
 			config := view.Ring
-			measured := map[int]uint64{}
-			for p := range config.Partitions {
-				measured[p] = 6
-			}
-			fresh := map[string]int{}
-			// A hold longer than the test: only deals change the table.
-			k := weightKeeper{hold: time.Hour, newNamespaces: func(time.Duration) map[string]int { return maps.Clone(fresh) }}
-			start := time.Unix(1000, 0)
-			if got := k.next(start, "", view, measured); got != "" {
-				t.Fatalf("a table with no new namespace: %.20s", got)
-			}
 			table := ""
 			perPartition := map[int]int{}
 			for i := range namespaces {
@@ -288,18 +297,8 @@ func TestWeightKeeperDealsABusyTenant(t *testing.T) {
 		{"3 members, the first tenants filled, the others still empty", 3, func(i int) uint64 { return map[bool]uint64{true: 12, false: 2}[i < 3] }, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			view := dealView(tc.members, 1, "")
+			view, measured, fresh, k, start := startDealing(t, tc.members, 1)
 			config := view.Ring
-			measured := map[int]uint64{}
-			for p := range config.Partitions {
-				measured[p] = 6
-			}
-			fresh := map[string]int{}
-			k := weightKeeper{hold: time.Hour, newNamespaces: func(time.Duration) map[string]int { return maps.Clone(fresh) }}
-			start := time.Unix(1000, 0)
-			if got := k.next(start, "", view, measured); got != "" {
-				t.Fatalf("a table with no new namespace: %.20s", got)
-			}
 			for i := range tenants {
 				ns := fmt.Sprintf("tenant-%d", i)
 				fresh[ns] = config.NamespacePartition(ns)
