@@ -236,12 +236,7 @@ func NewRuntime(ctx context.Context, cfg RuntimeConfig) (*Runtime, error) {
 	r.partitionRootBuilder = clients.root.forPartitions(r.table)
 	r.partitionBuilder = clients.controllers.forPartitions(r.table)
 	go r.table.loop(ctx)
-	if r.owned != nil && cfg.Weights != nil {
-		go r.measureWeights(ctx, cfg.Weights)
-	}
-	if r.owned != nil && cfg.Young != nil {
-		go r.measureYoung(ctx, cfg.Young)
-	}
+	r.startMeasuring(ctx, cfg)
 	return r, nil
 }
 

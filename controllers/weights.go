@@ -66,3 +66,17 @@ func (r *Runtime) measureYoung(ctx context.Context, publish func(map[string]uint
 		publish(r.owned.NamespaceObjects(slices.Collect(maps.Keys(young)), &corev1.Pod{}))
 	}, youngInterval)
 }
+
+// startMeasuring starts measuring what the owned cache holds for the
+// publishers cfg sets (the modes without an owned cache measure nothing).
+func (r *Runtime) startMeasuring(ctx context.Context, cfg RuntimeConfig) {
+	if r.owned == nil {
+		return
+	}
+	if cfg.Weights != nil {
+		go r.measureWeights(ctx, cfg.Weights)
+	}
+	if cfg.Young != nil {
+		go r.measureYoung(ctx, cfg.Young)
+	}
+}

@@ -206,35 +206,12 @@ func FleetStatusFromLeases(leases []coordinationv1.Lease, namespace, fleet strin
 			m.Health = MemberReady
 		}
 		if err == nil {
-			m.Incarnation, m.View, m.Epoch = st.Incarnation, st.View, st.Epoch
-			for _, name := range st.Running {
-				p := Piece(name)
-				if i := p.Partition(); i >= 0 {
-					m.Partitions = append(m.Partitions, i)
-					if m.Health != MemberExpired {
-						owned[i] = true
-					}
-				} else {
-					m.Singletons = append(m.Singletons, p.Name())
+			m.read(st)
+			if m.Health != MemberExpired {
+				for _, i := range m.Partitions {
+					owned[i] = true
 				}
 			}
-			sort.Ints(m.Partitions)
-			sort.Strings(m.Singletons)
-			for p, w := range st.Weights {
-				m.Objects += w
-				m.Measured++
-				if m.weights == nil {
-					m.weights = map[int]uint64{}
-				}
-				m.weights[p] = w
-				if w > m.HeaviestObjects || (w == m.HeaviestObjects && p < m.Heaviest) {
-					m.Heaviest, m.HeaviestObjects = p, w
-				}
-			}
-			for p, since := range st.Loading {
-				m.Loading = append(m.Loading, PartitionLoad{Partition: p, Since: time.Unix(since, 0)})
-			}
-			sort.Slice(m.Loading, func(i, j int) bool { return m.Loading[i].Partition < m.Loading[j].Partition })
 		}
 		out.Members = append(out.Members, m)
 	}
@@ -247,6 +224,36 @@ func FleetStatusFromLeases(leases []coordinationv1.Lease, namespace, fleet strin
 		}
 	}
 	return out
+}
+
+// read fills in what m's state says: its view, pieces, weights and loads.
+func (m *MemberStatus) read(st membership.State) {
+	m.Incarnation, m.View, m.Epoch = st.Incarnation, st.View, st.Epoch
+	for _, name := range st.Running {
+		p := Piece(name)
+		if i := p.Partition(); i >= 0 {
+			m.Partitions = append(m.Partitions, i)
+		} else {
+			m.Singletons = append(m.Singletons, p.Name())
+		}
+	}
+	sort.Ints(m.Partitions)
+	sort.Strings(m.Singletons)
+	for p, w := range st.Weights {
+		m.Objects += w
+		m.Measured++
+		if m.weights == nil {
+			m.weights = map[int]uint64{}
+		}
+		m.weights[p] = w
+		if w > m.HeaviestObjects || (w == m.HeaviestObjects && p < m.Heaviest) {
+			m.Heaviest, m.HeaviestObjects = p, w
+		}
+	}
+	for p, since := range st.Loading {
+		m.Loading = append(m.Loading, PartitionLoad{Partition: p, Since: time.Unix(since, 0)})
+	}
+	sort.Slice(m.Loading, func(i, j int) bool { return m.Loading[i].Partition < m.Loading[j].Partition })
 }
 
 // weigh sums the live members' objects into each one's share and the
