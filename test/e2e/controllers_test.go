@@ -67,6 +67,13 @@ func testFleetWorkload(t *testing.T, minSharing int, replicaArgs ...string) {
 	bin := filepath.Join(binDir(t), "fleet-controller-manager")
 	replicas := []string{"fcm-0", "fcm-1", "fcm-2"}
 	ports := map[string]int{}
+	// Placed by count, no partition moves while the workload runs, so
+	// each namespace's writes come from one replica (checkSingleWriter).
+	// Placed by weight, the keeper deals the new namespaces as they
+	// appear, each deal a handover from a replica that may have written
+	// already: the chaos soak and TestRollingUpgradeAndRollback judge those
+	// writes against their writers' runs.
+	replicaArgs = append([]string{"--placement-by-weight=false"}, replicaArgs...)
 	for _, r := range replicas {
 		if _, ports[r], err = cluster.StartFleetReplica(ctx, bin, r, replicaArgs...); err != nil {
 			t.Fatal(err)
