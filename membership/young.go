@@ -3,6 +3,7 @@ package membership
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 )
@@ -44,23 +45,13 @@ func (m *Member) youngOfLocked() map[string]uint64 {
 
 // heaviestYoung is young cut to its maxYoung heaviest (ties by name).
 func heaviestYoung(young map[string]uint64) map[string]uint64 {
-	out := make(map[string]uint64, min(len(young), maxYoung))
 	if len(young) <= maxYoung {
-		for ns, w := range young {
-			out[ns] = w
-		}
-		return out
+		return maps.Clone(young)
 	}
-	names := make([]string, 0, len(young))
-	for ns := range young {
-		names = append(names, ns)
-	}
-	slices.SortFunc(names, func(a, b string) int {
-		if c := cmp.Compare(young[b], young[a]); c != 0 {
-			return c
-		}
-		return cmp.Compare(a, b)
+	names := slices.SortedFunc(maps.Keys(young), func(a, b string) int {
+		return cmp.Or(cmp.Compare(young[b], young[a]), cmp.Compare(a, b))
 	})
+	out := make(map[string]uint64, maxYoung)
 	for _, ns := range names[:maxYoung] {
 		out[ns] = young[ns]
 	}

@@ -20,9 +20,9 @@ import (
 // client budgets are what a fleet multiplies, the fleet finishes when the
 // replica with the most new namespaces does, and the hash can put well
 // over its share of them on one replica. A new namespace has no weight to
-// measure yet, so under PlacementWeightedMoves the keeper deals new
-// namespaces (created within YoungWindow) by count as they appear,
-// without the hold. A deal starts from where the partitions run and moves
+// measure yet, so under the placements whose tables carry moves
+// (byMoves) the keeper deals new namespaces (created within YoungWindow)
+// by count as they appear, without the hold. A deal starts from where the partitions run and moves
 // a partition holding new namespaces off the member the most above its
 // fair count of them (its capacity's share, rounded up; the colocated
 // singletons' owner has ColocatedShare of one) while that lowers the
@@ -34,9 +34,8 @@ import (
 // A young namespace counts as one, unless what it holds (its members
 // publish it with each renewal, Pods left out: membership's young.go)
 // is over heavyYoung times the median young namespace's (of those past
-// emptyYoung): then it counts
-// as that many namespaces' worth of work, rounded, and a change in what
-// the heavy ones count deals again. So a busy new tenant's replica sheds
+// emptyYoung): then it counts as that many namespaces' worth of work,
+// rounded, and a change in what the heavy ones count deals again. So a busy new tenant's replica sheds
 // its young neighbours within seconds of the tenant's work arriving,
 // while namespaces that fill alike count alike however far each got.
 //
