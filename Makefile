@@ -55,7 +55,7 @@ KUBE_TOOLS    := kube-apiserver kube-controller-manager kube-scheduler kubectl
 # Tests and the demo find every tool here.
 export FCM_BIN_DIR := $(BIN)
 
-.PHONY: all tools build image image-host push test test-long test-deps bench cluster run clean fuzz chaos conformance conformance-ci sim-sweep
+.PHONY: node-tools all tools build image image-host push test test-long test-deps bench cluster run clean fuzz chaos conformance conformance-ci sim-sweep
 
 # Kubernetes' own end-to-end tests of the controllers (test/tools/e2e: the
 # apimachinery, apps, auth and network suites), at the controllers' version.
@@ -121,6 +121,63 @@ $(KWOK_BIN)/kwok: $(KWOK_PATCH)
 	  cd $(KWOK_BIN)/src && GIT_CEILING_DIRECTORIES=$(KWOK_BIN) git apply $(KWOK_PATCH) && \
 	  CGO_ENABLED=1 GOFLAGS= GOWORK=off $(GO) build -ldflags '-X sigs.k8s.io/kwok/pkg/consts.Version=$(patsubst v%,%,$(KWOK_VERSION))' -o $@ ./cmd/kwok && \
 	  for s in $(KWOK_STAGES); do install -m 0644 kustomize/stage/$$s $(KWOK_BIN)/stages/; done
+
+# The real node (test/localcluster's --real-node): a kubelet from the tools
+# module, containerd and its runc shim, runc, the CNI plugins a bridge
+# network needs, and the images its pods run, all built here from the Go
+# module proxy and Debian's gcc, so no test pulls from a registry.
+# containerd and the plugins build without cgo (no btrfs, devmapper or zfs
+# snapshotters: overlayfs is what the node uses); runc needs cgo for its
+# nsenter and builds without seccomp and libpathrs (a Rust library).
+CONTAINERD_VERSION  := v2.4.2
+RUNC_VERSION        := v1.5.3
+CNI_PLUGINS_VERSION := v1.10.0
+CONTAINERD_BIN      := $(BIN)/containerd-$(CONTAINERD_VERSION)
+RUNC_BIN            := $(BIN)/runc-$(RUNC_VERSION)
+CNI_BIN             := $(BIN)/cni-plugins-$(CNI_PLUGINS_VERSION)
+CNI_PLUGINS         := main/bridge main/loopback ipam/host-local meta/portmap
+NODE_IMAGES_DIR     := $(BIN)/node-images-$(KUBE_VERSION)
+module_dir = $$(cd / && GOFLAGS= $(GO) mod download -json $(1) | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p')
+
+$(CONTAINERD_BIN)/.done:
+	@mkdir -p $(CONTAINERD_BIN)
+	dir=$(call module_dir,github.com/containerd/containerd/v2@$(CONTAINERD_VERSION)) && cd $$dir && \
+	  for c in containerd containerd-shim-runc-v2 ctr; do \
+	    CGO_ENABLED=0 GOFLAGS= GOWORK=off $(GO) build -tags 'no_btrfs no_devmapper no_zfs' \
+	      -ldflags '-X github.com/containerd/containerd/v2/version.Version=$(CONTAINERD_VERSION)' -o $(CONTAINERD_BIN)/$$c ./cmd/$$c || exit 1; \
+	  done
+	touch $@
+$(RUNC_BIN)/runc:
+	@mkdir -p $(RUNC_BIN)
+	dir=$(call module_dir,github.com/opencontainers/runc@$(RUNC_VERSION)) && cd $$dir && \
+	  CGO_ENABLED=1 GOFLAGS= GOWORK=off $(GO) build -tags 'urfave_cli_no_docs' \
+	    -ldflags '-X main.version=$(patsubst v%,%,$(RUNC_VERSION))' -o $@ .
+$(CNI_BIN)/.done:
+	@mkdir -p $(CNI_BIN)
+	dir=$(call module_dir,github.com/containernetworking/plugins@$(CNI_PLUGINS_VERSION)) && cd $$dir && \
+	  for p in $(CNI_PLUGINS); do \
+	    CGO_ENABLED=0 GOFLAGS= GOWORK=off $(GO) build -o $(CNI_BIN)/$$(basename $$p) ./plugins/$$p || exit 1; \
+	  done
+	touch $@
+# The images: pause (upstream's pause.c, static), agnhost and busybox
+# (Debian's busybox-static), as OCI archives under the names upstream's
+# tests give them (test/nodeimages).
+$(NODE_IMAGES_DIR)/.done: $(KUBE_BIN)/agnhost
+	@mkdir -p $(NODE_IMAGES_DIR)
+	command -v busybox >/dev/null || { sudo= ; [ "$$(id -u)" = 0 ] || sudo=sudo; DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -q busybox-static >/dev/null; }
+	dir=$(call module_dir,k8s.io/kubernetes@$(KUBE_VERSION)) && \
+	  gcc -Os -static -DVERSION=$(KUBE_VERSION) -o $(NODE_IMAGES_DIR)/pause $$dir/build/pause/linux/pause.c
+	$(GO) run ./test/nodeimages -out $(NODE_IMAGES_DIR) -pause $(NODE_IMAGES_DIR)/pause -agnhost $(KUBE_BIN)/agnhost -busybox $$(command -v busybox)
+	touch $@
+$(KUBE_BIN)/agnhost:
+	@mkdir -p $(KUBE_BIN)
+	cd test/tools && CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o $@ k8s.io/kubernetes/test/images/agnhost
+
+node-tools: $(BIN)/kubelet $(CONTAINERD_BIN)/.done $(RUNC_BIN)/runc $(CNI_BIN)/.done $(NODE_IMAGES_DIR)/.done
+	ln -sfn $(patsubst $(BIN)/%,%,$(CONTAINERD_BIN)) $(BIN)/containerd
+	ln -sfn $(patsubst $(BIN)/%,%,$(RUNC_BIN)) $(BIN)/runc
+	ln -sfn $(patsubst $(BIN)/%,%,$(CNI_BIN)) $(BIN)/cni
+	ln -sfn $(patsubst $(BIN)/%,%,$(NODE_IMAGES_DIR)) $(BIN)/node-images
 
 # Keep the versioned binaries: they are intermediate files of the pattern
 # rules below, which make would otherwise delete after linking.

@@ -51,6 +51,10 @@ func (c *Cluster) startAPIServer(ctx context.Context, extraArgs []string, auditR
 		return fmt.Errorf("writing audit policy: %w", err)
 	}
 	c.AuditLog = filepath.Join(c.Dir, "audit.log")
+	kubeletClientCert, kubeletClientKey, err := c.pki.ClientCert("apiserver-kubelet-client", "kube-apiserver-kubelet-client", "system:masters")
+	if err != nil {
+		return err
+	}
 	args := []string{
 		"--etcd-servers=" + c.etcdURL,
 		"--bind-address=127.0.0.1",
@@ -70,6 +74,11 @@ func (c *Cluster) startAPIServer(ctx context.Context, extraArgs []string, auditR
 		"--service-account-signing-key-file=" + c.pki.ServiceAccountKey,
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--authorization-mode=Node,RBAC",
+		// A real node's kubelet (logs, exec, port-forward) is reached at
+		// its loopback InternalIP, as this client.
+		"--kubelet-client-certificate=" + kubeletClientCert,
+		"--kubelet-client-key=" + kubeletClientKey,
+		"--kubelet-preferred-address-types=InternalIP",
 		// The endpoint reconciler rejects a loopback advertise address and
 		// says so every 10 s; nothing here reaches the apiserver through the
 		// kubernetes Service anyway.

@@ -72,6 +72,10 @@ type Options struct {
 	// machine from what their requests cost it.
 	ControlPlaneCPUs      string
 	ControllerManagerCPUs string
+	// RealNode starts a real node beside kwok's (realnode.go): a kubelet
+	// on containerd, for pods whose containers must run. make node-tools
+	// builds what it needs into BinDir.
+	RealNode bool
 	// ControllerManagerCPUQuota, when set, gives every controller manager
 	// a CPU budget with a cgroup quota (CPUQuota); Start fails when the
 	// cgroup cannot be written.
@@ -102,6 +106,7 @@ type Cluster struct {
 	scheduler             *Process
 	kwok                  *Process
 	kcm                   *Process
+	node                  *realNode // nil without Options.RealNode
 	mu                    sync.Mutex
 	others                []*Process
 	stopOnce              sync.Once
@@ -151,6 +156,11 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}
 	if opts.KwokNodes > 0 {
 		if err := c.startKwok(ctx, opts.KwokNodes, opts.KwokPodParallelism); err != nil {
+			return c, err
+		}
+	}
+	if opts.RealNode {
+		if err := c.startRealNode(ctx); err != nil {
 			return c, err
 		}
 	}
@@ -214,6 +224,7 @@ func (c *Cluster) Stop() {
 				klog.ErrorS(err, "Stopping process", "process", p.Name)
 			}
 		}
+		c.stopRealNode()
 		if c.cpuCgroups != nil {
 			if err := c.cpuCgroups.remove(); err != nil {
 				klog.ErrorS(err, "Removing the controller managers' CPU cgroups")

@@ -70,7 +70,9 @@ func newPKI(dir string) (*pki, error) {
 	p.ServingCert, p.ServingKey, err = p.issue("serving", pkix.Name{CommonName: "kube-apiserver"},
 		[]x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		[]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
-		[]net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1")})
+		// The real node's pods reach the apiserver at their bridge's
+		// gateway (realnode_network.go).
+		[]net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1"), net.ParseIP(realNodeGateway)})
 	if err != nil {
 		return nil, err
 	}

@@ -1,7 +1,8 @@
 //go:build tools
 
 // Package tools pins the Kubernetes and etcd binaries that the local control
-// plane runs. `make tools` builds them from this module into bin/.
+// plane runs, and the real node's kubelet and agnhost. `make tools` and
+// `make node-tools` build them from this module into bin/.
 package tools
 
 import (
@@ -10,4 +11,6 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubectl"
+	_ "k8s.io/kubernetes/cmd/kubelet"
+	_ "k8s.io/kubernetes/test/images/agnhost"
 )

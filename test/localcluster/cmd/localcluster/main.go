@@ -36,6 +36,7 @@ func main() {
 		scheduler     = flag.Bool("scheduler", false, "start kube-scheduler")
 		kwokNodes     = flag.Int("kwok-nodes", 0, "start kwok with this many fake nodes")
 		kcm           = flag.Bool("kube-controller-manager", false, "start upstream kube-controller-manager")
+		realNode      = flag.Bool("real-node", false, "start a real node (kubelet, containerd) beside kwok's; make node-tools builds it")
 		stateFile     = flag.String("state-file", "", "write the cluster's kubeconfig path and process ids here as JSON once ready")
 		replicas      = flag.Int("fleet-replicas", 0, "start this many fleet-controller-manager replicas")
 		fleetBin      = flag.String("fleet-bin", "bin/fleet-controller-manager", "the fleet-controller-manager binary")
@@ -53,7 +54,7 @@ func main() {
 		os.Exit(1)
 	}
 	if err := run(*kubeconfigOut, *dir, *stateFile, fleetOptions{replicas: *replicas, bin: *fleetBin, sample: *sample, args: strings.Fields(*fleetArgs)}, localcluster.Options{
-		Scheduler: *scheduler, KwokNodes: *kwokNodes, KubeControllerManager: *kcm,
+		Scheduler: *scheduler, KwokNodes: *kwokNodes, KubeControllerManager: *kcm, RealNode: *realNode,
 	}); err != nil {
 		fmt.Fprintf(os.Stderr, "localcluster: %v\n", err)
 		os.Exit(1)
@@ -154,6 +155,9 @@ func optional(opts localcluster.Options) string {
 	}
 	if opts.KwokNodes > 0 {
 		s += fmt.Sprintf(", kwok with %d fake nodes", opts.KwokNodes)
+	}
+	if opts.RealNode {
+		s += ", a real node (" + localcluster.RealNodeName + ")"
 	}
 	if opts.KubeControllerManager {
 		s += ", kube-controller-manager"

@@ -1,0 +1,236 @@
+// Command nodeimages writes the images the real node's pods run as OCI
+// archives that `ctr images import` loads, under the names upstream's
+// tests give them (k8s.io/kubernetes/test/utils/image), so that neither the
+// kubelet nor a test ever pulls from a registry: the sandbox image (pause,
+// compiled from upstream's pause.c), agnhost (built from the tools module)
+// and busybox (Debian's static busybox with a link per applet).
+//
+// Each image is one uncompressed layer and a config; the layout is small
+// enough to write with the standard library, which keeps the image tool's
+// registry client out of the test module.
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+
+	"k8s.io/klog/v2"
+)
+
+// The names upstream's e2e framework asks for (test/utils/image/manifest.go
+// at the tools' Kubernetes version) and the kubelet's sandbox image.
+const (
+	PauseImage   = "registry.k8s.io/pause:3.10.2"
+	AgnhostImage = "registry.k8s.io/e2e-test-images/agnhost:2.63.0"
+	BusyboxImage = "registry.k8s.io/e2e-test-images/busybox:1.37.0-1"
+)
+
+const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// file is one entry of an image's only layer.
+type file struct {
+	name string // path inside the image, without the leading slash
+	mode int64
+	data []byte
+	link string // a symbolic link's target, when set
+	dir  bool
+}
+
+// image is one archive to write.
+type image struct {
+	ref        string
+	files      []file
+	entrypoint []string
+	cmd        []string
+}
+
+func main() {
+	out := flag.String("out", "", "folder to write <name>.tar into")
+	pause := flag.String("pause", "", "a static pause binary")
+	agnhost := flag.String("agnhost", "", "a static agnhost binary")
+	busybox := flag.String("busybox", "", "a static busybox binary")
+	flag.Parse()
+	if err := run(*out, *pause, *agnhost, *busybox); err != nil {
+		klog.ErrorS(err, "Writing the node's images failed")
+		os.Exit(1)
+	}
+}
+
+func run(out, pause, agnhost, busybox string) error {
+	if out == "" || pause == "" || agnhost == "" || busybox == "" {
+		return fmt.Errorf("-out, -pause, -agnhost and -busybox are all required")
+	}
+	busyboxImage, err := busyboxImage(busybox)
+	if err != nil {
+		return err
+	}
+	images := map[string]image{
+		"pause":   {ref: PauseImage, files: []file{binary("pause", pause)}, entrypoint: []string{"/pause"}},
+		"agnhost": {ref: AgnhostImage, files: []file{binary("agnhost", agnhost)}, entrypoint: []string{"/agnhost"}},
+		"busybox": busyboxImage,
+	}
+	for name, img := range images {
+		if err := img.load(); err != nil {
+			return fmt.Errorf("image %s: %w", img.ref, err)
+		}
+		archive, err := img.archive()
+		if err != nil {
+			return fmt.Errorf("image %s: %w", img.ref, err)
+		}
+		if err := os.WriteFile(filepath.Join(out, name+".tar"), archive, 0o644); err != nil {
+			return fmt.Errorf("writing image %s: %w", img.ref, err)
+		}
+		klog.InfoS("Wrote image", "image", img.ref, "archive", filepath.Join(out, name+".tar"), "bytes", len(archive))
+	}
+	return nil
+}
+
+// binary is a file read from path at load time.
+func binary(name, path string) file { return file{name: name, mode: 0o755, link: "@" + path} }
+
+// busyboxImage is busybox at /bin/busybox with a link per applet, and sh as
+// its command, as upstream's image has.
+func busyboxImage(path string) (image, error) {
+	list, err := exec.Command(path, "--list").Output()
+	if err != nil {
+		return image{}, fmt.Errorf("listing busybox's applets: %w", err)
+	}
+	files := []file{binary("bin/busybox", path), {name: "tmp", mode: 0o1777, dir: true}, {name: "etc/passwd", mode: 0o644,
+		data: []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/home:/bin/false\n")},
+		{name: "etc/group", mode: 0o644, data: []byte("root:x:0:\nnogroup:x:65534:\n")}}
+	for _, applet := range strings.Fields(string(list)) {
+		if applet != "busybox" {
+			files = append(files, file{name: "bin/" + applet, mode: 0o777, link: "busybox"})
+		}
+	}
+	return image{ref: BusyboxImage, files: files, cmd: []string{"sh"}}, nil
+}
+
+// load reads the files named by path ("@path" in link).
+func (img *image) load() error {
+	for i, f := range img.files {
+		if path, ok := strings.CutPrefix(f.link, "@"); ok {
+			data, err := os.ReadFile(path)
+			if err != nil {
+				return fmt.Errorf("reading %s: %w", path, err)
+			}
+			img.files[i].data, img.files[i].link = data, ""
+		}
+	}
+	return nil
+}
+
+// archive is the image as an OCI layout in one tar.
+func (img image) archive() ([]byte, error) {
+	layer, err := img.layer()
+	if err != nil {
+		return nil, err
+	}
+	layerDigest := digest(layer)
+	config, err := json.Marshal(map[string]any{
+		"architecture": runtime.GOARCH,
+		"os":           "linux",
+		"config":       map[string]any{"Entrypoint": img.entrypoint, "Cmd": img.cmd, "Env": []string{defaultPath}},
+		"rootfs":       map[string]any{"type": "layers", "diff_ids": []string{layerDigest}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	manifest, err := json.Marshal(map[string]any{
+		"schemaVersion": 2,
+		"mediaType":     "application/vnd.oci.image.manifest.v1+json",
+		"config":        descriptor("application/vnd.oci.image.config.v1+json", config, nil),
+		"layers":        []any{descriptor("application/vnd.oci.image.layer.v1.tar", layer, nil)},
+	})
+	if err != nil {
+		return nil, err
+	}
+	tag := img.ref[strings.LastIndex(img.ref, ":")+1:]
+	index, err := json.Marshal(map[string]any{
+		"schemaVersion": 2,
+		"mediaType":     "application/vnd.oci.image.index.v1+json",
+		"manifests": []any{descriptor("application/vnd.oci.image.manifest.v1+json", manifest, map[string]string{
+			"io.containerd.image.name":          img.ref,
+			"org.opencontainers.image.ref.name": tag,
+		})},
+	})
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	w := tar.NewWriter(&buf)
+	entries := []file{
+		{name: "oci-layout", data: []byte(`{"imageLayoutVersion":"1.0.0"}`)},
+		{name: "index.json", data: index},
+	}
+	for _, blob := range [][]byte{layer, config, manifest} {
+		entries = append(entries, file{name: "blobs/sha256/" + strings.TrimPrefix(digest(blob), "sha256:"), data: blob})
+	}
+	for _, e := range entries {
+		e.mode = 0o644
+		if err := writeEntry(w, e); err != nil {
+			return nil, err
+		}
+	}
+	return buf.Bytes(), w.Close()
+}
+
+// layer is the image's files as one tar, with the folders they need.
+func (img image) layer() ([]byte, error) {
+	var buf bytes.Buffer
+	w := tar.NewWriter(&buf)
+	folders := map[string]bool{}
+	for _, f := range img.files {
+		for dir := filepath.Dir(f.name); dir != "." && !folders[dir]; dir = filepath.Dir(dir) {
+			folders[dir] = true
+			if err := writeEntry(w, file{name: dir, mode: 0o755, dir: true}); err != nil {
+				return nil, err
+			}
+		}
+		if err := writeEntry(w, f); err != nil {
+			return nil, err
+		}
+	}
+	return buf.Bytes(), w.Close()
+}
+
+// writeEntry writes a file, a link or a folder.
+func writeEntry(w *tar.Writer, f file) error {
+	header := &tar.Header{Name: f.name, Mode: f.mode, Typeflag: tar.TypeReg, Size: int64(len(f.data))}
+	switch {
+	case f.link != "":
+		header.Typeflag, header.Linkname, header.Size = tar.TypeSymlink, f.link, 0
+	case f.dir:
+		header.Typeflag, header.Name = tar.TypeDir, f.name+"/"
+	}
+	if err := w.WriteHeader(header); err != nil {
+		return fmt.Errorf("writing %s: %w", f.name, err)
+	}
+	if _, err := w.Write(f.data); err != nil {
+		return fmt.Errorf("writing %s: %w", f.name, err)
+	}
+	return nil
+}
+
+func digest(blob []byte) string {
+	sum := sha256.Sum256(blob)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+func descriptor(mediaType string, blob []byte, annotations map[string]string) map[string]any {
+	d := map[string]any{"mediaType": mediaType, "digest": digest(blob), "size": len(blob)}
+	if annotations != nil {
+		d["annotations"] = annotations
+	}
+	return d
+}
