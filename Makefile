@@ -128,7 +128,8 @@ $(KWOK_BIN)/kwok: $(KWOK_PATCH)
 # module proxy and Debian's gcc, so no test pulls from a registry.
 # containerd and the plugins build without cgo (no btrfs, devmapper or zfs
 # snapshotters: overlayfs is what the node uses); runc needs cgo for its
-# nsenter and builds without seccomp and libpathrs (a Rust library).
+# nsenter and seccomp (the RuntimeDefault profile pods ask for, with
+# Debian's libseccomp-dev), and builds without libpathrs (a Rust library).
 CONTAINERD_VERSION  := v2.4.2
 RUNC_VERSION        := v1.5.3
 CNI_PLUGINS_VERSION := v1.10.0
@@ -138,6 +139,11 @@ CNI_BIN             := $(BIN)/cni-plugins-$(CNI_PLUGINS_VERSION)
 CNI_PLUGINS         := main/bridge main/loopback ipam/host-local meta/portmap
 NODE_IMAGES_DIR     := $(BIN)/node-images-$(KUBE_VERSION)
 module_dir = $$(cd / && GOFLAGS= $(GO) mod download -json $(1) | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p')
+# Installs Debian packages that are missing (as root, or with sudo).
+apt_install = missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+  if [ -n "$$missing" ]; then echo "installing$$missing"; sudo= ; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+    export DEBIAN_FRONTEND=noninteractive; \
+    $$sudo apt-get install -y -q $$missing >/dev/null || { $$sudo apt-get update -q && $$sudo apt-get install -y -q $$missing >/dev/null; }; fi
 
 $(CONTAINERD_BIN)/.done:
 	@mkdir -p $(CONTAINERD_BIN)
@@ -149,8 +155,9 @@ $(CONTAINERD_BIN)/.done:
 	touch $@
 $(RUNC_BIN)/runc:
 	@mkdir -p $(RUNC_BIN)
+	@$(call apt_install,libseccomp-dev)
 	dir=$(call module_dir,github.com/opencontainers/runc@$(RUNC_VERSION)) && cd $$dir && \
-	  CGO_ENABLED=1 GOFLAGS= GOWORK=off $(GO) build -tags 'urfave_cli_no_docs' \
+	  CGO_ENABLED=1 GOFLAGS= GOWORK=off $(GO) build -tags 'seccomp urfave_cli_no_docs' \
 	    -ldflags '-X main.version=$(patsubst v%,%,$(RUNC_VERSION))' -o $@ .
 $(CNI_BIN)/.done:
 	@mkdir -p $(CNI_BIN)
@@ -164,7 +171,7 @@ $(CNI_BIN)/.done:
 # tests give them (test/nodeimages).
 $(NODE_IMAGES_DIR)/.done: $(KUBE_BIN)/agnhost
 	@mkdir -p $(NODE_IMAGES_DIR)
-	command -v busybox >/dev/null || { sudo= ; [ "$$(id -u)" = 0 ] || sudo=sudo; DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -q busybox-static >/dev/null; }
+	@$(call apt_install,busybox-static)
 	dir=$(call module_dir,k8s.io/kubernetes@$(KUBE_VERSION)) && \
 	  gcc -Os -static -DVERSION=$(KUBE_VERSION) -o $(NODE_IMAGES_DIR)/pause $$dir/build/pause/linux/pause.c
 	$(GO) run ./test/nodeimages -out $(NODE_IMAGES_DIR) -pause $(NODE_IMAGES_DIR)/pause -agnhost $(KUBE_BIN)/agnhost -busybox $$(command -v busybox)

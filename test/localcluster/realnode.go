@@ -132,6 +132,11 @@ func (c *Cluster) startContainerd(ctx context.Context, n *realNode) error {
 	})
 }
 
+// containerdConfig keeps every file under the node's folder. This machine's
+// root has no CAP_SYS_RESOURCE, so no process may lower its OOM score:
+// restrict_oom_score_adj keeps the kubelet's -998 for sandboxes (and
+// negative scores for critical pods) at containerd's own instead of failing
+// every container.
 func (c *Cluster) containerdConfig(n *realNode) string {
 	return fmt.Sprintf(`version = 3
 root = %[1]q
@@ -146,6 +151,7 @@ state = %[2]q
   sandbox = %[6]q
 [plugins."io.containerd.cri.v1.runtime"]
   netns_mounts_under_state_dir = true
+  restrict_oom_score_adj = true
 [plugins."io.containerd.cri.v1.runtime".containerd]
   default_runtime_name = "runc"
 [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
@@ -218,7 +224,9 @@ func (c *Cluster) startKubelet(ctx context.Context, n *realNode) error {
 		"--config=" + config,
 		"--kubeconfig=" + kubeconfig,
 		"--hostname-override=" + RealNodeName,
-		"--node-ip=127.0.0.1",
+		// The kubelet refuses a loopback node IP: the node's address is
+		// its pods' gateway, where it serves the apiserver's requests.
+		"--node-ip=" + realNodeGateway,
 		"--root-dir=" + filepath.Join(n.dir, "kubelet"),
 		"--cert-dir=" + filepath.Join(n.dir, "kubelet", "pki"),
 		"--v=2",
@@ -233,7 +241,7 @@ func (c *Cluster) startKubelet(ctx context.Context, n *realNode) error {
 func (c *Cluster) kubeletConfig(n *realNode, port, healthPort int) string {
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-address: 127.0.0.1
+address: %s
 port: %d
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
@@ -258,7 +266,7 @@ evictionHard: {memory.available: "100Mi", nodefs.available: "1%%", imagefs.avail
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
-`, port, healthPort, c.pki.CAFile, n.cgroupRoot, n.socket, n.StaticPodDir, filepath.Join(n.dir, "pod-logs"), RealNodeTaint)
+`, realNodeGateway, port, healthPort, c.pki.CAFile, n.cgroupRoot, n.socket, n.StaticPodDir, filepath.Join(n.dir, "pod-logs"), RealNodeTaint)
 }
 
 func (c *Cluster) waitRealNodeReady(ctx context.Context) error {
