@@ -166,15 +166,17 @@ $(CNI_BIN)/.done:
 	    CGO_ENABLED=0 GOFLAGS= GOWORK=off $(GO) build -o $(CNI_BIN)/$$(basename $$p) ./plugins/$$p || exit 1; \
 	  done
 	touch $@
-# The images: pause (upstream's pause.c, static), agnhost and busybox
-# (Debian's busybox-static), as OCI archives under the names upstream's
-# tests give them (test/nodeimages).
-$(NODE_IMAGES_DIR)/.done: $(KUBE_BIN)/agnhost
+# The images: pause (upstream's pause.c, static), agnhost, busybox
+# (Debian's busybox-static) and kube-controller-manager (for the
+# migration from its static pod), as OCI archives under the names
+# upstream's tests and kubeadm give them (test/nodeimages).
+$(NODE_IMAGES_DIR)/.done: $(KUBE_BIN)/agnhost $(KUBE_BIN)/kube-controller-manager
 	@mkdir -p $(NODE_IMAGES_DIR)
 	@$(call apt_install,busybox-static)
 	dir=$(call module_dir,k8s.io/kubernetes@$(KUBE_VERSION)) && \
 	  gcc -Os -static -DVERSION=$(KUBE_VERSION) -o $(NODE_IMAGES_DIR)/pause $$dir/build/pause/linux/pause.c
-	$(GO) run ./test/nodeimages -out $(NODE_IMAGES_DIR) -pause $(NODE_IMAGES_DIR)/pause -agnhost $(KUBE_BIN)/agnhost -busybox $$(command -v busybox)
+	$(GO) run ./test/nodeimages -out $(NODE_IMAGES_DIR) -pause $(NODE_IMAGES_DIR)/pause -agnhost $(KUBE_BIN)/agnhost -busybox $$(command -v busybox) \
+	  -kube-controller-manager $(KUBE_BIN)/kube-controller-manager -kube-version $(KUBE_VERSION)
 	touch $@
 $(KUBE_BIN)/agnhost:
 	@mkdir -p $(KUBE_BIN)

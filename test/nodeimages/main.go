@@ -3,7 +3,10 @@
 // tests give them (k8s.io/kubernetes/test/utils/image), so that neither the
 // kubelet nor a test ever pulls from a registry: the sandbox image (pause,
 // compiled from upstream's pause.c), agnhost (built from the tools module)
-// and busybox (Debian's static busybox with a link per applet).
+// busybox (Debian's static busybox with a link per applet), and
+// kube-controller-manager as kubeadm's static pod names it (the tools'
+// build with the C library it links, for the migration from a static-pod
+// KCM).
 //
 // Each image is one uncompressed layer and a config; the layout is small
 // enough to write with the standard library, which keeps the image tool's
@@ -33,6 +36,8 @@ const (
 	PauseImage   = "registry.k8s.io/pause:3.10.2"
 	AgnhostImage = "registry.k8s.io/e2e-test-images/agnhost:2.63.0"
 	BusyboxImage = "registry.k8s.io/e2e-test-images/busybox:1.37.0-1"
+	// KubeControllerManagerImage is kubeadm's, at the tools' version.
+	KubeControllerManagerImage = "registry.k8s.io/kube-controller-manager:"
 )
 
 const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -59,18 +64,24 @@ func main() {
 	pause := flag.String("pause", "", "a static pause binary")
 	agnhost := flag.String("agnhost", "", "a static agnhost binary")
 	busybox := flag.String("busybox", "", "a static busybox binary")
+	kcm := flag.String("kube-controller-manager", "", "kube-controller-manager, linked against the C library")
+	kubeVersion := flag.String("kube-version", "", "kube-controller-manager's version, its image's tag")
 	flag.Parse()
-	if err := run(*out, *pause, *agnhost, *busybox); err != nil {
+	if err := run(*out, *pause, *agnhost, *busybox, *kcm, *kubeVersion); err != nil {
 		klog.ErrorS(err, "Writing the node's images failed")
 		os.Exit(1)
 	}
 }
 
-func run(out, pause, agnhost, busybox string) error {
-	if out == "" || pause == "" || agnhost == "" || busybox == "" {
-		return fmt.Errorf("-out, -pause, -agnhost and -busybox are all required")
+func run(out, pause, agnhost, busybox, kcm, kubeVersion string) error {
+	if out == "" || pause == "" || agnhost == "" || busybox == "" || kcm == "" || kubeVersion == "" {
+		return fmt.Errorf("-out, -pause, -agnhost, -busybox, -kube-controller-manager and -kube-version are all required")
 	}
 	busyboxImage, err := busyboxImage(busybox)
+	if err != nil {
+		return err
+	}
+	kcmFiles, err := withLibraries("usr/local/bin/kube-controller-manager", kcm)
 	if err != nil {
 		return err
 	}
@@ -78,6 +89,8 @@ func run(out, pause, agnhost, busybox string) error {
 		"pause":   {ref: PauseImage, files: []file{binary("pause", pause)}, entrypoint: []string{"/pause"}},
 		"agnhost": {ref: AgnhostImage, files: []file{binary("agnhost", agnhost)}, entrypoint: []string{"/agnhost"}},
 		"busybox": busyboxImage,
+		"kube-controller-manager": {ref: KubeControllerManagerImage + kubeVersion, files: kcmFiles,
+			entrypoint: []string{"/usr/local/bin/kube-controller-manager"}},
 	}
 	for name, img := range images {
 		if err := img.load(); err != nil {
@@ -114,6 +127,32 @@ func busyboxImage(path string) (image, error) {
 		}
 	}
 	return image{ref: BusyboxImage, files: files, cmd: []string{"sh"}}, nil
+}
+
+// withLibraries is a dynamically linked binary at name and the shared
+// libraries ldd says it loads, at their paths on this machine.
+func withLibraries(name, path string) ([]file, error) {
+	out, err := exec.Command("ldd", path).Output()
+	if err != nil {
+		return nil, fmt.Errorf("listing the libraries of %s: %w", path, err)
+	}
+	files := []file{binary(name, path)}
+	for _, line := range strings.Split(string(out), "\n") {
+		// "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)" or
+		// "/lib64/ld-linux-x86-64.so.2 (0x...)"; the vDSO has no file.
+		fields := strings.Fields(line)
+		for _, f := range fields {
+			if strings.HasPrefix(f, "/") {
+				resolved, err := filepath.EvalSymlinks(f)
+				if err != nil {
+					return nil, fmt.Errorf("library %s of %s: %w", f, path, err)
+				}
+				files = append(files, binary(strings.TrimPrefix(f, "/"), resolved))
+				break
+			}
+		}
+	}
+	return files, nil
 }
 
 // load reads the files named by path ("@path" in link).

@@ -1,0 +1,258 @@
+//go:build e2e && node
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/fleet-controller-manager/fleet-controller-manager/test/localcluster"
+)
+
+// The shipped Deployment's names (deploy/).
+const (
+	fleetNamespace  = "kube-system"
+	fleetDeployment = "fleet-controller-manager"
+	fleetSelector   = "app.kubernetes.io/name=fleet-controller-manager"
+	kcmLease        = "kube-controller-manager"
+)
+
+// deployedFleet is a cluster with a real node where KCM runs as kubeadm's
+// static pod and the fleet as deploy/deployment ships it.
+type deployedFleet struct {
+	t          *testing.T
+	cluster    *localcluster.Cluster
+	client     kubernetes.Interface
+	kubectl    func(args ...string) string
+	kcmOn      string // KCM's manifest in the kubelet's static pod folder
+	kcmOff     string // where operations.md moves it
+	imageTag   string
+	overlayDir string
+}
+
+// newDeployedFleet starts the cluster and KCM's static pod, imports the
+// image `make image-host` built, and writes the operator's overlay of
+// deploy/deployment: the image's tag, and (what this cluster's network
+// needs, a kube-proxy elsewhere) the apiserver's address for the pods and
+// the real node's toleration.
+func newDeployedFleet(ctx context.Context, t *testing.T) *deployedFleet {
+	t.Helper()
+	archive := repoPath(t, "build/image/fleet-controller-manager.oci.tar")
+	if _, err := os.Stat(archive); err != nil {
+		t.Fatalf("the image (make image-host): %v", err)
+	}
+	cluster := startCluster(ctx, t, localcluster.Options{Scheduler: true, KwokNodes: 2, RealNode: true})
+	client, err := cluster.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &deployedFleet{t: t, cluster: cluster, client: client, kubectl: kubectlAsAdmin(ctx, t, cluster),
+		kcmOn: filepath.Join(cluster.StaticPodDir(), "kube-controller-manager.yaml"), kcmOff: filepath.Join(cluster.Dir, "kube-controller-manager.yaml.off")}
+	if err := cluster.ImportImage(ctx, archive); err != nil {
+		t.Fatal(err)
+	}
+	d.imageTag = imageTag(t, repoPath(t, "build/image/oci/index.json"))
+	d.writeKCMStaticPod(ctx)
+	d.writeOverlay()
+	return d
+}
+
+// imageTag is the tag of the image in an OCI layout's index.
+func imageTag(t *testing.T, indexFile string) string {
+	t.Helper()
+	data, err := os.ReadFile(indexFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var index struct {
+		Manifests []struct {
+			Annotations map[string]string `json:"annotations"`
+		} `json:"manifests"`
+	}
+	if err := json.Unmarshal(data, &index); err != nil || len(index.Manifests) == 0 {
+		t.Fatalf("reading %s: %v", indexFile, err)
+	}
+	return index.Manifests[0].Annotations["org.opencontainers.image.ref.name"]
+}
+
+// writeKCMStaticPod puts KCM's manifest where the kubelet runs it, as
+// kubeadm does: host network, its flags, its files from the host.
+func (d *deployedFleet) writeKCMStaticPod(ctx context.Context) {
+	d.t.Helper()
+	kubeconfig, err := d.cluster.Kubeconfig("kube-controller-manager", "system:kube-controller-manager")
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	port, err := localcluster.FreePort()
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	args := append(d.cluster.ControllerManagerArgs(kubeconfig), "--secure-port="+strconv.Itoa(port), "--leader-elect=true")
+	pod := corev1.Pod{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{Name: "kube-controller-manager", Namespace: "kube-system", Labels: map[string]string{"component": "kube-controller-manager", "tier": "control-plane"}},
+		Spec: corev1.PodSpec{
+			HostNetwork:       true,
+			PriorityClassName: "system-node-critical",
+			Containers: []corev1.Container{{
+				Name:         "kube-controller-manager",
+				Image:        "registry.k8s.io/kube-controller-manager:" + kubeVersion(ctx, d.t, d.client),
+				Command:      append([]string{"kube-controller-manager"}, args...),
+				VolumeMounts: []corev1.VolumeMount{{Name: "cluster", MountPath: d.cluster.Dir, ReadOnly: true}},
+			}},
+			Volumes: []corev1.Volume{{Name: "cluster", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: d.cluster.Dir}}}},
+		},
+	}
+	data, err := yaml.Marshal(pod)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	if err := os.WriteFile(d.kcmOn, data, 0o644); err != nil {
+		d.t.Fatal(err)
+	}
+}
+
+func kubeVersion(ctx context.Context, t *testing.T, client kubernetes.Interface) string {
+	t.Helper()
+	v, err := client.Discovery().ServerVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v.GitVersion
+}
+
+func (d *deployedFleet) writeOverlay() {
+	d.t.Helper()
+	host, port := d.cluster.RealNodeAPIServer()
+	d.overlayDir = d.t.TempDir()
+	// kustomize takes a base by relative path only.
+	base, err := filepath.Rel(d.overlayDir, repoPath(d.t, "deploy/deployment"))
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	kustomization := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+- %s
+images:
+- name: fleet-controller-manager
+  newTag: %s
+patches:
+- target: {kind: Deployment, name: fleet-controller-manager}
+  patch: |
+    apiVersion: apps/v1
+    kind: Deployment
+    metadata: {name: fleet-controller-manager}
+    spec:
+      template:
+        spec:
+          nodeSelector: {kubernetes.io/hostname: %s}
+          tolerations: [{key: %s, operator: Exists, effect: NoSchedule}]
+          containers:
+          - name: fleet-controller-manager
+            env:
+            - {name: KUBERNETES_SERVICE_HOST, value: %q}
+            - {name: KUBERNETES_SERVICE_PORT, value: %q}
+`, base, d.imageTag, localcluster.RealNodeName, localcluster.RealNodeTaint, host, port)
+	if err := os.WriteFile(filepath.Join(d.overlayDir, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
+		d.t.Fatal(err)
+	}
+}
+
+// createPKISecret is operations.md's first command, from this cluster's
+// files.
+func (d *deployedFleet) createPKISecret() {
+	d.kubectl("-n", fleetNamespace, "create", "secret", "generic", "fleet-controller-manager-pki",
+		"--from-file=sa.key="+d.cluster.ServiceAccountKeyFile(), "--from-file=ca.crt="+d.cluster.CAFile(), "--from-file=ca.key="+d.cluster.CAKeyFile())
+}
+
+// leaseHolder is who holds KCM's leader Lease ("" while released or
+// missing).
+func (d *deployedFleet) leaseHolder(ctx context.Context) string {
+	lease, err := d.client.CoordinationV1().Leases(fleetNamespace).Get(ctx, kcmLease, metav1.GetOptions{})
+	if err != nil {
+		return ""
+	}
+	return ptr.Deref(lease.Spec.HolderIdentity, "")
+}
+
+// fleetPods counts the fleet's pods that are Running, and Ready.
+func (d *deployedFleet) fleetPods(ctx context.Context) (running, ready int, names []string) {
+	pods, err := d.client.CoreV1().Pods(fleetNamespace).List(ctx, metav1.ListOptions{LabelSelector: fleetSelector})
+	if err != nil {
+		return 0, 0, nil
+	}
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		names = append(names, p.Name)
+		if p.Status.Phase == corev1.PodRunning {
+			running++
+		}
+		if podReady(&p) {
+			ready++
+		}
+	}
+	return running, ready, names
+}
+
+// moveKCM moves KCM's static pod manifest out of the kubelet's folder
+// (on=false) or back (on=true), as operations.md says.
+func (d *deployedFleet) moveKCM(on bool) {
+	d.t.Helper()
+	from, to := d.kcmOn, d.kcmOff
+	if on {
+		from, to = to, from
+	}
+	if err := os.Rename(from, to); err != nil {
+		d.t.Fatal(err)
+	}
+}
+
+// waitTimed polls cond every 100 ms and returns how long it took to hold.
+func waitTimed(ctx context.Context, t *testing.T, what string, timeout time.Duration, cond func() (bool, string)) time.Duration {
+	t.Helper()
+	start := time.Now()
+	var last string
+	for time.Since(start) < timeout {
+		ok, why := cond()
+		if ok {
+			return time.Since(start)
+		}
+		last = why
+		select {
+		case <-ctx.Done():
+			t.Fatalf("waiting for %s: %s: %v", what, last, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	t.Fatalf("waiting for %s: still %s after %v", what, last, timeout)
+	return 0
+}
+
+func isFleetHolder(holder string) bool { return strings.HasPrefix(holder, "fleet:") }
+
+// deletePods deletes the named pods at once, gracefully.
+func (d *deployedFleet) deletePods(ctx context.Context, names ...string) {
+	d.t.Helper()
+	for _, name := range names {
+		if err := d.client.CoreV1().Pods(fleetNamespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			d.t.Fatal(err)
+		}
+	}
+}
