@@ -31,29 +31,7 @@ func TestRealNodeMigration(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 	d := newDeployedFleet(ctx, t)
-	waitTimed(ctx, t, "KCM's static pod to lead", 2*time.Minute, func() (bool, string) {
-		holder := d.leaseHolder(ctx)
-		return holder != "" && !isFleetHolder(holder), fmt.Sprintf("holder %q", holder)
-	})
-
-	d.createPKISecret()
-	d.kubectl("apply", "-k", d.overlayDir)
-	waitTimed(ctx, t, "KCM to start the fleet's 3 pods", 2*time.Minute, func() (bool, string) {
-		running, _, _ := d.fleetPods(ctx)
-		return running == 3, fmt.Sprintf("%d running", running)
-	})
-	// They wait, safely: a while later none is Ready and KCM still leads.
-	time.Sleep(10 * time.Second)
-	if _, ready, _ := d.fleetPods(ctx); ready != 0 || isFleetHolder(d.leaseHolder(ctx)) {
-		t.Fatalf("beside a leading KCM: %d fleet pods Ready, Lease held by %q; want 0 and KCM", ready, d.leaseHolder(ctx))
-	}
-
-	d.moveKCM(false)
-	takeover := waitTimed(ctx, t, "the fleet to take KCM's Lease", 2*time.Minute, func() (bool, string) {
-		holder := d.leaseHolder(ctx)
-		return isFleetHolder(holder), fmt.Sprintf("holder %q", holder)
-	})
-	ready := takeover + d.waitFleetReady(ctx, 3)
+	takeover, ready := d.migrate(ctx)
 	t.Logf("migration: KCM's manifest moved out; the fleet held KCM's Lease %v later, 3 of 3 Ready %v later", takeover.Round(100*time.Millisecond), ready.Round(100*time.Millisecond))
 
 	createNamespace(ctx, t, d.client, "served")
@@ -75,6 +53,36 @@ func TestRealNodeMigration(t *testing.T) {
 	t.Logf("rollback: the fleet scaled to 0; KCM led %v later", back.Round(100*time.Millisecond))
 
 	d.checkAllPodsDeleted(ctx)
+}
+
+// migrate is operations.md's migration: the fleet deployed beside a
+// leading KCM waits, safely, and takes over once KCM's manifest is moved
+// out; it returns when the fleet held KCM's Lease, and when every replica
+// was Ready, after the move.
+func (d *deployedFleet) migrate(ctx context.Context) (takeover, ready time.Duration) {
+	t := d.t
+	t.Helper()
+	waitTimed(ctx, t, "KCM's static pod to lead", 2*time.Minute, func() (bool, string) {
+		holder := d.leaseHolder(ctx)
+		return holder != "" && !isFleetHolder(holder), fmt.Sprintf("holder %q", holder)
+	})
+	d.createPKISecret()
+	d.kubectl("apply", "-k", d.overlayDir)
+	waitTimed(ctx, t, "KCM to start the fleet's 3 pods", 2*time.Minute, func() (bool, string) {
+		running, _, _ := d.fleetPods(ctx)
+		return running == 3, fmt.Sprintf("%d running", running)
+	})
+	// They wait, safely: a while later none is Ready and KCM still leads.
+	time.Sleep(10 * time.Second)
+	if _, ready, _ := d.fleetPods(ctx); ready != 0 || isFleetHolder(d.leaseHolder(ctx)) {
+		t.Fatalf("beside a leading KCM: %d fleet pods Ready, Lease held by %q; want 0 and KCM", ready, d.leaseHolder(ctx))
+	}
+	d.moveKCM(false)
+	takeover = waitTimed(ctx, t, "the fleet to take KCM's Lease", 2*time.Minute, func() (bool, string) {
+		holder := d.leaseHolder(ctx)
+		return isFleetHolder(holder), fmt.Sprintf("holder %q", holder)
+	})
+	return takeover, takeover + d.waitFleetReady(ctx, 3)
 }
 
 // waitFleetReady waits until want fleet pods are Ready.

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -321,53 +320,10 @@ func (u *upgrade) checkPlacement(replicas []string, placement string) {
 	}
 }
 
-type unownedGap struct {
-	piece  string
-	length time.Duration
-}
-
 // longestUnowned is the longest time within [from, to] that a piece ran on
 // no replica, from every replica's runs (the log lines the ownership
 // checker reads).
 func (u *upgrade) longestUnowned(from, to time.Time) unownedGap {
 	u.t.Helper()
-	runs := map[string][]pieceRun{}
-	for replica, path := range u.logs {
-		data, err := os.ReadFile(path)
-		if err != nil {
-			u.t.Fatal(err)
-		}
-		parsed, err := parsePieceRuns(replica, strings.Split(string(data), "\n"), time.Now().Year(), nil, nil)
-		if err != nil {
-			u.t.Fatalf("%s: %v", path, err)
-		}
-		for piece, rs := range parsed {
-			runs[piece] = append(runs[piece], rs...)
-		}
-	}
-	var longest unownedGap
-	for piece, rs := range runs {
-		sort.Slice(rs, func(i, j int) bool { return rs[i].start.Before(rs[j].start) })
-		covered := from
-		for _, r := range rs {
-			if r.end.Before(from) {
-				continue
-			}
-			if r.start.After(to) {
-				break
-			}
-			if gap := r.start.Sub(covered); gap > longest.length {
-				longest = unownedGap{piece: piece, length: gap}
-			}
-			if r.end.After(covered) {
-				covered = r.end
-			}
-		}
-		if covered.Before(to) {
-			if gap := to.Sub(covered); gap > longest.length {
-				longest = unownedGap{piece: piece + " (not running at the end)", length: gap}
-			}
-		}
-	}
-	return longest
+	return longestUnowned(readPieceRuns(u.t, u.logs), from, to)
 }

@@ -202,6 +202,15 @@ func (c *Cluster) ImportImage(ctx context.Context, archive string) error {
 	return c.ctr(ctx, c.node, "images", "import", "--all-platforms=false", archive)
 }
 
+// TagImage gives an image of the real node's containerd a second name, as
+// a registry would serve a new tag of it.
+func (c *Cluster) TagImage(ctx context.Context, source, target string) error {
+	if c.node == nil {
+		return fmt.Errorf("tagging %s: the cluster has no real node", source)
+	}
+	return c.ctr(ctx, c.node, "images", "tag", "--force", source, target)
+}
+
 func (c *Cluster) startKubelet(ctx context.Context, n *realNode) error {
 	kubeconfig, err := c.Kubeconfig("kubelet", "system:node:"+RealNodeName, "system:nodes")
 	if err != nil {
