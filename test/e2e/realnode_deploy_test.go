@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
@@ -25,10 +27,10 @@ import (
 
 // The shipped Deployment's names (deploy/).
 const (
-	fleetNamespace  = "kube-system"
-	fleetDeployment = "fleet-controller-manager"
-	fleetSelector   = "app.kubernetes.io/name=fleet-controller-manager"
-	kcmLease        = "kube-controller-manager"
+	fleetNamespace = "kube-system"
+	fleetName      = "fleet-controller-manager"
+	fleetSelector  = "app.kubernetes.io/name=fleet-controller-manager"
+	kcmLease       = "kube-controller-manager"
 )
 
 // deployedFleet is a cluster with a real node where KCM runs as kubeadm's
@@ -42,14 +44,21 @@ type deployedFleet struct {
 	kcmOff     string // where operations.md moves it
 	imageTag   string
 	overlayDir string
+	kcmPort    int // the static pod KCM's secure port
+	// workload is the fleet's Deployment or StatefulSet, as kubectl names
+	// it (deployment/fleet-controller-manager).
+	workload string
 }
+
+// fleetKinds are the shipped overlays: deploy/<dir>, of kind.
+var fleetKinds = []struct{ dir, kind string }{{"deployment", "Deployment"}, {"statefulset", "StatefulSet"}}
 
 // newDeployedFleet starts the cluster and KCM's static pod, imports the
 // image `make image-host` built, and writes the operator's overlay of
-// deploy/deployment: the image's tag, and (what this cluster's network
+// deploy/<dir> (of kind): the image's tag, and (what this cluster's network
 // needs, a kube-proxy elsewhere) the apiserver's address for the pods and
 // the real node's toleration.
-func newDeployedFleet(ctx context.Context, t *testing.T) *deployedFleet {
+func newDeployedFleet(ctx context.Context, t *testing.T, dir, kind string) *deployedFleet {
 	t.Helper()
 	archive := repoPath(t, "build/image/fleet-controller-manager.oci.tar")
 	if _, err := os.Stat(archive); err != nil {
@@ -60,14 +69,14 @@ func newDeployedFleet(ctx context.Context, t *testing.T) *deployedFleet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &deployedFleet{t: t, cluster: cluster, client: client, kubectl: kubectlAsAdmin(ctx, t, cluster),
+	d := &deployedFleet{t: t, cluster: cluster, client: client, kubectl: kubectlAsAdmin(ctx, t, cluster), workload: strings.ToLower(kind) + "/" + fleetName,
 		kcmOn: filepath.Join(cluster.StaticPodDir(), "kube-controller-manager.yaml"), kcmOff: filepath.Join(cluster.Dir, "kube-controller-manager.yaml.off")}
 	if err := cluster.ImportImage(ctx, archive); err != nil {
 		t.Fatal(err)
 	}
 	d.imageTag = imageTag(t, repoPath(t, "build/image/oci/index.json"))
 	d.writeKCMStaticPod(ctx)
-	d.writeOverlay()
+	d.writeOverlay(dir, kind)
 	return d
 }
 
@@ -101,6 +110,7 @@ func (d *deployedFleet) writeKCMStaticPod(ctx context.Context) {
 	if err != nil {
 		d.t.Fatal(err)
 	}
+	d.kcmPort = port
 	args := append(d.cluster.ControllerManagerArgs(kubeconfig), "--secure-port="+strconv.Itoa(port), "--leader-elect=true")
 	pod := corev1.Pod{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
@@ -135,12 +145,12 @@ func kubeVersion(ctx context.Context, t *testing.T, client kubernetes.Interface)
 	return v.GitVersion
 }
 
-func (d *deployedFleet) writeOverlay() {
+func (d *deployedFleet) writeOverlay(dir, kind string) {
 	d.t.Helper()
 	host, port := d.cluster.RealNodeAPIServer()
 	d.overlayDir = d.t.TempDir()
 	// kustomize takes a base by relative path only.
-	base, err := filepath.Rel(d.overlayDir, repoPath(d.t, "deploy/deployment"))
+	base, err := filepath.Rel(d.overlayDir, repoPath(d.t, "deploy/"+dir))
 	if err != nil {
 		d.t.Fatal(err)
 	}
@@ -152,10 +162,10 @@ images:
 - name: fleet-controller-manager
   newTag: %s
 patches:
-- target: {kind: Deployment, name: fleet-controller-manager}
+- target: {kind: %s, name: fleet-controller-manager}
   patch: |
     apiVersion: apps/v1
-    kind: Deployment
+    kind: %s
     metadata: {name: fleet-controller-manager}
     spec:
       template:
@@ -167,7 +177,7 @@ patches:
             env:
             - {name: KUBERNETES_SERVICE_HOST, value: %q}
             - {name: KUBERNETES_SERVICE_PORT, value: %q}
-`, base, d.imageTag, localcluster.RealNodeName, localcluster.RealNodeTaint, host, port)
+`, base, d.imageTag, kind, kind, localcluster.RealNodeName, localcluster.RealNodeTaint, host, port)
 	if err := os.WriteFile(filepath.Join(d.overlayDir, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
 		d.t.Fatal(err)
 	}
@@ -190,17 +200,25 @@ func (d *deployedFleet) leaseHolder(ctx context.Context) string {
 	return ptr.Deref(lease.Spec.HolderIdentity, "")
 }
 
-// fleetPods counts the fleet's pods that are Running, and Ready.
-func (d *deployedFleet) fleetPods(ctx context.Context) (running, ready int, names []string) {
-	pods, err := d.client.CoreV1().Pods(fleetNamespace).List(ctx, metav1.ListOptions{LabelSelector: fleetSelector})
+// fleetPod is one incarnation of a fleet pod: a StatefulSet's keeps its
+// name.
+type fleetPod struct {
+	name string
+	uid  types.UID
+}
+
+// fleetPods counts the fleet's pods that are Running, and Ready, and lists
+// those not being deleted.
+func (d *deployedFleet) fleetPods(ctx context.Context) (running, ready int, pods []fleetPod) {
+	list, err := d.client.CoreV1().Pods(fleetNamespace).List(ctx, metav1.ListOptions{LabelSelector: fleetSelector})
 	if err != nil {
 		return 0, 0, nil
 	}
-	for _, p := range pods.Items {
+	for _, p := range list.Items {
 		if p.DeletionTimestamp != nil {
 			continue
 		}
-		names = append(names, p.Name)
+		pods = append(pods, fleetPod{name: p.Name, uid: p.UID})
 		if p.Status.Phase == corev1.PodRunning {
 			running++
 		}
@@ -208,7 +226,18 @@ func (d *deployedFleet) fleetPods(ctx context.Context) (running, ready int, name
 			ready++
 		}
 	}
-	return running, ready, names
+	return running, ready, pods
+}
+
+// gone is how many of before are not in after.
+func gone(before, after []fleetPod) int {
+	n := 0
+	for _, p := range before {
+		if !slices.ContainsFunc(after, func(q fleetPod) bool { return q.uid == p.uid }) {
+			n++
+		}
+	}
+	return n
 }
 
 // moveKCM moves KCM's static pod manifest out of the kubelet's folder
@@ -248,11 +277,38 @@ func waitTimed(ctx context.Context, t *testing.T, what string, timeout time.Dura
 func isFleetHolder(holder string) bool { return strings.HasPrefix(holder, "fleet:") }
 
 // deletePods deletes the named pods at once, gracefully.
-func (d *deployedFleet) deletePods(ctx context.Context, names ...string) {
+func (d *deployedFleet) deletePods(ctx context.Context, pods ...fleetPod) {
 	d.t.Helper()
-	for _, name := range names {
-		if err := d.client.CoreV1().Pods(fleetNamespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+	for _, p := range pods {
+		if err := d.client.CoreV1().Pods(fleetNamespace).Delete(ctx, p.name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			d.t.Fatal(err)
 		}
 	}
+}
+
+// kcmRSS is the static pod KCM's resident memory in MiB, from /proc (the
+// container's process is this machine's).
+func (d *deployedFleet) kcmRSS() (float64, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	port := "--secure-port=" + strconv.Itoa(d.kcmPort)
+	for _, e := range entries {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !strings.Contains(string(cmdline), "\x00"+port+"\x00") || !strings.HasPrefix(string(cmdline), "kube-controller-manager\x00") {
+			continue
+		}
+		status, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
+		if err != nil {
+			return 0, err
+		}
+		for _, line := range strings.Split(string(status), "\n") {
+			if kib, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+				n, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(kib), "kB")), 64)
+				return n / 1024, err
+			}
+		}
+	}
+	return 0, fmt.Errorf("no kube-controller-manager process with %s", port)
 }

@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -27,10 +26,17 @@ import (
 //   - every fleet pod deleted at once beside a standby KCM: KCM leads and
 //     recreates them, and they wait for it.
 func TestRealNodeMigration(t *testing.T) {
+	t.Parallel()
+	for _, k := range fleetKinds {
+		t.Run(k.dir, func(t *testing.T) { testMigration(t, k.dir, k.kind) })
+	}
+}
+
+func testMigration(t *testing.T, dir, kind string) {
 	inLane(t, laneHeavy)
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
-	d := newDeployedFleet(ctx, t)
+	d := newDeployedFleet(ctx, t, dir, kind)
 	takeover, ready := d.migrate(ctx)
 	t.Logf("migration: KCM's manifest moved out; the fleet held KCM's Lease %v later, 3 of 3 Ready %v later", takeover.Round(100*time.Millisecond), ready.Round(100*time.Millisecond))
 
@@ -45,7 +51,12 @@ func TestRealNodeMigration(t *testing.T) {
 	if holder := d.leaseHolder(ctx); !isFleetHolder(holder) {
 		t.Fatalf("KCM's manifest back beside a running fleet: the Lease is %q's; want the fleet's (KCM stands by)", holder)
 	}
-	d.kubectl("-n", fleetNamespace, "scale", "deployment/"+fleetDeployment, "--replicas=0")
+	rss, err := d.kcmRSS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("standby: KCM's static pod beside the leading fleet holds %.0f MiB", rss)
+	d.kubectl("-n", fleetNamespace, "scale", d.workload, "--replicas=0")
 	back := waitTimed(ctx, t, "KCM to lead after the fleet scaled to 0", 2*time.Minute, func() (bool, string) {
 		holder := d.leaseHolder(ctx)
 		return holder != "" && !isFleetHolder(holder), fmt.Sprintf("holder %q", holder)
@@ -53,6 +64,7 @@ func TestRealNodeMigration(t *testing.T) {
 	t.Logf("rollback: the fleet scaled to 0; KCM led %v later", back.Round(100*time.Millisecond))
 
 	d.checkAllPodsDeleted(ctx)
+	d.checkAllPodsDeletedWithoutStandby(ctx)
 }
 
 // migrate is operations.md's migration: the fleet deployed beside a
@@ -98,27 +110,34 @@ func (d *deployedFleet) waitFleetReady(ctx context.Context, want int) time.Durat
 // deleted) within the grace period, and the fleet replaces it itself.
 func (d *deployedFleet) checkGracefulLeave(ctx context.Context) {
 	d.t.Helper()
-	_, _, names := d.fleetPods(ctx)
-	victim := names[0]
+	_, _, before := d.fleetPods(ctx)
+	victim := before[0]
+	lease, err := d.client.CoordinationV1().Leases(fleetNamespace).Get(ctx, victim.name, metav1.GetOptions{})
+	if err != nil {
+		d.t.Fatalf("replica %s's Lease: %v", victim.name, err)
+	}
 	d.deletePods(ctx, victim)
+	// A StatefulSet's replacement takes the same name, and a new Lease.
 	left := waitTimed(ctx, d.t, "the deleted replica's Lease to go", time.Minute, func() (bool, string) {
-		_, err := d.client.CoordinationV1().Leases(fleetNamespace).Get(ctx, victim, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), fmt.Sprintf("lease %s: %v", victim, err)
+		now, err := d.client.CoordinationV1().Leases(fleetNamespace).Get(ctx, victim.name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err) || err == nil && now.UID != lease.UID, fmt.Sprintf("lease %s: %v", victim.name, err)
 	})
 	replaced := d.waitFleetReady(ctx, 3)
-	_, _, now := d.fleetPods(ctx)
-	if slices.Contains(now, victim) {
-		d.t.Errorf("the deleted pod %s is still listed: %v", victim, now)
+	if _, _, now := d.fleetPods(ctx); gone(before, now) != 1 {
+		d.t.Errorf("after deleting %s: %d of the 3 pods before are gone, want 1", victim.name, gone(before, now))
 	}
-	d.t.Logf("graceful leave: pod %s deleted; its Lease gone %v later; 3 of 3 Ready again %v after that", victim, left.Round(100*time.Millisecond), replaced.Round(100*time.Millisecond))
+	d.t.Logf("graceful leave: pod %s deleted; its Lease gone %v later; 3 of 3 Ready again %v after that", victim.name, left.Round(100*time.Millisecond), replaced.Round(100*time.Millisecond))
 }
 
 // checkAllPodsDeleted brings the fleet back beside a standby KCM, then
-// deletes every fleet pod at once: KCM leads and its ReplicaSet controller
-// recreates them, unready, waiting for it.
+// deletes every fleet pod at once. Either KCM leads and its ReplicaSet or
+// StatefulSet controller recreates them (they wait for it), or, for a
+// Deployment, the fleet's own ReplicaSet controller replaced the pods
+// while they terminated and the new ones carried the fleet on. Either way
+// the cluster's controllers run again: a new Deployment is served.
 func (d *deployedFleet) checkAllPodsDeleted(ctx context.Context) {
 	d.t.Helper()
-	d.kubectl("-n", fleetNamespace, "scale", "deployment/"+fleetDeployment, "--replicas=3")
+	d.kubectl("-n", fleetNamespace, "scale", d.workload, "--replicas=3")
 	waitTimed(ctx, d.t, "KCM to start the 3 pods again", 2*time.Minute, func() (bool, string) {
 		running, _, _ := d.fleetPods(ctx)
 		return running == 3, fmt.Sprintf("%d running", running)
@@ -127,23 +146,85 @@ func (d *deployedFleet) checkAllPodsDeleted(ctx context.Context) {
 	d.waitFleetReady(ctx, 3)
 	d.moveKCM(true)
 	time.Sleep(10 * time.Second)
-	_, _, names := d.fleetPods(ctx)
-	d.deletePods(ctx, names...)
-	kcmLeads := waitTimed(ctx, d.t, "KCM to lead after every fleet pod was deleted", 2*time.Minute, func() (bool, string) {
+	outcome, took := d.deleteEveryPod(ctx, true)
+	d.t.Logf("every fleet pod deleted beside a standby KCM: %s %v later", outcome, took.Round(100*time.Millisecond))
+	createDeployment(ctx, d.t, d.client, "served", "after", 3)
+	waitDeploymentReady(ctx, d.t, d.client, "served", "after", 3, 2*time.Minute)
+}
+
+// The ways a fleet comes out of losing every pod at once.
+const (
+	kcmRecreated  = "KCM led and started 3 new fleet pods (waiting for it)"
+	fleetReplaced = "the fleet's own controller had replaced them: the fleet led with 3 new pods Ready"
+	noneRecreated = "every pod gone, nothing recreated them"
+)
+
+// deleteEveryPod deletes every fleet pod at once and returns what became
+// of the fleet, and when.
+func (d *deployedFleet) deleteEveryPod(ctx context.Context, standby bool) (outcome string, took time.Duration) {
+	d.t.Helper()
+	_, _, before := d.fleetPods(ctx)
+	d.deletePods(ctx, before...)
+	took = waitTimed(ctx, d.t, "the fleet's pods after deleting every one", 2*time.Minute, func() (bool, string) {
+		running, ready, now := d.fleetPods(ctx) // the terminating ones left out
+		holder := d.leaseHolder(ctx)
+		switch {
+		case holder != "" && !isFleetHolder(holder) && running == 3:
+			outcome = kcmRecreated
+		case isFleetHolder(holder) && ready == 3 && gone(before, now) == len(before):
+			outcome = fleetReplaced
+		case !standby && holder == "" && len(now) == 0 && d.podsListed(ctx) == 0:
+			outcome = noneRecreated
+		}
+		return outcome != "", fmt.Sprintf("holder %q, %d running, %d ready", holder, running, ready)
+	})
+	if outcome == noneRecreated {
+		time.Sleep(15 * time.Second)
+		if n := d.podsListed(ctx); n != 0 {
+			d.t.Fatalf("every fleet pod was gone with no KCM standing by, and then %d came back", n)
+		}
+	}
+	return outcome, took
+}
+
+// podsListed counts the fleet's pods, terminating ones too.
+func (d *deployedFleet) podsListed(ctx context.Context) int {
+	list, err := d.client.CoreV1().Pods(fleetNamespace).List(ctx, metav1.ListOptions{LabelSelector: fleetSelector})
+	if err != nil {
+		return -1
+	}
+	return len(list.Items)
+}
+
+// checkAllPodsDeletedWithoutStandby deletes every fleet pod where no KCM
+// stands by. If nothing recreates them (a StatefulSet's replacement waits
+// for the old pod to go, and every replica has gone by then), operations.md's
+// recovery, KCM's manifest back until the fleet's pods run and then out
+// again, brings the fleet back.
+func (d *deployedFleet) checkAllPodsDeletedWithoutStandby(ctx context.Context) {
+	t := d.t
+	t.Helper()
+	d.moveKCM(false)
+	d.waitFleetReady(ctx, 3)
+	outcome, took := d.deleteEveryPod(ctx, false)
+	t.Logf("every fleet pod deleted, no KCM standing by: %s %v later", outcome, took.Round(100*time.Millisecond))
+	if outcome != noneRecreated {
+		return
+	}
+	d.moveKCM(true)
+	kcmLeads := waitTimed(ctx, t, "KCM to lead once its manifest is back", 2*time.Minute, func() (bool, string) {
 		holder := d.leaseHolder(ctx)
 		return holder != "" && !isFleetHolder(holder), fmt.Sprintf("holder %q", holder)
 	})
-	recreated := waitTimed(ctx, d.t, "3 new fleet pods running", 2*time.Minute, func() (bool, string) {
-		running, _, now := d.fleetPods(ctx)
-		for _, n := range now {
-			if slices.Contains(names, n) {
-				return false, "old pods still listed"
-			}
-		}
+	running := kcmLeads + waitTimed(ctx, t, "KCM to start the fleet's 3 pods", 2*time.Minute, func() (bool, string) {
+		running, _, _ := d.fleetPods(ctx)
 		return running == 3, fmt.Sprintf("%d running", running)
 	})
-	d.t.Logf("every fleet pod deleted beside a standby KCM: KCM led %v later; 3 new fleet pods running %v after that (waiting for KCM)",
-		kcmLeads.Round(100*time.Millisecond), recreated.Round(100*time.Millisecond))
-	createDeployment(ctx, d.t, d.client, "served", "after", 3)
-	waitDeploymentReady(ctx, d.t, d.client, "served", "after", 3, 2*time.Minute)
+	d.moveKCM(false)
+	takeover := waitTimed(ctx, t, "the fleet to take KCM's Lease", 2*time.Minute, func() (bool, string) {
+		return isFleetHolder(d.leaseHolder(ctx)), d.leaseHolder(ctx)
+	})
+	ready := takeover + d.waitFleetReady(ctx, 3)
+	t.Logf("recovery: KCM's manifest back: KCM led %v later, the fleet's 3 pods ran %v later; moved out again: the fleet held the Lease %v later, 3 of 3 Ready %v later",
+		kcmLeads.Round(100*time.Millisecond), running.Round(100*time.Millisecond), takeover.Round(100*time.Millisecond), ready.Round(100*time.Millisecond))
 }

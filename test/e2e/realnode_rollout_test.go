@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -32,10 +31,17 @@ import (
 //     time, so the drain evicts one and waits, and the fleet never has
 //     fewer than two Ready; uncordoned, the third returns.
 func TestRealNodeRollingUpdateAndDrain(t *testing.T) {
+	t.Parallel()
+	for _, k := range fleetKinds {
+		t.Run(k.dir, func(t *testing.T) { testRollingUpdateAndDrain(t, k.dir, k.kind) })
+	}
+}
+
+func testRollingUpdateAndDrain(t *testing.T, dir, kind string) {
 	inLane(t, laneHeavy)
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
-	d := newDeployedFleet(ctx, t)
+	d := newDeployedFleet(ctx, t, dir, kind)
 	d.migrate(ctx)
 	logs := d.streamLogs(ctx)
 
@@ -45,8 +51,8 @@ func TestRealNodeRollingUpdateAndDrain(t *testing.T) {
 	}
 	time.Sleep(5 * time.Second) // the pieces settle after the takeover
 	from := time.Now()
-	d.kubectl("-n", fleetNamespace, "set", "image", "deployment/"+fleetDeployment, "fleet-controller-manager=fleet-controller-manager:"+next)
-	d.kubectl("-n", fleetNamespace, "rollout", "status", "deployment/"+fleetDeployment, "--timeout=5m")
+	d.kubectl("-n", fleetNamespace, "set", "image", d.workload, "fleet-controller-manager=fleet-controller-manager:"+next)
+	d.kubectl("-n", fleetNamespace, "rollout", "status", d.workload, "--timeout=5m")
 	took := time.Since(from)
 	time.Sleep(3 * time.Second) // the last handovers after the rollout's last Ready
 	to := time.Now()
@@ -175,13 +181,8 @@ func (d *deployedFleet) checkDrain(ctx context.Context) {
 	if err == nil {
 		t.Fatalf("the drain of the node holding every replica finished, want it held by the PodDisruptionBudget:\n%s", out)
 	}
-	evicted := 0
 	_, _, after := d.fleetPods(ctx)
-	for _, name := range before {
-		if !slices.Contains(after, name) {
-			evicted++
-		}
-	}
+	evicted := gone(before, after)
 	t.Logf("drain: %d of 3 replicas evicted in 40 s; fewest Ready %d; kubectl said: %s", evicted, low,
 		firstLineWith(string(out), "disruption budget"))
 	if evicted != 1 || low < 2 {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -52,6 +53,8 @@ var realNodeSysctls = map[string]string{
 type realNode struct {
 	dir    string
 	socket string
+	// machineLock is held while the node runs (lockMachine).
+	machineLock *os.File
 	// apiServerProxy serves the apiserver to the pods at the bridge's
 	// gateway.
 	apiServerProxy net.Listener
@@ -66,6 +69,9 @@ type realNode struct {
 // waits until the node is Ready.
 func (c *Cluster) startRealNode(ctx context.Context) error {
 	n := &realNode{dir: filepath.Join(c.Dir, "node")}
+	if err := n.lockMachine(ctx); err != nil {
+		return err
+	}
 	n.socket = filepath.Join(n.dir, "containerd.sock")
 	n.StaticPodDir = filepath.Join(n.dir, "manifests")
 	n.cgroupRoot = "/fcm-" + filepath.Base(c.Dir)
@@ -91,6 +97,33 @@ func (c *Cluster) startRealNode(ctx context.Context) error {
 		return err
 	}
 	return c.waitRealNodeReady(ctx)
+}
+
+// realNodeLockFile is held by the real node of this machine: its bridge,
+// subnet and gateway address are the machine's, so a second cluster's
+// real node waits for the first to stop.
+const realNodeLockFile = "/run/fleet-controller-manager-real-node.lock"
+
+func (n *realNode) lockMachine(ctx context.Context) error {
+	f, err := os.OpenFile(realNodeLockFile, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return fmt.Errorf("locking the machine for the real node: %w", err)
+	}
+	err = wait.PollUntilContextCancel(ctx, pollInterval, true, func(context.Context) (bool, error) {
+		return syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil, nil
+	})
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("waiting for another cluster's real node to stop (%s): %w", realNodeLockFile, err)
+	}
+	n.machineLock = f
+	return nil
+}
+
+func (n *realNode) unlockMachine() {
+	if n.machineLock != nil {
+		_ = n.machineLock.Close() // closing releases the lock
+	}
 }
 
 // startContainerd starts containerd in a new mount namespace with the
@@ -332,6 +365,7 @@ func (c *Cluster) stopRealNode() {
 		}
 	}
 	c.stopPodNetwork(n)
+	defer n.unlockMachine()
 	deadline := time.Now().Add(stopGrace)
 	for _, hierarchy := range cgroupHierarchies() {
 		root := filepath.Join(hierarchy, n.cgroupRoot)
