@@ -55,7 +55,7 @@ KUBE_TOOLS    := kube-apiserver kube-controller-manager kube-scheduler kubectl
 # Tests and the demo find every tool here.
 export FCM_BIN_DIR := $(BIN)
 
-.PHONY: node-tools all tools build image image-host push test test-long test-deps bench cluster run clean fuzz chaos conformance conformance-ci sim-sweep
+.PHONY: node-tools test-node all tools build image image-host push test test-long test-deps bench cluster run clean fuzz chaos conformance conformance-ci sim-sweep
 
 # Kubernetes' own end-to-end tests of the controllers (test/tools/e2e: the
 # apimachinery, apps, auth and network suites), at the controllers' version.
@@ -275,6 +275,7 @@ test-deps:
 test: tools build $(BIN)/fleet-recording-replica $(BIN)/fleet-controller-manager-planted-stuck_load image-host test-deps
 	$(GO) vet -tags e2e ./...
 	$(GO) vet -tags 'e2e long' ./test/e2e/
+	$(GO) vet -tags 'e2e node' ./test/e2e/
 	# The codebase's limits (test/codestats/limits.go): fails naming each one
 	# past and its offenders.
 	$(GO) run ./test/codestats -check
@@ -288,15 +289,25 @@ test: tools build $(BIN)/fleet-recording-replica $(BIN)/fleet-controller-manager
 # under load, a killed replica's namespaces served within lease + 3 s (a
 # bound on time) and a rolling upgrade and rollback of three replicas (two
 # minutes of a heavy lane): the long build tag keeps both out of make test,
-# which vets them; and a 20-minute chaos soak with a random seed (printed).
-test-long: tools build $(BIN)/fleet-recording-replica $(PREVIOUS_RELEASE_BIN) test-deps
+# which vets them; the real node's tests (make test-node); and a 20-minute
+# chaos soak with a random seed (printed).
+test-long: tools build $(BIN)/fleet-recording-replica $(PREVIOUS_RELEASE_BIN) test-deps node-tools image-host
 	set -o pipefail; CGO_ENABLED=1 $(GO) test -count=1 -race -json ./... | $(GO) run ./test/testsummary
 	set -o pipefail; $(GO) test -count=1 -json ./shard/ -run '^TestProtocolSimulation' -args -sim.runs=1000 | $(GO) run ./test/testsummary
 	set -o pipefail; $(GO) test -count=1 -json -parallel 16 -timeout 60m ./informers/ -run '^TestOwnedCacheSimulation$$' -args -ownedsim.runs=300 | $(GO) run ./test/testsummary
 	set -o pipefail; PARTITION_MOVES=50 $(GO) test -count=1 -tags e2e -json -timeout 60m ./test/e2e/ -run '^TestPartitionMovesUnderLoad$$' | $(GO) run ./test/testsummary
 	set -o pipefail; FCM_PREVIOUS_RELEASE=$(PREVIOUS_RELEASE) $(GO) test -count=1 -tags 'e2e long' -json -timeout 20m ./test/e2e/ -run '^(TestKillServesVictimNamespacesWithinLease|TestRollingUpgradeAndRollback|TestNamespaceFirstMoments|TestPlacementByWeight)$$' | $(GO) run ./test/testsummary
+	$(MAKE) test-node
 	$(MAKE) chaos DURATION=20
 	$(MAKE) conformance
+
+# The tests on the real node (the node build tag): the fleet's image
+# deployed with deploy/'s overlays, the migration from a static-pod KCM
+# and back, a rolling update, a drain, every fleet pod deleted, and Jobs
+# whose containers exit by code. One real node runs on a machine at a
+# time, so they follow one another (about 11 minutes).
+test-node: tools build node-tools image-host
+	set -o pipefail; $(GO) test -count=1 -tags 'e2e node' -json -parallel 8 -timeout 40m ./test/e2e/ -run '^TestRealNode' | $(GO) run ./test/testsummary
 
 # Fresh seeds of the owned-cache simulation, one process per seed (a seed
 # that passed once proves little): SWEEP_SEEDS of them (default 200),
