@@ -55,7 +55,7 @@ KUBE_TOOLS    := kube-apiserver kube-controller-manager kube-scheduler kubectl
 # Tests and the demo find every tool here.
 export FCM_BIN_DIR := $(BIN)
 
-.PHONY: node-tools test-node all tools build image image-host push test test-long test-deps bench cluster run clean fuzz chaos conformance conformance-ci sim-sweep
+.PHONY: node-tools test-node conformance-node all tools build image image-host push test test-long test-deps bench cluster run clean fuzz chaos conformance conformance-ci sim-sweep
 
 # Kubernetes' own end-to-end tests of the controllers (test/tools/e2e: the
 # apimachinery, apps, auth and network suites), at the controllers' version.
@@ -91,6 +91,12 @@ $(E2E_TEST):
 # three, side by side; fails if one passes under KCM and fails under the fleet.
 conformance: tools build $(E2E_TEST)
 	$(GO) run ./test/conformance -systems $(CONFORMANCE_SYSTEMS) -set $(CONFORMANCE_SET) -procs $(CONFORMANCE_PROCS) $(CONFORMANCE_ARGS)
+
+# The tests that need containers that run, on a control plane whose one
+# node is the real node: kube-controller-manager, then a fleet of three
+# (one real node runs on the machine at a time).
+conformance-node: tools build node-tools $(E2E_TEST)
+	$(GO) run ./test/conformance -systems $(CONFORMANCE_SYSTEMS) -set node -procs $(CONFORMANCE_PROCS) $(CONFORMANCE_ARGS)
 
 # The tests of the controllers whose pieces move, against a fleet of three.
 conformance-ci: tools build $(E2E_TEST)

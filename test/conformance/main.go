@@ -33,7 +33,7 @@ func main() {
 	var (
 		systems   = flag.String("systems", "kcm,fleet3", "comma-separated systems: kcm, or fleetN for a fleet of N replicas")
 		selection = flag.String("selection", "test/conformance/selection.txt", "the selection of tests")
-		set       = flag.String("set", "all", "which tests of the selection: all, or ci (those of the controllers whose pieces move, a few minutes)")
+		set       = flag.String("set", "all", "which tests of the selection: all, ci (those of the controllers whose pieces move, a few minutes), or node (those that need containers that run: on a control plane whose one node is the real node, make node-tools)")
 		focus     = flag.String("focus", "", "run the tests matching this regular expression instead of the selection")
 		repeat    = flag.Int("repeat", 1, "run the tests this many times in a row on one control plane, stopping at the first failure")
 		binDir    = flag.String("bin", "bin", "where the fleet, the control plane's binaries and kubernetes-<version>/e2e.test are")

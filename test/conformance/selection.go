@@ -10,11 +10,12 @@ import (
 
 // selection is the tests chosen from upstream's suites, read from a file
 // of sections: "[ci]" (run on every submission, against a fleet),
-// "[long]" (run with them in make test-long and make conformance), and
-// "[left out]" (each line "name | why": not run).
+// "[long]" (run with them in make test-long and make conformance),
+// "[real node]" (make conformance-node: they need containers that run),
+// and "[left out]" (each line "name | why": not run).
 type selection struct {
-	ci, long []string
-	leftOut  map[string]string
+	ci, long, node []string
+	leftOut        map[string]string
 }
 
 func readSelection(path string) (*selection, error) {
@@ -30,12 +31,14 @@ func readSelection(path string) (*selection, error) {
 		line := strings.TrimSpace(scanner.Text())
 		switch {
 		case line == "" || strings.HasPrefix(line, "#"):
-		case line == "[ci]" || line == "[long]" || line == "[left out]":
+		case line == "[ci]" || line == "[long]" || line == "[real node]" || line == "[left out]":
 			section = line
 		case section == "[ci]":
 			s.ci = append(s.ci, line)
 		case section == "[long]":
 			s.long = append(s.long, line)
+		case section == "[real node]":
+			s.node = append(s.node, line)
 		case section == "[left out]":
 			name, why, ok := strings.Cut(line, " | ")
 			if !ok {
@@ -52,15 +55,17 @@ func readSelection(path string) (*selection, error) {
 	return s, nil
 }
 
-// names are the tests of set: ci, or all (ci and long).
+// names are the tests of set: ci, all (ci and long), or node.
 func (s *selection) names(set string) ([]string, error) {
 	switch set {
 	case "ci":
 		return s.ci, nil
 	case "all":
 		return append(append([]string{}, s.ci...), s.long...), nil
+	case "node":
+		return s.node, nil
 	}
-	return nil, fmt.Errorf("set %q: want all or ci", set)
+	return nil, fmt.Errorf("set %q: want all, ci or node", set)
 }
 
 // focusOf makes one ginkgo focus per test: its whole name, quoted (a

@@ -45,6 +45,12 @@ func parseSystem(name string) (controllerManager, error) {
 func runSystem(ctx context.Context, s controllerManager, bin string, o runOptions, focus []string, seed int64) ([]testOutcome, error) {
 	e2e, repeat, keep := o.e2e, o.repeat, o.keep
 	opts := localcluster.Options{BinDir: bin, Scheduler: true, KwokNodes: 3, KubeControllerManager: s.replicas == 0}
+	if o.set == "node" {
+		// The real node alone, open to every pod: a kwok node beside it
+		// would take pods whose containers must run. One real node runs on
+		// the machine at a time, so the systems take turns.
+		opts.KwokNodes, opts.RealNode, opts.RealNodeSchedulable = 0, true, true
+	}
 	dir := ""
 	if keep != "" {
 		dir = filepath.Join(keep, strings.ReplaceAll(s.name, " ", "-"))

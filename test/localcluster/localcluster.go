@@ -76,6 +76,9 @@ type Options struct {
 	// on containerd, for pods whose containers must run. make node-tools
 	// builds what it needs into BinDir.
 	RealNode bool
+	// RealNodeSchedulable leaves the real node untainted, so that any pod
+	// may run there: upstream's tests tolerate no taint of ours.
+	RealNodeSchedulable bool
 	// ControllerManagerCPUQuota, when set, gives every controller manager
 	// a CPU budget with a cgroup quota (CPUQuota); Start fails when the
 	// cgroup cannot be written.
@@ -160,7 +163,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		}
 	}
 	if opts.RealNode {
-		if err := c.startRealNode(ctx); err != nil {
+		if err := c.startRealNode(ctx, opts.RealNodeSchedulable); err != nil {
 			return c, err
 		}
 	}

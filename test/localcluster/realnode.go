@@ -67,7 +67,7 @@ type realNode struct {
 
 // startRealNode starts containerd and the kubelet, imports the images and
 // waits until the node is Ready.
-func (c *Cluster) startRealNode(ctx context.Context) error {
+func (c *Cluster) startRealNode(ctx context.Context, schedulable bool) error {
 	n := &realNode{dir: filepath.Join(c.Dir, "node")}
 	if err := n.lockMachine(ctx); err != nil {
 		return err
@@ -93,7 +93,7 @@ func (c *Cluster) startRealNode(ctx context.Context) error {
 	if err := c.importNodeImages(ctx, n); err != nil {
 		return err
 	}
-	if err := c.startKubelet(ctx, n); err != nil {
+	if err := c.startKubelet(ctx, n, schedulable); err != nil {
 		return err
 	}
 	return c.waitRealNodeReady(ctx)
@@ -244,7 +244,7 @@ func (c *Cluster) TagImage(ctx context.Context, source, target string) error {
 	return c.ctr(ctx, c.node, "images", "tag", "--force", source, target)
 }
 
-func (c *Cluster) startKubelet(ctx context.Context, n *realNode) error {
+func (c *Cluster) startKubelet(ctx context.Context, n *realNode, schedulable bool) error {
 	kubeconfig, err := c.Kubeconfig("kubelet", "system:node:"+RealNodeName, "system:nodes")
 	if err != nil {
 		return err
@@ -258,7 +258,11 @@ func (c *Cluster) startKubelet(ctx context.Context, n *realNode) error {
 		return err
 	}
 	config := filepath.Join(n.dir, "kubelet.yaml")
-	if err := os.WriteFile(config, []byte(c.kubeletConfig(n, port, healthPort)), 0o644); err != nil {
+	kubeletConfig := c.kubeletConfig(n, port, healthPort)
+	if !schedulable {
+		kubeletConfig += fmt.Sprintf("registerWithTaints:\n- {key: %q, effect: NoSchedule}\n", RealNodeTaint)
+	}
+	if err := os.WriteFile(config, []byte(kubeletConfig), 0o644); err != nil {
 		return fmt.Errorf("writing the kubelet's config: %w", err)
 	}
 	args := []string{"--target", strconv.Itoa(n.containerd.Pid()), "--mount", "--",
@@ -302,13 +306,11 @@ containerRuntimeEndpoint: unix://%s
 staticPodPath: %q
 podLogsDir: %q
 clusterDomain: cluster.local
-registerWithTaints:
-- {key: %q, effect: NoSchedule}
 evictionHard: {memory.available: "100Mi", nodefs.available: "1%%", imagefs.available: "1%%", nodefs.inodesFree: "1%%"}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
-`, realNodeGateway, port, healthPort, c.pki.CAFile, n.cgroupRoot, n.socket, n.StaticPodDir, filepath.Join(n.dir, "pod-logs"), RealNodeTaint)
+`, realNodeGateway, port, healthPort, c.pki.CAFile, n.cgroupRoot, n.socket, n.StaticPodDir, filepath.Join(n.dir, "pod-logs"))
 }
 
 func (c *Cluster) waitRealNodeReady(ctx context.Context) error {

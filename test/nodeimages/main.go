@@ -35,7 +35,11 @@ import (
 const (
 	PauseImage   = "registry.k8s.io/pause:3.10.2"
 	AgnhostImage = "registry.k8s.io/e2e-test-images/agnhost:2.63.0"
-	BusyboxImage = "registry.k8s.io/e2e-test-images/busybox:1.37.0-1"
+	// AgnhostPrevImage is the "previous" agnhost upstream's rollout tests
+	// update from: the same binary under its name, so that an update
+	// changes the image.
+	AgnhostPrevImage = "registry.k8s.io/e2e-test-images/agnhost:2.55"
+	BusyboxImage     = "registry.k8s.io/e2e-test-images/busybox:1.37.0-1"
 	// KubeControllerManagerImage is kubeadm's, at the tools' version.
 	KubeControllerManagerImage = "registry.k8s.io/kube-controller-manager:"
 )
@@ -86,9 +90,10 @@ func run(out, pause, agnhost, busybox, kcm, kubeVersion string) error {
 		return err
 	}
 	images := map[string]image{
-		"pause":   {ref: PauseImage, files: []file{binary("pause", pause)}, entrypoint: []string{"/pause"}},
-		"agnhost": {ref: AgnhostImage, files: []file{binary("agnhost", agnhost)}, entrypoint: []string{"/agnhost"}},
-		"busybox": busyboxImage,
+		"pause":        {ref: PauseImage, files: []file{binary("pause", pause)}, entrypoint: []string{"/pause"}},
+		"agnhost":      {ref: AgnhostImage, files: []file{binary("agnhost", agnhost)}, entrypoint: []string{"/agnhost"}},
+		"agnhost-prev": {ref: AgnhostPrevImage, files: []file{binary("agnhost", agnhost)}, entrypoint: []string{"/agnhost"}},
+		"busybox":      busyboxImage,
 		"kube-controller-manager": {ref: KubeControllerManagerImage + kubeVersion, files: kcmFiles,
 			entrypoint: []string{"/usr/local/bin/kube-controller-manager"}},
 	}
