@@ -53,6 +53,20 @@ type deployedFleet struct {
 // fleetKinds are the shipped overlays: deploy/<dir>, of kind.
 var fleetKinds = []struct{ dir, kind string }{{"deployment", "Deployment"}, {"statefulset", "StatefulSet"}}
 
+// forEachFleetKind runs test on a new deployedFleet of each shipped
+// overlay, as subtests.
+func forEachFleetKind(t *testing.T, test func(context.Context, *testing.T, *deployedFleet)) {
+	t.Parallel()
+	for _, k := range fleetKinds {
+		t.Run(k.dir, func(t *testing.T) {
+			inLane(t, laneHeavy)
+			ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+			defer cancel()
+			test(ctx, t, newDeployedFleet(ctx, t, k.dir, k.kind))
+		})
+	}
+}
+
 // newDeployedFleet starts the cluster and KCM's static pod, imports the
 // image `make image-host` built, and writes the operator's overlay of
 // deploy/<dir> (of kind): the image's tag, and (what this cluster's network

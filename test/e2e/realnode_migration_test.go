@@ -26,17 +26,10 @@ import (
 //   - every fleet pod deleted at once beside a standby KCM: KCM leads and
 //     recreates them, and they wait for it.
 func TestRealNodeMigration(t *testing.T) {
-	t.Parallel()
-	for _, k := range fleetKinds {
-		t.Run(k.dir, func(t *testing.T) { testMigration(t, k.dir, k.kind) })
-	}
+	forEachFleetKind(t, testMigration)
 }
 
-func testMigration(t *testing.T, dir, kind string) {
-	inLane(t, laneHeavy)
-	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
-	defer cancel()
-	d := newDeployedFleet(ctx, t, dir, kind)
+func testMigration(ctx context.Context, t *testing.T, d *deployedFleet) {
 	takeover, ready := d.migrate(ctx)
 	t.Logf("migration: KCM's manifest moved out; the fleet held KCM's Lease %v later, 3 of 3 Ready %v later", takeover.Round(100*time.Millisecond), ready.Round(100*time.Millisecond))
 

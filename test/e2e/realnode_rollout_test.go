@@ -31,17 +31,10 @@ import (
 //     time, so the drain evicts one and waits, and the fleet never has
 //     fewer than two Ready; uncordoned, the third returns.
 func TestRealNodeRollingUpdateAndDrain(t *testing.T) {
-	t.Parallel()
-	for _, k := range fleetKinds {
-		t.Run(k.dir, func(t *testing.T) { testRollingUpdateAndDrain(t, k.dir, k.kind) })
-	}
+	forEachFleetKind(t, testRollingUpdateAndDrain)
 }
 
-func testRollingUpdateAndDrain(t *testing.T, dir, kind string) {
-	inLane(t, laneHeavy)
-	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
-	defer cancel()
-	d := newDeployedFleet(ctx, t, dir, kind)
+func testRollingUpdateAndDrain(ctx context.Context, t *testing.T, d *deployedFleet) {
 	d.migrate(ctx)
 	logs := d.streamLogs(ctx)
 
