@@ -46,8 +46,8 @@ const (
 
 const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-// file is one entry of an image's only layer.
-type file struct {
+// imageFile is one entry of an image's only layer.
+type imageFile struct {
 	name string // path inside the image, without the leading slash
 	mode int64
 	data []byte
@@ -58,7 +58,7 @@ type file struct {
 // image is one archive to write.
 type image struct {
 	ref        string
-	files      []file
+	files      []imageFile
 	entrypoint []string
 	cmd        []string
 }
@@ -90,9 +90,9 @@ func run(out, pause, agnhost, busybox, kcm, kubeVersion string) error {
 		return err
 	}
 	images := map[string]image{
-		"pause":        {ref: PauseImage, files: []file{binary("pause", pause)}, entrypoint: []string{"/pause"}},
-		"agnhost":      {ref: AgnhostImage, files: []file{binary("agnhost", agnhost)}, entrypoint: []string{"/agnhost"}},
-		"agnhost-prev": {ref: AgnhostPrevImage, files: []file{binary("agnhost", agnhost)}, entrypoint: []string{"/agnhost"}},
+		"pause":        {ref: PauseImage, files: []imageFile{binary("pause", pause)}, entrypoint: []string{"/pause"}},
+		"agnhost":      {ref: AgnhostImage, files: []imageFile{binary("agnhost", agnhost)}, entrypoint: []string{"/agnhost"}},
+		"agnhost-prev": {ref: AgnhostPrevImage, files: []imageFile{binary("agnhost", agnhost)}, entrypoint: []string{"/agnhost"}},
 		"busybox":      busyboxImage,
 		"kube-controller-manager": {ref: KubeControllerManagerImage + kubeVersion, files: kcmFiles,
 			entrypoint: []string{"/usr/local/bin/kube-controller-manager"}},
@@ -114,7 +114,7 @@ func run(out, pause, agnhost, busybox, kcm, kubeVersion string) error {
 }
 
 // binary is a file read from path at load time.
-func binary(name, path string) file { return file{name: name, mode: 0o755, link: "@" + path} }
+func binary(name, path string) imageFile { return imageFile{name: name, mode: 0o755, link: "@" + path} }
 
 // busyboxImage is busybox at /bin/busybox with a link per applet, and sh as
 // its command, as upstream's image has.
@@ -123,12 +123,12 @@ func busyboxImage(path string) (image, error) {
 	if err != nil {
 		return image{}, fmt.Errorf("listing busybox's applets: %w", err)
 	}
-	files := []file{binary("bin/busybox", path), {name: "tmp", mode: 0o1777, dir: true}, {name: "etc/passwd", mode: 0o644,
+	files := []imageFile{binary("bin/busybox", path), {name: "tmp", mode: 0o1777, dir: true}, {name: "etc/passwd", mode: 0o644,
 		data: []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/home:/bin/false\n")},
 		{name: "etc/group", mode: 0o644, data: []byte("root:x:0:\nnogroup:x:65534:\n")}}
 	for _, applet := range strings.Fields(string(list)) {
 		if applet != "busybox" {
-			files = append(files, file{name: "bin/" + applet, mode: 0o777, link: "busybox"})
+			files = append(files, imageFile{name: "bin/" + applet, mode: 0o777, link: "busybox"})
 		}
 	}
 	return image{ref: BusyboxImage, files: files, cmd: []string{"sh"}}, nil
@@ -136,12 +136,12 @@ func busyboxImage(path string) (image, error) {
 
 // withLibraries is a dynamically linked binary at name and the shared
 // libraries ldd says it loads, at their paths on this machine.
-func withLibraries(name, path string) ([]file, error) {
+func withLibraries(name, path string) ([]imageFile, error) {
 	out, err := exec.Command("ldd", path).Output()
 	if err != nil {
 		return nil, fmt.Errorf("listing the libraries of %s: %w", path, err)
 	}
-	files := []file{binary(name, path)}
+	files := []imageFile{binary(name, path)}
 	for _, line := range strings.Split(string(out), "\n") {
 		// "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)" or
 		// "/lib64/ld-linux-x86-64.so.2 (0x...)"; the vDSO has no file.
@@ -213,12 +213,12 @@ func (img image) archive() ([]byte, error) {
 	}
 	var buf bytes.Buffer
 	w := tar.NewWriter(&buf)
-	entries := []file{
+	entries := []imageFile{
 		{name: "oci-layout", data: []byte(`{"imageLayoutVersion":"1.0.0"}`)},
 		{name: "index.json", data: index},
 	}
 	for _, blob := range [][]byte{layer, config, manifest} {
-		entries = append(entries, file{name: "blobs/sha256/" + strings.TrimPrefix(digest(blob), "sha256:"), data: blob})
+		entries = append(entries, imageFile{name: "blobs/sha256/" + strings.TrimPrefix(digest(blob), "sha256:"), data: blob})
 	}
 	for _, e := range entries {
 		e.mode = 0o644
@@ -237,7 +237,7 @@ func (img image) layer() ([]byte, error) {
 	for _, f := range img.files {
 		for dir := filepath.Dir(f.name); dir != "." && !folders[dir]; dir = filepath.Dir(dir) {
 			folders[dir] = true
-			if err := writeEntry(w, file{name: dir, mode: 0o755, dir: true}); err != nil {
+			if err := writeEntry(w, imageFile{name: dir, mode: 0o755, dir: true}); err != nil {
 				return nil, err
 			}
 		}
@@ -249,7 +249,7 @@ func (img image) layer() ([]byte, error) {
 }
 
 // writeEntry writes a file, a link or a folder.
-func writeEntry(w *tar.Writer, f file) error {
+func writeEntry(w *tar.Writer, f imageFile) error {
 	header := &tar.Header{Name: f.name, Mode: f.mode, Typeflag: tar.TypeReg, Size: int64(len(f.data))}
 	switch {
 	case f.link != "":
