@@ -24,7 +24,7 @@ import (
 // TestRealNodeRollingUpdateAndDrain runs the fleet as shipped on the real
 // node and does to it what an operator does:
 //   - a new image rolled out with kubectl set image: readiness gates each
-//     replacement, and from the pods' own logs (read through the kubelet)
+//     replacement (a Deployment keeps 3 Ready throughout), and from the pods' own logs (read through the kubelet)
 //     no piece is unowned longer than the docs' figure and none runs on two
 //     replicas at once;
 //   - the node drained: the PodDisruptionBudget lets one replica go at a
@@ -44,9 +44,16 @@ func testRollingUpdateAndDrain(ctx context.Context, t *testing.T, d *deployedFle
 	}
 	time.Sleep(5 * time.Second) // the pieces settle after the takeover
 	from := time.Now()
+	fewestReady := d.watchFewestReady(ctx)
 	d.kubectl("-n", fleetNamespace, "set", "image", d.workload, "fleet-controller-manager=fleet-controller-manager:"+next)
 	d.kubectl("-n", fleetNamespace, "rollout", "status", d.workload, "--timeout=5m")
-	took := time.Since(from)
+	took, low := time.Since(from), fewestReady()
+	// Readiness gates the rollout: a Deployment (maxSurge 1,
+	// maxUnavailable 0) replaces a replica only once its successor is
+	// Ready; a StatefulSet replaces one at a time.
+	if want := map[string]int{"deployment": 3, "statefulset": 2}[strings.Split(d.workload, "/")[0]]; low < want {
+		t.Errorf("rolling update of %s: %d replicas Ready at the fewest, want at least %d", d.workload, low, want)
+	}
 	time.Sleep(3 * time.Second) // the last handovers after the rollout's last Ready
 	to := time.Now()
 	runs := readPieceRuns(t, logs.files())
@@ -54,7 +61,7 @@ func testRollingUpdateAndDrain(ctx context.Context, t *testing.T, d *deployedFle
 		t.Fatalf("no piece runs in the pods' logs %v", logs.files())
 	}
 	gap := longestUnowned(runs, from, to)
-	t.Logf("rolling update of the image: %v for 3 replicas; %d pieces; longest unowned: %s for %v", took.Round(100*time.Millisecond), len(runs), gap.piece, gap.length.Round(time.Millisecond))
+	t.Logf("rolling update of the image: %v for 3 replicas, %d Ready at the fewest; %d pieces; longest unowned: %s for %v", took.Round(100*time.Millisecond), low, len(runs), gap.piece, gap.length.Round(time.Millisecond))
 	if gap.length > time.Second {
 		t.Errorf("piece %s was unowned for %v during the rolling update; the docs say well under a second", gap.piece, gap.length)
 	}
@@ -63,6 +70,27 @@ func testRollingUpdateAndDrain(ctx context.Context, t *testing.T, d *deployedFle
 	}
 
 	d.checkDrain(ctx)
+}
+
+// watchFewestReady samples the fleet's Ready pods every 100 ms until the
+// function it returns is called, which returns the fewest seen.
+func (d *deployedFleet) watchFewestReady(ctx context.Context) func() int {
+	fewest := make(chan int, 1)
+	watchCtx, stop := context.WithCancel(ctx)
+	go func() {
+		low := 3
+		for watchCtx.Err() == nil {
+			if _, ready, _ := d.fleetPods(watchCtx); watchCtx.Err() == nil && ready < low {
+				low = ready
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		fewest <- low
+	}()
+	return func() int {
+		stop()
+		return <-fewest
+	}
 }
 
 // podLogStreams follows the log of every fleet pod that runs, through the
@@ -154,23 +182,11 @@ func (d *deployedFleet) checkDrain(ctx context.Context) {
 	t := d.t
 	t.Helper()
 	_, _, before := d.fleetPods(ctx)
-	fewest := make(chan int, 1)
-	watchCtx, stopWatching := context.WithCancel(ctx)
-	go func() {
-		low := 3
-		for watchCtx.Err() == nil {
-			if _, ready, _ := d.fleetPods(watchCtx); watchCtx.Err() == nil && ready < low {
-				low = ready
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		fewest <- low
-	}()
+	fewestReady := d.watchFewestReady(ctx)
 	cmd := exec.CommandContext(ctx, filepath.Join(binDir(t), "kubectl"), "--kubeconfig="+d.cluster.AdminKubeconfig,
 		"drain", localcluster.RealNodeName, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=40s")
 	out, err := cmd.CombinedOutput()
-	stopWatching()
-	low := <-fewest
+	low := fewestReady()
 	if err == nil {
 		t.Fatalf("the drain of the node holding every replica finished, want it held by the PodDisruptionBudget:\n%s", out)
 	}
