@@ -180,8 +180,9 @@ $(NODE_IMAGES_DIR)/.done: $(KUBE_BIN)/agnhost $(KUBE_BIN)/kube-controller-manage
 	@mkdir -p $(NODE_IMAGES_DIR)
 	@$(call apt_install,busybox-static)
 	dir=$(call module_dir,k8s.io/kubernetes@$(KUBE_VERSION)) && \
-	  gcc -Os -static -DVERSION=$(KUBE_VERSION) -o $(NODE_IMAGES_DIR)/pause $$dir/build/pause/linux/pause.c
-	$(GO) run ./test/nodeimages -out $(NODE_IMAGES_DIR) -pause $(NODE_IMAGES_DIR)/pause -agnhost $(KUBE_BIN)/agnhost -busybox $$(command -v busybox) \
+	  gcc -Os -static -DVERSION=$(KUBE_VERSION) -o $(NODE_IMAGES_DIR)/pause $$dir/build/pause/linux/pause.c && \
+	  $(GO) run ./test/nodeimages -out $(NODE_IMAGES_DIR) -pause $(NODE_IMAGES_DIR)/pause \
+	  -agnhost $(KUBE_BIN)/agnhost -agnhost-porter $$dir/test/images/agnhost/porter -busybox $$(command -v busybox) \
 	  -kube-controller-manager $(KUBE_BIN)/kube-controller-manager -kube-version $(KUBE_VERSION)
 	touch $@
 $(KUBE_BIN)/agnhost:

@@ -25,6 +25,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 
 	"k8s.io/klog/v2"
@@ -69,30 +70,33 @@ func main() {
 	agnhost := flag.String("agnhost", "", "a static agnhost binary")
 	busybox := flag.String("busybox", "", "a static busybox binary")
 	kcm := flag.String("kube-controller-manager", "", "kube-controller-manager, linked against the C library")
+	porter := flag.String("agnhost-porter", "", "agnhost's porter folder (its localhost.crt and .key)")
 	kubeVersion := flag.String("kube-version", "", "kube-controller-manager's version, its image's tag")
 	flag.Parse()
-	if err := run(*out, *pause, *agnhost, *busybox, *kcm, *kubeVersion); err != nil {
+	if err := run(*out, *pause, *agnhost, *porter, *busybox, *kcm, *kubeVersion); err != nil {
 		klog.ErrorS(err, "Writing the node's images failed")
 		os.Exit(1)
 	}
 }
 
-func run(out, pause, agnhost, busybox, kcm, kubeVersion string) error {
-	if out == "" || pause == "" || agnhost == "" || busybox == "" || kcm == "" || kubeVersion == "" {
-		return fmt.Errorf("-out, -pause, -agnhost, -busybox, -kube-controller-manager and -kube-version are all required")
+func run(out, pause, agnhost, porter, busybox, kcm, kubeVersion string) error {
+	if out == "" || pause == "" || agnhost == "" || porter == "" || busybox == "" || kcm == "" || kubeVersion == "" {
+		return fmt.Errorf("-out, -pause, -agnhost, -agnhost-porter, -busybox, -kube-controller-manager and -kube-version are all required")
 	}
 	busyboxImage, err := busyboxImage(busybox)
 	if err != nil {
 		return err
 	}
+	agnhostCurrent := agnhostImage(AgnhostImage, agnhost, porter, busyboxImage.files)
+	agnhostPrev := agnhostImage(AgnhostPrevImage, agnhost, porter, busyboxImage.files)
 	kcmFiles, err := withLibraries("usr/local/bin/kube-controller-manager", kcm)
 	if err != nil {
 		return err
 	}
 	images := map[string]image{
 		"pause":        {ref: PauseImage, files: []imageFile{binary("pause", pause)}, entrypoint: []string{"/pause"}},
-		"agnhost":      {ref: AgnhostImage, files: []imageFile{binary("agnhost", agnhost)}, entrypoint: []string{"/agnhost"}},
-		"agnhost-prev": {ref: AgnhostPrevImage, files: []imageFile{binary("agnhost", agnhost)}, entrypoint: []string{"/agnhost"}},
+		"agnhost":      agnhostCurrent,
+		"agnhost-prev": agnhostPrev,
 		"busybox":      busyboxImage,
 		"kube-controller-manager": {ref: KubeControllerManagerImage + kubeVersion, files: kcmFiles,
 			entrypoint: []string{"/usr/local/bin/kube-controller-manager"}},
@@ -132,6 +136,28 @@ func busyboxImage(path string) (image, error) {
 		}
 	}
 	return image{ref: BusyboxImage, files: files, cmd: []string{"sh"}}, nil
+}
+
+// agnhostImage is upstream's agnhost image as far as the tests use it:
+// /agnhost (and agnhost-2) with pause as its command, porter's
+// certificate and key at the root (test-webserver serves them to
+// readiness probes), the user and group the SupplementalGroups tests name,
+// /uploads for netexec, and busybox's shell and tools where upstream's
+// Alpine base has them (tests exec sh, mv, cat, nc, wget).
+func agnhostImage(ref, agnhost, porter string, busybox []imageFile) image {
+	files := []imageFile{binary("agnhost", agnhost), {name: "agnhost-2", mode: 0o777, link: "agnhost"},
+		binary("localhost.crt", filepath.Join(porter, "localhost.crt")), binary("localhost.key", filepath.Join(porter, "localhost.key")),
+		{name: "uploads", mode: 0o755, dir: true}}
+	for _, f := range busybox {
+		switch f.name {
+		case "etc/passwd":
+			f.data = append(slices.Clone(f.data), "user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\n"...)
+		case "etc/group":
+			f.data = append(slices.Clone(f.data), "user-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n"...)
+		}
+		files = append(files, f)
+	}
+	return image{ref: ref, files: files, entrypoint: []string{"/agnhost"}, cmd: []string{"pause"}}
 }
 
 // withLibraries is a dynamically linked binary at name and the shared
