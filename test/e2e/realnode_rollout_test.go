@@ -99,7 +99,7 @@ func (d *deployedFleet) watchFewestReady(ctx context.Context) func() int {
 type podLogStreams struct {
 	dir string
 	mu  sync.Mutex
-	// byPod is each followed pod's file.
+	// byPod is each followed pod incarnation's file (name-uid).
 	byPod map[string]string
 }
 
@@ -113,14 +113,16 @@ func (d *deployedFleet) streamLogs(ctx context.Context) *podLogStreams {
 					if len(p.Status.ContainerStatuses) == 0 || p.Status.ContainerStatuses[0].State.Running == nil {
 						continue
 					}
+					// A StatefulSet's replacement keeps the name: one
+					// log per incarnation.
+					incarnation := p.Name + "-" + string(p.UID)
+					path := filepath.Join(s.dir, incarnation+".log")
 					s.mu.Lock()
-					_, following := s.byPod[p.Name]
-					if !following {
-						s.byPod[p.Name] = filepath.Join(s.dir, p.Name+".log")
-					}
+					_, following := s.byPod[incarnation]
+					s.byPod[incarnation] = path
 					s.mu.Unlock()
 					if !following {
-						go d.followLog(ctx, p.Name, filepath.Join(s.dir, p.Name+".log"))
+						go d.followLog(ctx, p.Name, path)
 					}
 				}
 			}
