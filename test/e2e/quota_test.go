@@ -152,6 +152,20 @@ func TestResourceQuotaLikeKubeControllerManager(t *testing.T) {
 		for _, side := range sides {
 			ns := fmt.Sprintf("quota-round-%02d", i)
 			createNamespace(ctx, t, side.client, ns)
+			// The count includes kube-root-ca.crt, which the root-CA
+			// publisher creates after the namespace. Created after the
+			// quota's first count, it is counted by neither the controller
+			// (upstream's monitors have no add handler) nor admission
+			// while the quota has no usage yet, under KCM as under the
+			// fleet: seen under the fleet in CI on a loaded machine (the
+			// first count 2 ConfigMaps of 3, then one over the limit
+			// admitted). How soon it appears is TestNamespaceFirstMoments'
+			// question; this test's is the count, so it starts once the
+			// ConfigMap is there.
+			poll(ctx, t, side.name+": kube-root-ca.crt in "+ns, time.Minute, func() (bool, string) {
+				_, err := side.client.CoreV1().ConfigMaps(ns).Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
+				return err == nil, fmt.Sprint(err)
+			})
 			for _, err := range []error{
 				createPVC(ctx, side.client, ns, "claim-a"), createPVC(ctx, side.client, ns, "claim-b"),
 				createConfigMap(ctx, side.client, ns, "config-a"), createConfigMap(ctx, side.client, ns, "config-b"),
