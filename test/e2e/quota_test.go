@@ -154,9 +154,9 @@ func TestResourceQuotaLikeKubeControllerManager(t *testing.T) {
 			createNamespace(ctx, t, side.client, ns)
 			// The count includes kube-root-ca.crt, which the root-CA
 			// publisher creates after the namespace. Created after the
-			// quota's first count, it is counted by neither the controller
-			// (upstream's monitors have no add handler) nor admission
-			// while the quota has no usage yet, under KCM as under the
+			// quota's first count, it is missing from that count, and
+			// upstream's controller (its monitors have no add handler)
+			// counts it only at the full resync, under KCM as under the
 			// fleet: seen under the fleet in CI on a loaded machine (the
 			// first count 2 ConfigMaps of 3, then one over the limit
 			// admitted). How soon it appears is TestNamespaceFirstMoments'

@@ -89,7 +89,7 @@ func newDeployedFleet(ctx context.Context, t *testing.T, dir, kind string) *depl
 		t.Fatal(err)
 	}
 	d.imageTag = imageTag(t, repoPath(t, "build/image/oci/index.json"))
-	d.writeKCMStaticPod(ctx)
+	d.writeKCMStaticPod()
 	d.writeOverlay(dir, kind)
 	return d
 }
@@ -114,7 +114,7 @@ func imageTag(t *testing.T, indexFile string) string {
 
 // writeKCMStaticPod puts KCM's manifest where the kubelet runs it, as
 // kubeadm does: host network, its flags, its files from the host.
-func (d *deployedFleet) writeKCMStaticPod(ctx context.Context) {
+func (d *deployedFleet) writeKCMStaticPod() {
 	d.t.Helper()
 	kubeconfig, err := d.cluster.Kubeconfig("kube-controller-manager", "system:kube-controller-manager")
 	if err != nil {
@@ -134,7 +134,7 @@ func (d *deployedFleet) writeKCMStaticPod(ctx context.Context) {
 			PriorityClassName: "system-node-critical",
 			Containers: []corev1.Container{{
 				Name:         "kube-controller-manager",
-				Image:        "registry.k8s.io/kube-controller-manager:" + kubeVersion(ctx, d.t, d.client),
+				Image:        "registry.k8s.io/kube-controller-manager:" + kubeVersion(d.t, d.client),
 				Command:      append([]string{"kube-controller-manager"}, args...),
 				VolumeMounts: []corev1.VolumeMount{{Name: "cluster", MountPath: d.cluster.Dir, ReadOnly: true}},
 			}},
@@ -150,7 +150,7 @@ func (d *deployedFleet) writeKCMStaticPod(ctx context.Context) {
 	}
 }
 
-func kubeVersion(ctx context.Context, t *testing.T, client kubernetes.Interface) string {
+func kubeVersion(t *testing.T, client kubernetes.Interface) string {
 	t.Helper()
 	v, err := client.Discovery().ServerVersion()
 	if err != nil {
