@@ -15,18 +15,71 @@ import (
 	"k8s.io/kubernetes/cmd/kube-controller-manager/names"
 )
 
-// TestOwnedSelectionReaders builds every partition controller through its
-// upstream descriptor, alone, and lists the informers it took: the
-// partition controllers taking a narrowed kind must be exactly that
-// selection's readers, whose reads were checked against the selector. A
-// new reader (a Kubernetes upgrade) fails here until someone reads it.
+// TestOwnedSelectionReaders: the partition controllers taking a
+// narrowed kind must be exactly that selection's readers, whose reads
+// were checked against the selector. A new reader (a Kubernetes upgrade)
+// fails here until someone reads it.
 func TestOwnedSelectionReaders(t *testing.T) {
-	got := map[reflect.Type][]string{}
-	for _, s := range ownedSelections {
-		got[reflect.TypeOf(s.object)] = nil
-	}
+	taken := partitionControllerKinds(t)
 	// Built by hand (newTokensController) with the Secret informer.
-	got[reflect.TypeOf(&corev1.Secret{})] = []string{names.ServiceAccountTokenController}
+	secrets := reflect.TypeOf(&corev1.Secret{})
+	taken[secrets] = append(taken[secrets], names.ServiceAccountTokenController)
+	for _, s := range ownedSelections {
+		typ := reflect.TypeOf(s.object)
+		want := slices.Sorted(maps.Keys(s.readers))
+		got := slices.Sorted(slices.Values(taken[typ]))
+		if !slices.Equal(got, want) {
+			t.Errorf("partition controllers taking the %v informer: %v; the selector %q was checked against %v", typ, got, s.selector, want)
+		}
+	}
+}
+
+// TestHeldEverywhereArePartitionKinds: the kinds held in every namespace
+// for the garbage collector and resourcequota are the namespaced kinds
+// the partition controllers read from the owned cache, but the narrowed
+// ones: a kind left out is watched twice on the replica running them
+// (the owned cache's watch, and a cluster-wide metadata watch), one too
+// many caches every object in full there with no watch saved.
+func TestHeldEverywhereArePartitionKinds(t *testing.T) {
+	want := map[reflect.Type]bool{}
+	for typ := range partitionControllerKinds(t) {
+		if _, narrowed := ownedFieldSelectors()[typ]; narrowed || !namespacedKind(typ) {
+			continue
+		}
+		want[typ] = true
+	}
+	got := map[reflect.Type]bool{}
+	for _, kind := range heldEverywhere {
+		got[reflect.TypeOf(kind.obj)] = true
+	}
+	for typ := range want {
+		if !got[typ] {
+			t.Errorf("the partition controllers read %v from the owned cache, and it is not held everywhere for the garbage collector and resourcequota", typ)
+		}
+	}
+	for typ := range got {
+		if !want[typ] {
+			t.Errorf("%v is held everywhere, and no partition controller reads it", typ)
+		}
+	}
+}
+
+// namespacedKind says whether the owned cache holds objects of typ: the
+// cluster-scoped kinds the partition controllers read (Nodes,
+// Namespaces) come from the pool.
+func namespacedKind(typ reflect.Type) bool {
+	switch typ {
+	case reflect.TypeOf(&corev1.Node{}), reflect.TypeOf(&corev1.Namespace{}):
+		return false
+	}
+	return true
+}
+
+// partitionControllerKinds builds every partition controller through its
+// upstream descriptor, alone, and lists the typed informers each took.
+func partitionControllerKinds(t *testing.T) map[reflect.Type][]string {
+	t.Helper()
+	got := map[reflect.Type][]string{}
 	for name, entry := range Catalog {
 		if entry.Kind != Partition || name == names.ServiceAccountTokenController {
 			continue
@@ -52,20 +105,11 @@ func TestOwnedSelectionReaders(t *testing.T) {
 				t.Logf("%s took no typed informer", name)
 			}
 			for typ := range taken {
-				if readers, ok := got[typ]; ok {
-					got[typ] = append(readers, name)
-				}
+				got[typ] = append(got[typ], name)
 			}
 		})
 	}
-	for _, s := range ownedSelections {
-		typ := reflect.TypeOf(s.object)
-		want := slices.Sorted(maps.Keys(s.readers))
-		slices.Sort(got[typ])
-		if !slices.Equal(got[typ], want) {
-			t.Errorf("partition controllers taking the %v informer: %v; the selector %q was checked against %v", typ, got[typ], s.selector, want)
-		}
-	}
+	return got
 }
 
 // TestNarrowedKindsAreNotHeldEverywhere: the owned cache refuses to hold a

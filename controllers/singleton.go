@@ -5,10 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"sync"
-	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	clientinformers "k8s.io/client-go/informers"
@@ -146,11 +143,10 @@ func (r *Runtime) runSingleton(ctx context.Context, piece shard.Piece, gate *wri
 // informers from factory.
 //
 // With the owned cache, informers are typed only where a reader needs the
-// objects or the replica holds them anyway: resourcequota's evaluators
-// read Services, ResourceClaims and its own ResourceQuotas, and the kinds
-// held everywhere (Pods, PVCs) are typed for the colocated singletons, the
-// garbage collector included, as in KCM's typed-first factory. Everything
-// else the garbage collector and resourcequota watch is cached as metadata
+// objects or the replica holds them anyway: the kinds the colocated
+// singletons read whole (colocatedTypedResources, and heldEverywhere),
+// as in KCM's typed-first factory. Everything else
+// the garbage collector and resourcequota watch is cached as metadata
 // rather than in full, cluster-wide, in informers the two share. In
 // filtered-watch the typed informers are cached anyway, and sharing them
 // is what KCM does.
@@ -160,8 +156,8 @@ func (r *Runtime) singletonContext(ctx context.Context, name string, builder *sh
 	var typed clientinformers.SharedInformerFactory = factory
 	if r.owned != nil {
 		var needed []schema.GroupResource
-		if name == names.ResourceQuotaController {
-			needed = append(needed, quotaTypedResources...)
+		if Catalog[name].Has(NeedsMetadataInformers) {
+			needed = append(needed, colocatedTypedResources...)
 		}
 		for _, kind := range heldEverywhere {
 			if _, ok := held[reflect.TypeOf(kind.obj)]; ok {
@@ -208,16 +204,22 @@ func buildSingleton(ctx context.Context, cc kcmapp.ControllerContext, descriptor
 	return []kcmapp.Controller{ctrl}, nil
 }
 
-// quotaTypedResources are the namespaced resources resourcequota reads
-// whole objects of (besides the kinds held everywhere): the Service
-// evaluator reads a Service's type and ports, the ResourceClaim evaluator
-// its device requests, and the controller its own ResourceQuotas, typed
-// through its informer; its evaluators of these share that one informer
-// (quotaEvaluatorFactory).
-var quotaTypedResources = []schema.GroupResource{
+// colocatedTypedResources are the namespaced resources, besides the kinds
+// held everywhere, that the colocated singletons read whole from the
+// pool: resourcequota's Service evaluator a Service's type and ports, its
+// ResourceClaim evaluator a claim's device requests, the controller its
+// own ResourceQuotas (its evaluators share that one informer,
+// quotaEvaluatorFactory); node-lifecycle the node Leases; the
+// resourceclaim controller its ResourceClaimTemplates. The garbage
+// collector and resourcequota, which watch every resource, read them
+// typed too: a metadata informer beside the typed one would watch the
+// kind twice on their replica (TestInformersLikeKubeControllerManager).
+var colocatedTypedResources = []schema.GroupResource{
 	{Resource: "services"},
 	{Resource: "resourcequotas"},
 	{Group: "resource.k8s.io", Resource: "resourceclaims"},
+	{Group: "resource.k8s.io", Resource: "resourceclaimtemplates"},
+	{Group: "coordination.k8s.io", Resource: "leases"},
 }
 
 // quotaEvaluatorFactory is resourcequota's typed factory, whose
@@ -239,68 +241,4 @@ type quotaEvaluatorFactory struct {
 
 func (f quotaEvaluatorFactory) ForResource(gvr schema.GroupVersionResource) (clientinformers.GenericInformer, error) {
 	return f.monitors.ForResource(gvr)
-}
-
-// heldEverywhere are the kinds the colocated singletons read in every
-// namespace and the partition controllers read in theirs.
-var heldEverywhere = []struct {
-	obj      runtime.Object
-	resource schema.GroupResource
-}{
-	{&corev1.Pod{}, schema.GroupResource{Resource: "pods"}},
-	{&corev1.PersistentVolumeClaim{}, schema.GroupResource{Resource: "persistentvolumeclaims"}},
-}
-
-// holdEverywhere makes the owned cache hold every namespace of the kinds
-// a colocated singleton reads cluster-wide (every Pod, every PVC) and
-// gives those informers: with the pool's cluster-wide informers instead,
-// the replica running the colocated singletons cached its partitions'
-// Pods twice (a fleet of one: every Pod twice). Nil without an owned
-// cache, or for other singletons.
-func (r *Runtime) holdEverywhere(ctx context.Context, name string) (map[reflect.Type]cache.SharedIndexInformer, error) {
-	if r.owned == nil || !Catalog[name].Has(NeedsClusterWidePods) {
-		return nil, nil
-	}
-	r.owned.Start(r.sharedStop)
-	held := map[reflect.Type]cache.SharedIndexInformer{}
-	for _, kind := range heldEverywhere {
-		done := r.watchHold(ctx, name, kind.resource.Resource)
-		informer, err := r.owned.HoldEverywhere(ctx, kind.obj)
-		done()
-		if err != nil {
-			r.releaseEverywhere(held)
-			return nil, err
-		}
-		held[reflect.TypeOf(kind.obj)] = informer
-	}
-	return held, nil
-}
-
-// watchHold logs a singleton's hold of every namespace of resource once
-// it has gone on for longer than a lease duration, with what the owned
-// cache waits for: the singleton does not start until it ends. It
-// returns what ends the watch.
-func (r *Runtime) watchHold(ctx context.Context, name, resource string) (done func()) {
-	if r.table.stuckAfter <= 0 {
-		return func() {}
-	}
-	start := time.Now()
-	timer := time.AfterFunc(r.table.stuckAfter, func() {
-		var waits []string
-		for _, w := range r.owned.Waiting() {
-			waits = append(waits, w.String())
-		}
-		klog.FromContext(ctx).Error(nil, "A singleton's hold of every namespace has gone on for longer than a lease duration: the singleton does not start until it ends", "singleton", name, "resource", resource, "took", time.Since(start).Round(time.Second), "waitingFor", waits)
-	})
-	return func() { timer.Stop() }
-}
-
-// releaseEverywhere ends holdEverywhere, once the singleton's handlers
-// are gone.
-func (r *Runtime) releaseEverywhere(held map[reflect.Type]cache.SharedIndexInformer) {
-	for _, kind := range heldEverywhere {
-		if _, ok := held[reflect.TypeOf(kind.obj)]; ok {
-			r.owned.ReleaseEverywhere(kind.obj)
-		}
-	}
 }

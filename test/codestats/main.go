@@ -23,7 +23,9 @@
 //     it shows where the state went;
 //   - type names defined in more than one package of the repository;
 //   - the owned cache's size (informers/): files, lines, mutexes, comments
-//     saying a lock is held, and the concepts its doc.go names.
+//     saying a lock is held, and the concepts its doc.go names;
+//   - the writers of what the partition controllers see: the functions
+//     calling a Scope's Gain, Lose, Held or Dropped, by package and type.
 //
 // Usage:
 //
@@ -82,12 +84,13 @@ type stats struct {
 	structs     map[string]map[string]field // product package -> "Type.field" -> field
 	typeHomes   map[string][]string         // type name -> packages
 	ownedCache  ownedCacheStats             // informers/
+	visibility  []visibilityWrite           // writers of a Scope's visibility
 	root        string
 }
 
 func main() {
 	root := flag.String("root", ".", "the repository's root")
-	verbose := flag.Bool("v", false, "list the file:line of each global klog call")
+	verbose := flag.Bool("v", false, "list the file:line of each global klog call and each write of a Scope's visibility")
 	check := flag.Bool("check", false, "print nothing but the limits the code is past (limits.go), and fail if any")
 	flag.Parse()
 	s, err := collect(*root)
@@ -198,6 +201,7 @@ func (s *stats) add(fset *token.FileSet, rel string, f *ast.File) {
 	}
 	s.klogCalls[pkg] = append(s.klogCalls[pkg], globalKlogCalls(fset, rel, f)...)
 	s.testImports = append(s.testImports, s.importsOfTestTree(rel, f)...)
+	s.visibility = append(s.visibility, visibilityWrites(fset, rel, pkg, f)...)
 	addStructFields(s.structs, fset, rel, pkg, f)
 }
 
@@ -291,6 +295,7 @@ func (s *stats) print(w io.Writer, verbose bool) {
 	s.printStateHomes(w)
 	section(w, "type names defined in more than one package", len(s.twins()), s.twins())
 	s.printOwnedCache(w, s.root)
+	printVisibilityWriters(w, s.visibility, verbose)
 }
 
 // printSizes prints the long functions and files, the product's first.

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -171,6 +172,16 @@ func TestInformersLikeKubeControllerManager(t *testing.T) {
 	if seen == 0 {
 		t.Fatal("the census lists no informer")
 	}
+	// One replica runs every piece: a kind the partition controllers read
+	// whole is one watch, whoever else reads it. ConfigMaps and Secrets
+	// are narrowed for the partition controllers, and the garbage
+	// collector and resourcequota read every one's metadata: a selection
+	// of their own.
+	for _, twice := range watchedTwice(census) {
+		if !strings.HasPrefix(twice, "/configmaps: ") && !strings.HasPrefix(twice, "/secrets: ") {
+			problems = append(problems, "watched twice on one replica: "+twice)
+		}
+	}
 	// The other way round: every resource KCM's informers list is read by
 	// an informer of the fleet's, or a controller lost one.
 	kcmListed := kcmInformerResources(ctx, t, q)
@@ -248,6 +259,73 @@ func missingFromCensus(kcm map[string]bool, census map[string][]informers.Inform
 	}
 	sort.Strings(out)
 	return out
+}
+
+// watchedTwice lists, sorted, the resources the census's replica reads
+// through more than one informer, each with the informers ("group/resource:
+// a; b"): the owned cache's of a kind (its owned partitions or, held for a
+// singleton, every namespace: one informer either way, per field
+// selector), the pool's typed one (cluster-wide or through a scoped view)
+// and the pool's metadata one are each a watch of their own.
+func watchedTwice(census map[string][]informers.InformerRecord) []string {
+	informersOf := map[string]map[string]bool{}
+	for _, records := range census {
+		for _, r := range records {
+			var informer string
+			switch {
+			case r.Source == informers.SourceOwnedPartitions || r.Source == informers.SourceHeldEverywhere:
+				informer = "owned cache"
+			case r.Typed:
+				informer = "pool, typed"
+			default:
+				informer = "pool, metadata"
+			}
+			if r.FieldSelector != "" {
+				informer += " " + r.FieldSelector
+			}
+			res := r.Group + "/" + r.Resource
+			if informersOf[res] == nil {
+				informersOf[res] = map[string]bool{}
+			}
+			informersOf[res][informer] = true
+		}
+	}
+	var out []string
+	for res, informers := range informersOf {
+		if len(informers) > 1 {
+			out = append(out, res+": "+strings.Join(slices.Sorted(maps.Keys(informers)), "; "))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestWatchedTwice: a resource read from two informers is reported with
+// both, whichever pieces read them; the owned cache's informer, whether
+// it serves the owned partitions or every namespace, is one.
+func TestWatchedTwice(t *testing.T) {
+	owned := informers.InformerRecord{Group: "apps", Resource: "replicasets", Typed: true, Source: informers.SourceOwnedPartitions}
+	held := informers.InformerRecord{Group: "apps", Resource: "replicasets", Typed: true, Source: informers.SourceHeldEverywhere}
+	metadata := informers.InformerRecord{Group: "apps", Resource: "replicasets", Source: informers.SourceClusterWide}
+	narrowed := informers.InformerRecord{Resource: "configmaps", Typed: true, Source: informers.SourceOwnedPartitions, FieldSelector: "metadata.name=kube-root-ca.crt"}
+	cmMetadata := informers.InformerRecord{Resource: "configmaps", Source: informers.SourceClusterWide}
+	for _, tc := range []struct {
+		name   string
+		census map[string][]informers.InformerRecord
+		want   []string
+	}{
+		{"owned and held are one", map[string][]informers.InformerRecord{"partition": {owned}, "garbage-collector-controller": {held}}, nil},
+		{"owned and metadata", map[string][]informers.InformerRecord{"partition": {owned}, "garbage-collector-controller": {metadata}},
+			[]string{"apps/replicasets: owned cache; pool, metadata"}},
+		{"narrowed and metadata", map[string][]informers.InformerRecord{"partition": {narrowed}, "resourcequota-controller": {cmMetadata}},
+			[]string{"/configmaps: owned cache metadata.name=kube-root-ca.crt; pool, metadata"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := watchedTwice(tc.census); !slices.Equal(got, tc.want) {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
 }
 
 // TestMissingFromCensus: a resource KCM's informers list that no piece's
