@@ -12,17 +12,75 @@
 // # The owned cache
 //
 // OwnedCache holds, per namespaced kind, one informer fed by an
-// ownedListWatch whose sources are requests to the apiserver:
+// ownedListWatch whose sources are requests to the apiserver: a trunk,
+// the feeders loading namespaces into it and, while the kind is held
+// everywhere, an adopting source, merged back into one trunk by
+// compaction (the concepts below). The trunk drops the events of the
+// namespaces it does not carry undecoded.
 //
-//   - the trunk: one cluster-wide watch (and its list), keeping the events
-//     of the namespaces it carries and dropping the others undecoded;
-//   - a feeder: a list of namespaces being loaded, handed over to the
-//     trunk with the trunk's events of them held back meanwhile and those
-//     newer than the list applied after it (ownedfeed.go);
-//   - an adopting source: while a singleton holds every namespace of the
-//     kind (HoldEverywhere), one list and watch of every namespace.
+// # Concepts
 //
-// Compaction merges the watching sources back into one.
+// Each name below has one meaning in this package.
+//
+// Sources and what they carry (ownedsource.go, ownedfeed.go):
+//
+//   - trunk: an informer's watching source, one cluster-wide watch and
+//     its list, whose events are kept for the namespaces it carries;
+//   - feeder: a list of namespaces being loaded into the trunk; it never
+//     watches;
+//   - joining: a namespace on its way into the trunk through a feeder;
+//   - backlog: the trunk's events of a joining namespace, held back until
+//     the feeder's list is handed over, then applied where newer than it;
+//   - floor: the version through which a namespace's events were handed
+//     over by another request (a feeder's list, the sources a merge
+//     replaced); the trunk drops that namespace's events up to it;
+//   - compaction: the watching sources merged back into one trunk,
+//     resumed from the oldest of their versions above each floor;
+//   - superseded watch: a selected watch whose shard selector does not
+//     name a namespace that joined: cancelled, and opened again naming it;
+//   - adopting source: while the kind is held everywhere, a source whose
+//     list and watch carry every namespace, taking one no other source
+//     carries at its first object;
+//   - keeper: a watching source that takes the namespaces of kept
+//     partitions at their first event (ownedpartitions.go).
+//
+// What the informer is handed (ownedstream.go, ownedwatch.go):
+//
+//   - loaded: a namespace some source of the kind carries;
+//   - awaited: a loaded namespace a Load waits for, until its first list
+//     is handed over;
+//   - ledger: per namespace, the objects handed to the informer and not
+//     deleted since; a deletion of anything else is never sent;
+//   - purge: the deletions of an unloaded namespace's objects, sent with
+//     the next stream;
+//   - bookmark: the newest version any source delivered, sent when the
+//     store is behind it;
+//   - catch-up: a gain's wait, over namespaces a source carried already,
+//     until the informer holds every object of a list sent after the gain
+//     at its version or newer (ownedcatchup.go);
+//   - behind: a namespace a catch-up waits for;
+//   - wake: a watching source's wait to resume cut short for a catch-up,
+//     once per gain.
+//
+// What the partition controllers see (ownedheld.go, scope.go,
+// scopewindow.go, view.go):
+//
+//   - created: a namespace created in a loaded partition, gathered with
+//     others created within 5 ms into one join;
+//   - held: a namespace of a loaded partition whose first list every
+//     informer holds; a gated scope shows it from then on;
+//   - held everywhere: a kind whose informer holds every namespace for the
+//     colocated singletons (HoldEverywhere), until as many releases;
+//   - scope: the partitions the replica owns and, gated, the namespaces
+//     held, through which the partition controllers' handlers and listers
+//     see the informers;
+//   - reveal: a scope's delivery, as additions, of the cached objects of a
+//     partition gained or a namespace held; a hide, as deletions, of a
+//     partition lost;
+//   - scope window: per handler, what a reveal or hide told it of the
+//     namespaces it covers, kept 10 s to sort the events queued before it;
+//   - deferred registration: a handler added to a running shared informer
+//     that goes live only when its piece starts its informers.
 //
 // # A partition, per kind
 //

@@ -69,9 +69,9 @@ type OwnedCache struct {
 	// how many; join leaves their new namespaces to the gain.
 	naming map[int]int
 	stop   <-chan struct{}
-	// joining: namespaces created in loaded partitions, added together
+	// created: namespaces created in loaded partitions, joined together
 	// after a short wait so a burst of them shares a request.
-	joining []string
+	created []string
 	// held: namespaces of loaded partitions whose first list every
 	// informer holds, so that every later event of theirs reaches the
 	// informers. A namespace deleted stays held: the trunk keeps
@@ -140,12 +140,12 @@ func (o *OwnedCache) namespaceAdded(obj any) {
 	if !o.partitions[o.config.PartitionOf(ns.Name)] && !o.heldEverywhere() {
 		return
 	}
-	o.joining = append(o.joining, ns.Name)
+	o.created = append(o.created, ns.Name)
 	switch {
 	case !o.listsToJoin(ns.Name):
 		// Every kind has kept it from its first event: shown at once.
 		go o.join()
-	case len(o.joining) == 1:
+	case len(o.created) == 1:
 		time.AfterFunc(joinDelay, o.join)
 	}
 }

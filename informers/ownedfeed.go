@@ -70,11 +70,11 @@ func (s *ownedStream) takeFeed(ctx context.Context, f *source, items []runtime.O
 	if _, trunkCurrent := lw.sources[trunk]; !current || !trunkCurrent || stopped {
 		return nil, nil, 0, false
 	}
-	held := map[string][]watch.Event{}
+	backlogs := map[string][]watch.Event{}
 	for ns := range versions {
 		if j := trunk.joining[ns]; j != nil && j.feeder == f {
 			namespaces = append(namespaces, ns)
-			held[ns] = j.held
+			backlogs[ns] = j.backlog
 			delete(trunk.joining, ns)
 			trunk.raiseFloor(ns, versions[ns])
 		}
@@ -92,7 +92,7 @@ func (s *ownedStream) takeFeed(ctx context.Context, f *source, items []runtime.O
 	events = append(events, lw.deletionsAbsent(namespaces, events)...)
 	listedCount = len(events)
 	for _, ns := range namespaces {
-		for _, e := range held[ns] {
+		for _, e := range backlogs[ns] {
 			if m, err := meta.Accessor(e.Object); err == nil && newerVersion(m.GetResourceVersion(), versions[ns]) {
 				events = append(events, e)
 			}

@@ -41,7 +41,7 @@ func (o *OwnedCache) ReportTo(r HeldReporter) {
 func (o *OwnedCache) join() {
 	o.mu.Lock()
 	var namespaces []string
-	for _, ns := range o.joining {
+	for _, ns := range o.created {
 		// A gain still reading its partition's namespaces loads it.
 		if p := o.config.PartitionOf(ns); o.partitions[p] && o.naming[p] == 0 && !o.held[ns] {
 			namespaces = append(namespaces, ns)
@@ -52,11 +52,11 @@ func (o *OwnedCache) join() {
 		// A kind kept by partition has kept it from its first event.
 		i.lw.loadUnkept(namespaces, true)
 		if i.everywhere > 0 {
-			i.lw.load(o.joining, false)
+			i.lw.load(o.created, false)
 		}
 		lws = append(lws, i.lw)
 	}
-	o.joining = nil
+	o.created = nil
 	stop := o.stop
 	o.mu.Unlock()
 	if len(namespaces) == 0 {

@@ -191,10 +191,12 @@ func (s *source) supersedeWatch() {
 	}
 }
 
-// joining is a namespace on its way into the trunk.
+// joining is a namespace on its way into the trunk: the feeder that
+// lists it, and its backlog, the trunk's events of it held back until
+// the feeder's list is handed over.
 type joining struct {
-	feeder *source
-	held   []watch.Event
+	feeder  *source
+	backlog []watch.Event
 }
 
 // join marks namespaces as joining s through feeder: s holds back their

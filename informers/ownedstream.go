@@ -196,7 +196,7 @@ func (s *ownedStream) decide(src *source, e watch.Event, m metav1.Object, relist
 	loaded := lw.adopt(src, ns)
 	j, joining := src.joining[ns]
 	if joining && loaded && !relist {
-		j.held = append(j.held, e)
+		j.backlog = append(j.backlog, e)
 	}
 	lw.mu.Unlock()
 	if !loaded || !src.has(ns) || joining {
