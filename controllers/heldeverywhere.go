@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	batchv1 "k8s.io/api/batch/v1"
@@ -98,29 +99,25 @@ func (r *Runtime) holdEverywhere(ctx context.Context, name string) (map[reflect.
 	}
 	r.owned.Start(r.sharedStop)
 	var mu sync.Mutex
-	var firstErr error
 	held := map[reflect.Type]cache.SharedIndexInformer{}
-	var wg sync.WaitGroup
+	g, holdCtx := errgroup.WithContext(ctx)
 	for _, kind := range kinds {
-		wg.Go(func() {
-			done := r.watchHold(ctx, name, kind.resource.String())
-			informer, err := r.owned.HoldEverywhere(ctx, kind.obj)
+		g.Go(func() error {
+			done := r.watchHold(holdCtx, name, kind.resource.String())
+			informer, err := r.owned.HoldEverywhere(holdCtx, kind.obj)
 			done()
+			if err != nil {
+				return err
+			}
 			mu.Lock()
 			defer mu.Unlock()
-			if err != nil {
-				if firstErr == nil {
-					firstErr = err
-				}
-				return
-			}
 			held[reflect.TypeOf(kind.obj)] = informer
+			return nil
 		})
 	}
-	wg.Wait()
-	if firstErr != nil {
+	if err := g.Wait(); err != nil {
 		r.releaseEverywhere(held)
-		return nil, firstErr
+		return nil, err
 	}
 	return held, nil
 }
