@@ -27,10 +27,11 @@ import (
 
 // apiServerModel is an in-memory kube-apiserver of Namespaces and
 // ConfigMaps, served over HTTP on loopback with the wire format client-go
-// reads: lists at the current resourceVersion (a shard selector is
-// ignored, as by a server without ShardedListAndWatch), watches from a
-// version with the events after it, bookmarks, watches ended early, and
-// 410 Gone for a version older than the last compaction.
+// reads: lists at the current resourceVersion, watches from a version
+// with the events after it, bookmarks, watches ended early, 410 Gone for
+// a version older than the last compaction, and shard selectors of
+// namespace ranges honoured in lists and watches, as by a server with
+// ShardedListAndWatch (shardselector_test.go).
 type apiServerModel struct {
 	server *httptest.Server
 
@@ -256,14 +257,19 @@ func (m *apiServerModel) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	if q.Get("watch") == "true" || q.Get("watch") == "1" {
-		m.watch(w, r, resource, namespace)
+	selects, err := parseNamespaceShards(q.Get("shardSelector"))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	m.list(w, resource, namespace)
+	if q.Get("watch") == "true" || q.Get("watch") == "1" {
+		m.watch(w, r, resource, namespace, selects)
+		return
+	}
+	m.list(w, resource, namespace, selects)
 }
 
-func (m *apiServerModel) list(w http.ResponseWriter, resource, namespace string) {
+func (m *apiServerModel) list(w http.ResponseWriter, resource, namespace string, selects func(namespace string) bool) {
 	m.mu.Lock()
 	var items []json.RawMessage
 	add := func(obj runtime.Object) {
@@ -276,7 +282,7 @@ func (m *apiServerModel) list(w http.ResponseWriter, resource, namespace string)
 		}
 	} else {
 		for _, cm := range m.configMaps {
-			if namespace == "" || cm.Namespace == namespace {
+			if (namespace == "" || cm.Namespace == namespace) && selects(cm.Namespace) {
 				add(cm)
 			}
 		}
@@ -302,7 +308,7 @@ func (m *apiServerModel) list(w http.ResponseWriter, resource, namespace string)
 	_ = json.NewEncoder(w).Encode(map[string]any{"apiVersion": "v1", "kind": kind, "metadata": map[string]string{"resourceVersion": version}, "items": items})
 }
 
-func (m *apiServerModel) watch(w http.ResponseWriter, r *http.Request, resource, namespace string) {
+func (m *apiServerModel) watch(w http.ResponseWriter, r *http.Request, resource, namespace string, selects func(namespace string) bool) {
 	q := r.URL.Query()
 	initialEvents := q.Get("sendInitialEvents") == "true"
 	from, err := strconv.ParseInt(q.Get("resourceVersion"), 10, 64)
@@ -362,7 +368,7 @@ func (m *apiServerModel) watch(w http.ResponseWriter, r *http.Request, resource,
 			}
 		} else {
 			for _, cm := range m.configMaps {
-				if namespace == "" || cm.Namespace == namespace {
+				if (namespace == "" || cm.Namespace == namespace) && selects(cm.Namespace) {
 					initial = append(initial, cm.DeepCopy())
 				}
 			}
@@ -394,7 +400,7 @@ func (m *apiServerModel) watch(w http.ResponseWriter, r *http.Request, resource,
 		var batch []modelEvent
 		stalled := m.stalled
 		for _, e := range m.history {
-			if !stalled && e.rv > from && e.resource == resource && (namespace == "" || e.obj.(metav1.Object).GetNamespace() == namespace) {
+			if ns := e.obj.(metav1.Object).GetNamespace(); !stalled && e.rv > from && e.resource == resource && (namespace == "" || ns == namespace) && (resource == "namespaces" || selects(ns)) {
 				batch = append(batch, e)
 			}
 		}
