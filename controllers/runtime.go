@@ -245,7 +245,7 @@ func NewRuntime(ctx context.Context, cfg RuntimeConfig) (*Runtime, error) {
 func newOwnedCache(ctx context.Context, cfg RuntimeConfig, clients *informers.RESTClients, mapper meta.RESTMapper, namespaces cache.SharedIndexInformer) (*informers.OwnedCache, error) {
 	owned, err := informers.NewOwnedCache(informers.OwnedCacheConfig{
 		Sharded: cfg.Mode == informers.ModeShardedWatch, MaxTerms: cfg.SelectorTerms, NamespaceWatchMax: cfg.NamespaceWatchMax, RESTClients: clients, Mapper: mapper,
-		Namespaces: namespaces, PartitionOf: cfg.Ring.NamespacePartition, FieldSelectors: ownedFieldSelectors(), SelectedWatches: sets.New(cfg.SelectedWatches...),
+		Namespaces: namespaces, PartitionOf: cfg.Ring.NamespacePartition, Partitions: cfg.Ring.Partitions, FieldSelectors: ownedFieldSelectors(), SelectedWatches: sets.New(cfg.SelectedWatches...),
 		Resync: kcmapp.ResyncPeriod(cfg.KCM)(), Transform: trimManagedFields, Logger: klog.FromContext(ctx),
 	})
 	if err != nil {

@@ -473,8 +473,11 @@ func rowPartition(ns string) int {
 	if _, err := fmt.Sscanf(ns, "ns-%d", &i); err != nil {
 		return 0
 	}
-	return i + 1
+	return (i + 1) % rowPartitions
 }
+
+// rowPartitions is how many partitions rowPartition places in.
+const rowPartitions = 64
 
 // startRowCache starts an owned cache of the model's ConfigMaps, placed
 // by rowPartition, with partition 0 loaded, and returns it and its
@@ -487,7 +490,7 @@ func startRowCache(ctx context.Context, t *testing.T, model *apiServerModel, sha
 		t.Fatal(err)
 	}
 	_, namespaces, mapper := startModelPool(ctx, t, client)
-	owned, err := NewOwnedCache(OwnedCacheConfig{Sharded: sharded, MaxTerms: 2, RESTClients: NewRESTClients(config), Mapper: mapper, Namespaces: namespaces, PartitionOf: rowPartition})
+	owned, err := NewOwnedCache(OwnedCacheConfig{Sharded: sharded, MaxTerms: 2, RESTClients: NewRESTClients(config), Mapper: mapper, Namespaces: namespaces, PartitionOf: rowPartition, Partitions: rowPartitions})
 	if err != nil {
 		t.Fatal(err)
 	}

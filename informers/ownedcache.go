@@ -37,6 +37,9 @@ type OwnedCacheConfig struct {
 	// Namespaces is the replica's informer of all Namespaces; it must run.
 	Namespaces  cache.SharedIndexInformer
 	PartitionOf func(namespace string) int
+	// Partitions is how many partitions PartitionOf places namespaces
+	// in: holding every namespace (HoldEverywhere) loads each of them.
+	Partitions int
 	// FieldSelectors narrows kinds the partition controllers read only a
 	// few objects of: the informer of such a kind lists and watches with
 	// the field selector and holds only what matches (a kind not listed
@@ -107,6 +110,9 @@ func NewOwnedCache(c OwnedCacheConfig) (*OwnedCache, error) {
 	if c.MaxTerms < 1 || c.MaxTerms > MaxSelectorTerms {
 		return nil, fmt.Errorf("shard selector terms must be between 1 and %d, got %d", MaxSelectorTerms, c.MaxTerms)
 	}
+	if c.PartitionOf != nil && c.Partitions < 1 {
+		return nil, fmt.Errorf("partitions must be at least 1, got %d", c.Partitions)
+	}
 	if c.NamespaceWatchMax < 0 {
 		return nil, fmt.Errorf("namespace watches must be at least 0, got %d", c.NamespaceWatchMax)
 	}
@@ -151,12 +157,11 @@ func (o *OwnedCache) namespaceAdded(obj any) {
 }
 
 // listsToJoin says whether some informer lists namespace ns to hold it:
-// one that does not keep its partition (or holds every namespace, and
-// takes it in a source of its own). Called with mu held.
+// one that does not keep its partition. Called with mu held.
 func (o *OwnedCache) listsToJoin(ns string) bool {
 	p := o.config.PartitionOf(ns)
 	for _, i := range o.informers {
-		if i.everywhere > 0 || !i.lw.keeps(p) {
+		if !i.lw.keeps(p) {
 			return true
 		}
 	}
@@ -178,7 +183,9 @@ func (o *OwnedCache) heldEverywhere() bool {
 // until as many ReleaseEverywhere, and returns it once it does: for the
 // singletons that read every object of a kind the partition controllers
 // read too (every Pod), so that the replica running both caches them once
-// rather than its partitions' share twice. Start the cache first.
+// rather than its partitions' share twice. Holding every namespace is
+// every partition loaded in that kind, gained as the cache gains
+// partitions (ownedgain.go). Start the cache first.
 func (o *OwnedCache) HoldEverywhere(ctx context.Context, obj runtime.Object) (cache.SharedIndexInformer, error) {
 	if selector, ok := o.config.FieldSelectors[reflect.TypeOf(obj)]; ok {
 		return nil, fmt.Errorf("the owned cache holds only the %T objects matching %q, not every one", obj, selector)
@@ -187,37 +194,24 @@ func (o *OwnedCache) HoldEverywhere(ctx context.Context, obj runtime.Object) (ca
 		return nil, err
 	}
 	informer := o.InformerFor(obj)
-	o.mu.Lock()
-	i := o.informers[reflect.TypeOf(obj)]
-	i.everywhere++
-	first := i.everywhere == 1
-	i.lw.holdEverywhere(true)
-	namespaces := o.config.Namespaces.GetStore().ListKeys()
-	sort.Strings(namespaces)
-	unlisted := i.lw.load(namespaces, true)
-	started := o.stop != nil
-	o.mu.Unlock()
-	err := wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) {
-		return i.lw.loadedInto(namespaces), nil
-	})
-	if err == nil && first && started && len(unlisted) > 0 {
-		// The namespaces held already (the replica's partitions') come
-		// from a source that can be behind the server, as at a gain
-		// (ownedcatchup.go): a singleton starting on them reads them at
-		// least as new as the server after it started. A later hold
-		// finds every namespace held and followed since the first.
-		err = i.lw.catchUp(ctx, unlisted, informer.HasSynced)
-	}
-	if err != nil {
+	if err := o.gainEverywhere(ctx, o.informerOf(obj)); err != nil {
 		o.ReleaseEverywhere(obj)
 		return nil, fmt.Errorf("loading every namespace of %T: %w", obj, err)
 	}
 	return informer, nil
 }
 
+// informerOf is the cache's informer of obj's kind, made by InformerFor.
+func (o *OwnedCache) informerOf(obj runtime.Object) *ownedInformer {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.informers[reflect.TypeOf(obj)]
+}
+
 // ReleaseEverywhere ends one HoldEverywhere: after the last, the informer
-// drops the namespaces of partitions not loaded (as deletions, which
-// scoped handlers do not see). Remove the singleton's handlers first.
+// forgets the partitions not loaded and drops their namespaces (as
+// deletions, which scoped handlers do not see). Remove the singleton's
+// handlers first.
 func (o *OwnedCache) ReleaseEverywhere(obj runtime.Object) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -229,7 +223,13 @@ func (o *OwnedCache) ReleaseEverywhere(obj runtime.Object) {
 	if i.everywhere > 0 {
 		return
 	}
-	i.lw.holdEverywhere(false)
+	// Forgotten first: a namespace the trunk takes meanwhile is unloaded
+	// with the rest.
+	for p := range o.config.Partitions {
+		if !o.partitions[p] {
+			i.lw.forget(p)
+		}
+	}
 	var gone []string
 	for _, ns := range i.lw.namespaces() {
 		if !o.partitions[o.config.PartitionOf(ns)] {
@@ -237,6 +237,24 @@ func (o *OwnedCache) ReleaseEverywhere(obj runtime.Object) {
 		}
 	}
 	i.lw.unload(gone)
+	gen, leaving := i.lw.leaveEverywhere()
+	if !leaving {
+		return
+	}
+	names := o.config.Namespaces.GetStore().ListKeys()
+	if o.stop == nil {
+		// Not started: the first list reads them again.
+		i.lw.letGoEverywhere(gen, names)
+		return
+	}
+	stop := o.stop
+	go func() {
+		names, err := o.readNamespaces(wait.ContextForChannel(stop))
+		if err != nil {
+			return // the cache stops
+		}
+		i.lw.letGoEverywhere(gen, names)
+	}()
 }
 
 // InformerFor gives the cache's informer of obj's kind, which must be a
@@ -357,9 +375,13 @@ func (o *OwnedCache) unload(p int) (dropped []string) {
 	}
 	unloaded := 0
 	for _, i := range o.informers {
-		// Forgotten first: a namespace it takes meanwhile is unloaded
-		// with the rest.
-		i.lw.forget(p)
+		// A kind held everywhere keeps the partition loaded for its
+		// singletons until the last ReleaseEverywhere. Any other forgets
+		// it first: a namespace it takes meanwhile is unloaded with the
+		// rest.
+		if i.everywhere == 0 {
+			i.lw.forget(p)
+		}
 		var namespaces []string
 		for _, ns := range i.lw.namespaces() {
 			if o.config.PartitionOf(ns) == p {
@@ -367,10 +389,9 @@ func (o *OwnedCache) unload(p int) (dropped []string) {
 			}
 		}
 		unloaded = max(unloaded, len(namespaces))
-		if i.everywhere > 0 {
-			continue // a singleton reads them still
+		if i.everywhere == 0 {
+			i.lw.unload(namespaces)
 		}
-		i.lw.unload(namespaces)
 	}
 	ownedNamespaces.Add(-float64(unloaded))
 	ownedPartitions.Dec()

@@ -197,7 +197,7 @@ func testOwnedCache(ctx context.Context, t *testing.T, config *rest.Config, shar
 		selectedWatches = sets.New("configmaps")
 	}
 	owned, err := NewOwnedCache(OwnedCacheConfig{Sharded: sharded, MaxTerms: 2, NamespaceWatchMax: wideAbove, RESTClients: NewRESTClients(counted), Mapper: mapper,
-		Namespaces: namespaces, PartitionOf: partitionOf, FieldSelectors: map[reflect.Type]fields.Selector{reflect.TypeOf(&corev1.Secret{}): typeSelector},
+		Namespaces: namespaces, PartitionOf: partitionOf, Partitions: 10, FieldSelectors: map[reflect.Type]fields.Selector{reflect.TypeOf(&corev1.Secret{}): typeSelector},
 		SelectedWatches: selectedWatches})
 	if err != nil {
 		t.Fatal(err)

@@ -15,8 +15,8 @@ import (
 // A gain that lists nothing must still hand its controllers a cache at
 // least as new as the server after the gain. Namespaces held everywhere
 // for a singleton (Pods, PVCs) are not listed when their partition is
-// gained: the source adopting every namespace already carries them. But
-// that source can be behind the server, its watch waiting to resume after
+// gained: the trunk already carries them. But it can be behind the
+// server, its watch waiting to resume after
 // kube-apiserver closed it, told 410 Gone and not yet listed again, or
 // stalled, and the partition's previous owner (another replica, or an
 // earlier run here before its authority ran out) wrote in between: a Job
@@ -103,11 +103,11 @@ func (lw *ownedListWatch) caughtUp(ns string, listed []keyVersion, version strin
 	lw.mu.Lock()
 	passed := false
 	// A namespace of a kept partition no source carries has had no event
-	// since its keeper's stream began, so a keeper that has delivered
-	// past the list has delivered it too.
+	// since the trunk's stream began, so a trunk that has delivered past
+	// the list has delivered it too.
 	unclaimed := !lw.loaded[ns] && lw.kept(ns)
 	for s := range lw.sources {
-		if s.feeds == nil && s.version != "" && (s.has(ns) || unclaimed && s.keeps) && s.joining[ns] == nil {
+		if s.feeds == nil && s.version != "" && (s.has(ns) || unclaimed) && s.joining[ns] == nil {
 			passed = !newerVersion(version, s.delivered(ns))
 		}
 	}
@@ -198,11 +198,11 @@ func (lw *ownedListWatch) relistCarriers(namespaces []string) {
 // namespaces. Called with mu held.
 func (lw *ownedListWatch) carriers(namespaces []string) []*source {
 	// A namespace of a kept partition no source carries yet is the
-	// keepers' to take.
+	// trunk's to take.
 	unclaimed := slices.ContainsFunc(namespaces, func(ns string) bool { return !lw.loaded[ns] && lw.kept(ns) })
 	var out []*source
 	for s := range lw.sources {
-		if s.feeds == nil && s.version != "" && (slices.ContainsFunc(namespaces, s.has) || unclaimed && lw.keeper(s)) {
+		if s.feeds == nil && s.version != "" && (slices.ContainsFunc(namespaces, s.has) || unclaimed) {
 			out = append(out, s)
 		}
 	}

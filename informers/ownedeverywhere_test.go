@@ -17,10 +17,9 @@ import (
 // they start again, the singleton holding every namespace once more and
 // the partitions gained. HoldEverywhere and then Load must each return
 // with the informer holding the partitions' namespaces as the server
-// does, objects written while they were away included. A source that
-// adopted every namespace and outlived the release took them back as
-// empty: a ReplicaSet controller handed that cache saw none of its Pods
-// and created them all again.
+// does, objects written while they were away included. A cache that
+// took the namespaces back as empty made a ReplicaSet controller handed
+// it see none of its Pods and create them all again.
 func TestHeldEverywhereAgainAfterARelease(t *testing.T) {
 	inBothListModes(t, testHeldEverywhereAgain)
 }
@@ -36,15 +35,14 @@ func testHeldEverywhereAgain(t *testing.T, sharded bool) {
 		// singleton lets go of every namespace; else after.
 		partitionFirst bool
 		// away: how long between the release and the singleton holding
-		// every namespace again (past compactDelay, the sources have
-		// merged in between).
+		// every namespace again.
 		away time.Duration
 	}
 	rows := []row{
 		{name: "partition released first, back at once", partitionFirst: true},
 		{name: "singleton released first, back at once"},
-		{name: "partition released first, back after the sources merged", partitionFirst: true, away: compactDelay + time.Second},
-		{name: "singleton released first, back after the sources merged", away: compactDelay + time.Second},
+		{name: "partition released first, back after a while", partitionFirst: true, away: 3 * time.Second},
+		{name: "singleton released first, back after a while", away: 3 * time.Second},
 	}
 	// Row i's namespace is ns-i, of partition i+1 (rowPartition);
 	// partition 0 is the replica's throughout.

@@ -112,17 +112,9 @@ func (o *OwnedCache) gainedNamespaces(ctx context.Context, g *gain) ([]string, e
 		defer o.mu.Unlock()
 		return o.namespacesOf(g.adding), nil
 	}
-	var names []string
-	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		var err error
-		if names, err = o.namespaceReads.get(ctx); err != nil {
-			o.config.Logger.V(2).Info("Reading the namespaces of partitions gained; retrying", "err", err)
-			return false, nil
-		}
-		return true, nil
-	})
+	names, err := o.readNamespaces(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("reading the namespaces of partitions gained: %w", err)
+		return nil, err
 	}
 	var out []string
 	for _, ns := range names {
@@ -221,4 +213,62 @@ func (o *OwnedCache) stopNaming(g *gain) {
 			delete(o.naming, p)
 		}
 	}
+}
+
+// readNamespaces reads every namespace's name by a consistent list,
+// retrying until ctx ends.
+func (o *OwnedCache) readNamespaces(ctx context.Context) ([]string, error) {
+	var names []string
+	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		var err error
+		if names, err = o.namespaceReads.get(ctx); err != nil {
+			o.config.Logger.V(2).Info("Reading the namespaces of partitions gained; retrying", "err", err)
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading the namespaces of partitions gained: %w", err)
+	}
+	return names, nil
+}
+
+// gainEverywhere loads every partition into i's kind for a singleton
+// (HoldEverywhere), as a gain does in every kind: named, read by a
+// consistent list, loaded; it returns once i holds every namespace. Only
+// the first hold catches up the namespaces loaded already (the
+// replica's partitions'), which may come from a source behind the
+// server; a later one finds every namespace held and followed since.
+func (o *OwnedCache) gainEverywhere(ctx context.Context, i *ownedInformer) error {
+	o.mu.Lock()
+	i.everywhere++
+	first := i.everywhere == 1
+	started := o.stop != nil
+	every := map[int]bool{}
+	for p := range o.config.Partitions {
+		every[p] = true
+	}
+	if first {
+		i.lw.holdEverywhere()
+	}
+	i.lw.nameGain(every)
+	names := o.config.Namespaces.GetStore().ListKeys()
+	o.mu.Unlock()
+	if started {
+		var err error
+		if names, err = o.readNamespaces(ctx); err != nil {
+			return err
+		}
+	}
+	sort.Strings(names)
+	o.mu.Lock()
+	unlisted, loading := i.lw.keepGain(every, names, true)
+	o.mu.Unlock()
+	err := wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) {
+		return i.lw.loadedInto(loading), nil
+	})
+	if err == nil && first && started && len(unlisted) > 0 {
+		err = i.lw.catchUp(ctx, unlisted, i.informer.HasSynced)
+	}
+	return err
 }

@@ -20,7 +20,7 @@ import (
 // wideAbove namespaces one cluster-wide request. The trunk lists with one
 // selector naming its namespaces when they fit, else cluster-wide, and
 // when it has none reads only the current version. Objects of other
-// namespaces are dropped here, except an adopting source's. A trunk
+// namespaces are dropped here. A trunk
 // listing again first takes the namespaces created in kept partitions
 // since it last watched (takeUncarried); at the informer's first list
 // (first) none was taken at an event yet, and the read after the list
@@ -41,8 +41,6 @@ func (lw *ownedListWatch) listSource(ctx context.Context, t *listWatchTarget, sr
 	}
 	kind := wideList
 	switch {
-	case src.adopts:
-		kind = adoptingList
 	case len(namespaces) == 0:
 		kind = versionOnly
 	case lw.sharded && len(namespaces) <= lw.maxTerms:
@@ -56,17 +54,8 @@ func (lw *ownedListWatch) listSource(ctx context.Context, t *listWatchTarget, sr
 	for _, ns := range namespaces {
 		versions[ns] = version
 	}
-	if kind == adoptingList {
-		versions[everyNamespace] = version
-	}
 	return items, versions, nil
 }
-
-// everyNamespace, among the versions of a list, says that the list read
-// every namespace (an adopting source's): it covers the namespaces its
-// source took while it was on its way too, whether or not the source
-// still adopts when it is handed over. No namespace has this name.
-const everyNamespace = "*"
 
 // listNamespaces lists the objects of namespaces as a feeder does, as
 // they are when it is called, with the version each namespace was read
@@ -118,12 +107,11 @@ type listKind int
 const (
 	wideList     listKind = iota // every namespace, keeping only namespaces'
 	selectorList                 // a shard selector naming namespaces
-	adoptingList                 // every namespace, keeping all
 	versionOnly                  // only the current version
 )
 
 // listRequest makes one paged cluster-wide list of t and returns the
-// objects in namespaces (every object for adoptingList) and the list's
+// objects in namespaces and the list's
 // version; with since, at a version no older than since (sinceTrunk).
 func (lw *ownedListWatch) listRequest(ctx context.Context, t *listWatchTarget, namespaces []string, kind listKind, since string) ([]runtime.Object, string, error) {
 	want := map[string]bool{}
@@ -155,8 +143,7 @@ func (lw *ownedListWatch) listRequest(ctx context.Context, t *listWatchTarget, n
 			return nil, "", fmt.Errorf("listing %s: %w", t.resource, err)
 		}
 		for _, item := range items {
-			// An adopting source keeps every namespace: emit decides.
-			if m, err := meta.Accessor(item); err == nil && (kind == adoptingList || want[m.GetNamespace()]) {
+			if m, err := meta.Accessor(item); err == nil && want[m.GetNamespace()] {
 				out = append(out, item)
 			}
 		}

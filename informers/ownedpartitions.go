@@ -16,28 +16,33 @@ type partitionPhase int
 const (
 	partitionNaming partitionPhase = iota // the gain reads its namespaces
 	partitionKept                         // its namespaces are taken at their first event
+	// partitionLeaving: a selected kind let go everywhere: its namespaces
+	// are still taken at their first event, but a namespace created now
+	// joins through a list, until the trunk takes the ones left and
+	// names them in its watch (letGoEverywhere).
+	partitionLeaving
 )
 
 // keepsByPartition says whether the trunk keeps namespaces by partition:
-// its watch carries every namespace (no shard selector naming them).
+// its watch carries every namespace (no shard selector naming them, as
+// while a selected kind is held everywhere). Called with mu held.
 func (lw *ownedListWatch) keepsByPartition() bool {
 	if lw.partitionOf == nil {
 		return false
 	}
 	t, err := lw.target()
-	return err == nil && !(lw.sharded && t.selectWatch)
+	return err == nil && (!(lw.sharded && t.selectWatch) || lw.everywhere)
 }
 
 // nameGain marks partitions naming, for a kind kept by partition: from
 // now on the trunk decodes the events of their namespaces.
 func (lw *ownedListWatch) nameGain(partitions map[int]bool) {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
 	if !lw.keepsByPartition() {
 		return
 	}
-	lw.mu.Lock()
-	defer lw.mu.Unlock()
 	for p := range partitions {
-		delete(lw.retained, p)
 		if _, ok := lw.partitions[p]; !ok {
 			lw.partitions[p] = partitionNaming
 		}
@@ -68,12 +73,19 @@ func (lw *ownedListWatch) keepGain(partitions map[int]bool, namespaces []string,
 	unlisted = lw.load(loading, await)
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
+	keeps := lw.keepsByPartition()
 	for p := range partitions {
-		if _, named := lw.partitions[p]; named {
+		switch phase, named := lw.partitions[p]; {
+		case !named || phase != partitionNaming:
+		case keeps:
 			lw.partitions[p] = partitionKept
+		default:
+			// Its watch names its namespaces again (a selected kind
+			// let go everywhere while the gain read them): listed.
+			delete(lw.partitions, p)
 		}
 	}
-	lw.ensureKeeper()
+	lw.ensureTrunk()
 	return unlisted, loading
 }
 
@@ -82,33 +94,15 @@ func (lw *ownedListWatch) keepGain(partitions map[int]bool, namespaces []string,
 func (lw *ownedListWatch) forget(p int) {
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
-	if lw.everywhere {
-		// The adopting source left p's namespaces to the keepers: they
-		// keep them until every namespace is no longer held.
-		if _, ok := lw.partitions[p]; ok {
-			lw.retained[p] = true
-		}
-		return
-	}
 	delete(lw.partitions, p)
 	delete(lw.noted, p)
 }
 
-// forgetRetained forgets the partitions forget retained while every
-// namespace was held. Called with mu held.
-func (lw *ownedListWatch) forgetRetained() {
-	for p := range lw.retained {
-		delete(lw.partitions, p)
-		delete(lw.noted, p)
-	}
-	clear(lw.retained)
-}
-
-// takeByPartition says whether watching source src takes ns, not loaded,
-// at this event: ns is in a kept partition. A naming partition's
-// namespace is noted for its gain. Called with mu held.
+// takeByPartition says whether the trunk src takes ns, not loaded, at
+// this event: ns is in a kept partition. A naming partition's namespace
+// is noted for its gain. Called with mu held.
 func (lw *ownedListWatch) takeByPartition(src *source, ns string) bool {
-	if !lw.keeper(src) || lw.partitionOf == nil || ns == "" {
+	if src.feeds != nil || lw.partitionOf == nil || ns == "" {
 		return false
 	}
 	p := lw.partitionOf(ns)
@@ -136,44 +130,14 @@ func (lw *ownedListWatch) note(p int, ns string) {
 	lw.noted[p][ns] = true
 }
 
-// keeper says whether watching source src takes the namespaces of kept
-// partitions at their first event: a watching source that does not
-// adopt, or an adopting one when no other watches. The keepers' streams
-// carry every event of those partitions since they were named (or since
-// their lists, after which takeUncarried joined the namespaces they did
-// not carry), so what a keeper takes at its first event is whole; an
-// adopting source beside them leaves those namespaces to them, since its
-// list, which would take them, folds events their handlers may have
-// been told of already. Called with mu held.
-func (lw *ownedListWatch) keeper(src *source) bool {
-	return src.keeps || plantedAnyKeeper && src.feeds == nil
-}
-
-// keeperSource is a keeper, adopting or not, if there is one. Called
-// with mu held.
-func (lw *ownedListWatch) keeperSource() *source {
-	for s := range lw.sources {
-		if s.keeps {
-			return s
-		}
-	}
-	return nil
-}
-
-// hasKeeper says whether some source keeps. Called with mu held.
-func (lw *ownedListWatch) hasKeeper() bool { return lw.keeperSource() != nil }
-
-// ensureKeeper starts an empty trunk when no source watches, so that the
+// ensureTrunk starts an empty trunk when none watches, so that the
 // namespaces created in kept partitions reach the informer. Called with
 // mu held.
-func (lw *ownedListWatch) ensureKeeper() {
-	if len(lw.partitions) == 0 {
+func (lw *ownedListWatch) ensureTrunk() {
+	if len(lw.partitions) == 0 || lw.trunk() != nil {
 		return
 	}
-	if lw.hasKeeper() {
-		return
-	}
-	s := &source{keeps: true}
+	s := &source{}
 	lw.sources[s] = struct{}{}
 	if lw.stream != nil {
 		lw.stream.start(s)
@@ -191,10 +155,10 @@ func (lw *ownedListWatch) partitionDecoded(ns string) bool {
 	return ok
 }
 
-// takeUncarried reads the namespaces around a list of keeper src and
+// takeUncarried reads the namespaces around a list of the trunk src and
 // makes it take those of kept partitions no source carries; those of
 // naming partitions are noted. Before the list (join false) src carries
-// them, so that its list covers them: a keeper that lists again (its
+// them, so that its list covers them: a trunk that lists again (its
 // version expired) missed their events since it last watched, and its
 // list folds no more of them than a plain informer's relist would. After
 // it (join true) they join src through a feeder (feedUncovered): created
@@ -222,11 +186,11 @@ func (lw *ownedListWatch) takeUncarried(ctx context.Context, src *source, join b
 	return true
 }
 
-// uncarried reads every namespace for keeper src; nil when src is not a
-// keeper that lists by name or no partition is kept.
+// uncarried reads every namespace for the trunk src; nil when src is a
+// feeder, the kind does not keep by partition or no partition is kept.
 func (lw *ownedListWatch) uncarried(ctx context.Context, src *source) ([]string, bool) {
 	lw.mu.Lock()
-	skip := !src.keeps || src.adopts || len(lw.partitions) == 0 || lw.listNamespaceNames == nil || plantedNoReadAfterList
+	skip := src.feeds != nil || len(lw.partitions) == 0 || lw.listNamespaceNames == nil || plantedNoReadAfterList
 	lw.mu.Unlock()
 	if skip {
 		return nil, true
@@ -256,9 +220,9 @@ func (lw *ownedListWatch) stillUncarried(names []string) []string {
 }
 
 // ready says whether ns can be shown to handlers as far as this kind
-// keeps it by partition: no keeper is listing (its list, and the read
+// keeps it by partition: the trunk is not listing (its list, and the read
 // after it, may yet make ns join through a feeder) and ns is not being
-// fed. A namespace shown while a keeper lists could have events its
+// fed. A namespace shown while the trunk lists could have events its
 // handlers were told of folded into a feeder's list.
 func (lw *ownedListWatch) ready(ns string) bool {
 	lw.mu.Lock()
@@ -270,7 +234,7 @@ func (lw *ownedListWatch) ready(ns string) bool {
 		return true
 	}
 	for s := range lw.sources {
-		if s.keeps && s.version == "" || s.joining[ns] != nil {
+		if s.feeds == nil && s.version == "" || s.joining[ns] != nil {
 			return false
 		}
 	}
@@ -278,17 +242,15 @@ func (lw *ownedListWatch) ready(ns string) bool {
 }
 
 // loadUnkept loads, awaited, the namespaces whose partitions the kind
-// does not keep by partition: they need a list to join the trunk.
-// created: they were created in partitions the replica had loaded.
+// does not keep (naming ones included: the trunk drops their events
+// until the gain naming them is done): they need a list to join the
+// trunk. created: they were created in partitions the replica had
+// loaded.
 func (lw *ownedListWatch) loadUnkept(namespaces []string, created bool) {
 	var unkept []string
 	lw.mu.Lock()
 	for _, ns := range namespaces {
-		if lw.partitionOf == nil {
-			unkept = append(unkept, ns)
-			continue
-		}
-		if _, kept := lw.partitions[lw.partitionOf(ns)]; !kept {
+		if !lw.kept(ns) {
 			unkept = append(unkept, ns)
 		}
 	}
@@ -321,10 +283,7 @@ func (lw *ownedListWatch) keeps(p int) bool {
 func (lw *ownedListWatch) partitionsDescribed() []string {
 	var out []string
 	for p, phase := range lw.partitions {
-		what := map[partitionPhase]string{partitionNaming: "naming", partitionKept: "kept"}[phase]
-		if lw.retained[p] {
-			what = "retained"
-		}
+		what := map[partitionPhase]string{partitionNaming: "naming", partitionKept: "kept", partitionLeaving: "leaving"}[phase]
 		out = append(out, fmt.Sprintf("%d %s", p, what))
 	}
 	sort.Strings(out)

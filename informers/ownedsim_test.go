@@ -30,8 +30,11 @@ var (
 	// ownedSimUngated plants the bug the simulation exists for: the
 	// controllers see a namespace before the owned cache holds it.
 	ownedSimUngated = flag.Bool("ownedsim.ungated", false, "plant a bug: do not gate namespaces on the owned cache")
-	ownedSimPlant   = flag.String("ownedsim.plant", "", "plant a rule of keeping by partition out: informer-names, no-note, no-read-after-list, any-keeper or gain-shows-while-listing")
-	ownedSimDebug   = flag.String("ownedsim.debug", "", "print the schedule and every event of this namespace (*: of every namespace)")
+	ownedSimPlant   = flag.String("ownedsim.plant", "", "plant a rule of keeping by partition out: informer-names, no-note, no-read-after-list or gain-shows-while-listing")
+	// ownedSimSelected makes every schedule select the ConfigMaps' watch
+	// (and list by shard selectors), for sweeps of that path.
+	ownedSimSelected = flag.Bool("ownedsim.selected", false, "every schedule lists by shard selectors and selects the ConfigMaps' watch")
+	ownedSimDebug    = flag.String("ownedsim.debug", "", "print the schedule and every event of this namespace (*: of every namespace)")
 )
 
 // simDebugf prints a line of the schedule when -ownedsim.debug is set,
@@ -239,16 +242,16 @@ func runOwnedSim(t *testing.T, seed int64) map[string]int {
 		return int(h.Sum32() % simPartitions)
 	}
 	pool, namespaces, mapper := startModelPool(ctx, t, client)
-	sharded := rnd.Intn(2) == 0
+	sharded := rnd.Intn(2) == 0 || *ownedSimSelected
 	// selected: the ConfigMaps' watch names the loaded namespaces in a
 	// shard selector, as the Pods' does under sharded-watch. Drawn from
 	// a source of its own, so that the seeds' schedules stay what they
 	// were before it was drawn.
 	var selected sets.Set[string]
-	if sharded && rand.New(rand.NewSource(seed^0x5e1ec7)).Intn(2) == 0 {
+	if sharded && (rand.New(rand.NewSource(seed^0x5e1ec7)).Intn(2) == 0 || *ownedSimSelected) {
 		selected = sets.New("configmaps")
 	}
-	owned, err := NewOwnedCache(OwnedCacheConfig{Sharded: sharded, MaxTerms: 2, NamespaceWatchMax: rnd.Intn(3), RESTClients: NewRESTClients(config), Mapper: mapper, Namespaces: namespaces, PartitionOf: partitionOf, SelectedWatches: selected})
+	owned, err := NewOwnedCache(OwnedCacheConfig{Sharded: sharded, MaxTerms: 2, NamespaceWatchMax: rnd.Intn(3), RESTClients: NewRESTClients(config), Mapper: mapper, Namespaces: namespaces, PartitionOf: partitionOf, Partitions: simPartitions, SelectedWatches: selected})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -592,7 +595,6 @@ func plantRule(t *testing.T, rule string) {
 		"informer-names":           &plantedGainNamesFromInformer,
 		"no-note":                  &plantedNoNote,
 		"no-read-after-list":       &plantedNoReadAfterList,
-		"any-keeper":               &plantedAnyKeeper,
 		"gain-shows-while-listing": &plantedGainShowsWhileListing,
 	}
 	if rule == "" {

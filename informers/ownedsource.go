@@ -4,142 +4,24 @@ import (
 	"context"
 	"slices"
 	"sort"
-	"time"
 
 	"k8s.io/apimachinery/pkg/watch"
 )
 
 // A source is one request of an ownedListWatch: the trunk that watches,
-// a feeder that lists namespaces into it, or an adopting source while
-// every namespace is held; compaction makes them one trunk again.
+// or a feeder that lists namespaces into it.
 
-// compactDelay lets feeders hand over before the sources are merged.
-const compactDelay = 2 * time.Second
-
-// scheduleCompact merges sources soon. Called with mu held.
-func (lw *ownedListWatch) scheduleCompact() {
-	if lw.compacting {
-		return
-	}
-	lw.compacting = true
-	time.AfterFunc(compactDelay, lw.compact)
-}
-
-// compact makes the watching sources one trunk again, adopting exactly
-// while every namespace is held: holding every namespace for a singleton
-// starts an adopting source beside the trunk (its list carries every
-// namespace), and releasing them ends its adopting at once
-// (holdEverywhere) and leaves two sources to merge. The merged source
-// watches from the oldest version of those it replaces and drops, per
-// namespace, the events they had delivered, so nothing is lost or
-// repeated; if that version has expired, it lists its namespaces again (a
-// local relist).
-func (lw *ownedListWatch) compact() {
-	lw.sendMu.Lock()
-	defer lw.sendMu.Unlock()
-	lw.mu.Lock()
-	defer lw.mu.Unlock()
-	lw.compacting = false
-	for s := range lw.sources {
-		if s.feeds != nil || len(s.joining) > 0 {
-			// A merge would leave the feeders' namespaces behind.
-			lw.scheduleCompact()
-			return
-		}
-	}
-	merged, listed := lw.mergedSource()
-	if merged == nil {
-		return
-	}
-	for _, s := range listed {
-		delete(lw.sources, s)
-		if lw.stream != nil {
-			lw.stream.stop(s)
-		}
-	}
-	lw.sources[merged] = struct{}{}
-	if lw.stream != nil {
-		lw.stream.start(merged)
-	}
-	lw.countSources()
-}
-
-// mergedSource is the one source that replaces the watching sources,
-// and those it replaces; nil when they are one source already, of the
-// right shape. Called with lw.mu held.
-func (lw *ownedListWatch) mergedSource() (*source, []*source) {
-	var listed []*source
-	through := map[string]string{}
-	var namespaces []string
-	oldest := ""
-	for s := range lw.sources {
-		if s.version == "" {
-			continue
-		}
-		listed = append(listed, s)
-		if oldest == "" || newerVersion(oldest, s.version) {
-			oldest = s.version
-		}
-		for _, ns := range s.namespaces {
-			through[ns] = s.delivered(ns)
-			namespaces = append(namespaces, ns)
-		}
-	}
-	// The merged source adopts only if a source it replaces did: an
-	// adopter's list carried every namespace no other source held, and
-	// without it a namespace adopted at its first event would miss its
-	// older objects.
-	adopts, keeps := false, false
-	for _, s := range listed {
-		adopts = adopts || s.adopts && lw.everywhere
-		keeps = keeps || s.keeps
-	}
-	reshape := false
-	for _, s := range listed {
-		reshape = reshape || s.adopts != adopts
-	}
-	if len(listed) == 0 || len(listed) == 1 && !reshape {
-		return nil, nil
-	}
-	sort.Strings(namespaces)
-	merged := &source{namespaces: namespaces, version: oldest, floors: map[string]string{}, adopts: adopts, keeps: keeps}
-	for _, ns := range namespaces {
-		if newerVersion(through[ns], merged.version) {
-			merged.floors[ns] = through[ns]
-		}
-	}
-	merged.advance(merged.version)
-	return merged, listed
-}
-
-// source is a watching source (the trunk, or an adopting one) or a
-// feeder: the namespaces it carries and its resume version ("": list
-// first). A watching source watches every namespace; the client keeps the
-// ones it carries.
+// source is the trunk or a feeder: the namespaces it carries and its
+// resume version ("": list first). The trunk watches every namespace (or,
+// selected, those it carries) and the client keeps the ones it carries;
+// it takes the namespaces of kept partitions at their first event
+// (ownedpartitions.go).
 type source struct {
 	namespaces []string // sorted
 	version    string
-	// adopts: while every namespace is held (holdEverywhere): it
-	// also takes every namespace no other source holds, at its first
-	// object, listed or watched. Its list and watch carry every
-	// namespace from its version on, so a namespace created later needs
-	// no request of its own, and its objects reach the informer as soon
-	// as a cluster-wide informer's would: held namespaces joined by a
-	// list after the Namespaces informer saw them, and a singleton read
-	// a new namespace's first objects late (resourcequota counted the
-	// PVCs created with their quota as none, and its monitors, which
-	// have no add handler, never counted again until the full resync).
-	adopts bool
-	// keeps: the source takes the namespaces of kept partitions at their
-	// first event (ownedpartitions.go): a trunk, or an adopting source
-	// made when none watched; a merge of sources one of which kept. One
-	// made to adopt beside a keeper never keeps, even once it no longer
-	// adopts: it left those namespaces to the keeper.
-	keeps bool
-	// floors: per namespace, the version through which the sources this
-	// one merged had delivered its events (a merged source resumes from
-	// the oldest of theirs and drops what they delivered); nil once its
-	// own version has passed them all.
+	// floors: per namespace, the version through which a feeder's list
+	// handed its objects over; the trunk drops its events up to it. nil
+	// once its own version has passed them all.
 	floors map[string]string
 	// joining (the trunk): namespaces being loaded, each with the feeder
 	// that lists it and the trunk's events of it held back until the
@@ -273,34 +155,16 @@ func (s *source) has(ns string) bool {
 	return i < len(s.namespaces) && s.namespaces[i] == ns
 }
 
-// newSources makes the sources of namespaces (sorted). Called with mu held.
+// newSources makes the sources of namespaces (sorted): the trunk takes
+// them and a feeder lists them. A trunk that has not listed yet holds
+// them back too: its list may have been asked for before they were
+// loaded, and once it has listed, a feeder lists the ones it did not
+// cover (emit). Called with mu held.
 func (lw *ownedListWatch) newSources(namespaces []string) []*source {
-	if k := lw.keeperSource(); lw.everywhere && k != nil && len(lw.partitions) > 0 {
-		// The namespaces of naming or kept partitions are the keeper's,
-		// listed by a feeder: an adopting keeper's list left those of
-		// naming partitions out.
-		var byPartition, rest []string
-		for _, ns := range namespaces {
-			if lw.partitionDecoded(ns) {
-				byPartition = append(byPartition, ns)
-			} else {
-				rest = append(rest, ns)
-			}
-		}
-		sources := lw.joinTrunk(k, byPartition)
-		return append(sources, lw.adoptAll(rest)...)
-	}
-	if lw.everywhere {
-		return lw.adoptAll(namespaces)
-	}
-	// The trunk takes the namespaces; a feeder lists them. A trunk that
-	// has not listed yet holds them back too: its list may have been
-	// asked for before they were loaded, and once it has listed, a
-	// feeder lists the ones it did not cover (emit).
 	if t := lw.trunk(); t != nil {
 		return lw.joinTrunk(t, namespaces)
 	}
-	s := &source{namespaces: slices.Clone(namespaces), keeps: true}
+	s := &source{namespaces: slices.Clone(namespaces)}
 	lw.sources[s] = struct{}{}
 	return []*source{s}
 }
@@ -320,24 +184,4 @@ func (lw *ownedListWatch) joinTrunk(t *source, namespaces []string) []*source {
 	t.join(namespaces, f)
 	lw.sources[f] = struct{}{}
 	return []*source{f}
-}
-
-// adoptAll hands namespaces to the adopting source, made if there is
-// none. Called with mu held.
-func (lw *ownedListWatch) adoptAll(namespaces []string) []*source {
-	if a := lw.adopter(); a != nil {
-		for _, ns := range namespaces {
-			a.insert(ns)
-			if _, waiting := lw.awaited[ns]; waiting && a.version != "" {
-				// No event of it came since a's version, at which a's
-				// list carried every namespace no other source held: it
-				// had no objects then.
-				lw.awaited[ns] = []keyVersion{}
-			}
-		}
-		return nil
-	}
-	s := &source{namespaces: slices.Clone(namespaces), adopts: true, keeps: !lw.hasKeeper()}
-	lw.sources[s] = struct{}{}
-	return []*source{s}
 }

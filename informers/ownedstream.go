@@ -193,7 +193,7 @@ func (s *ownedStream) decide(src *source, e watch.Event, m metav1.Object, relist
 	lw := s.lw
 	ns := m.GetNamespace()
 	lw.mu.Lock()
-	loaded := lw.adopt(src, ns)
+	loaded := lw.carries(src, ns)
 	j, joining := src.joining[ns]
 	if joining && loaded && !relist {
 		j.backlog = append(j.backlog, e)
@@ -208,9 +208,9 @@ func (s *ownedStream) decide(src *source, e watch.Event, m metav1.Object, relist
 		}
 		if e.Type == watch.Deleted && !lw.sent(ns, m.GetName()) {
 			// The deletion of an object the informer was never
-			// handed: an adopting source that resumed from before a
-			// namespace was unloaded replays it, and takes the
-			// namespace at that first event. A plain informer's
+			// handed: a trunk that resumed from before a namespace
+			// was unloaded replays it, and takes the namespace of a
+			// kept partition at that first event. A plain informer's
 			// watch never tells its handlers of the deletion of an
 			// object they never saw.
 			return eventDropped
@@ -244,7 +244,6 @@ func (s *ownedStream) emitted(src *source, version string, relist bool, covered 
 	if relist {
 		lw.noteListed(covered, added)
 		lw.feedUncovered(s, src)
-		lw.scheduleCompact()
 	}
 	lw.mu.Unlock()
 	if version != "" && newerVersion(version, lw.highest) {
@@ -264,21 +263,8 @@ func (lw *ownedListWatch) relistCovers(src *source, listed map[string]string, ve
 			stale[ns] = true
 			continue
 		}
-		if ns != "" && ns != everyNamespace && src.has(ns) {
+		if ns != "" && src.has(ns) {
 			covered = append(covered, ns)
-		}
-	}
-	if _, every := listed[everyNamespace]; every {
-		// An adopting source's list reads every namespace: those it took
-		// while the list was on its way are covered too. Whether the
-		// source adopts still does not matter: a singleton letting go
-		// while the list was on its way ends its adopting, not what its
-		// list read, and a namespace a gain took meanwhile would
-		// otherwise never be noted listed, and its Load never return.
-		for _, ns := range src.namespaces {
-			if _, ok := listed[ns]; !ok && !stale[ns] {
-				covered = append(covered, ns)
-			}
 		}
 	}
 	sort.Strings(covered)

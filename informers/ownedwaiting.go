@@ -25,9 +25,8 @@ type LoadWait struct {
 	// Behind: namespaces a gain waits to catch up with the server
 	// (ownedcatchup.go).
 	Behind []string `json:"behind,omitempty"`
-	// Sources: the informer's requests, each as "trunk", "feeder",
-	// "adopter", "adopting keeper" or "watcher" with its version
-	// ("" while it lists) and namespaces.
+	// Sources: the informer's requests, each as "trunk" or "feeder"
+	// with its version ("listing" while it lists) and namespaces.
 	Sources []string `json:"sources,omitempty"`
 }
 
@@ -97,16 +96,8 @@ func (lw *ownedListWatch) waiting() (LoadWait, bool) {
 // mu held.
 func (s *source) describe() string {
 	kind := "trunk"
-	switch {
-	case s.feeds != nil:
+	if s.feeds != nil {
 		kind = "feeder"
-	case s.adopts:
-		kind = "adopter"
-	case !s.keeps:
-		kind = "watcher" // a former adopter, left by the keepers
-	}
-	if s.keeps && s.adopts {
-		kind = "adopting keeper"
 	}
 	version := s.version
 	if version == "" {

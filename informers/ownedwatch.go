@@ -42,10 +42,13 @@ type ownedListWatch struct {
 	// namespaces one by one, more in one cluster-wide list (0: always one
 	// by one).
 	wideAbove int
-	// everywhere: every namespace is loaded for a singleton of this
-	// replica (OwnedCache.HoldEverywhere): the trunk adopts every
-	// namespace, listing nothing for them. Guarded by mu.
+	// everywhere: every partition is loaded for a singleton of this
+	// replica (OwnedCache.HoldEverywhere), so the trunk's watch carries
+	// no shard selector (watchSelector). Guarded by mu.
 	everywhere bool
+	// letGoGen counts the holds and releases of every partition, so that
+	// a release's last step is skipped once another came (letGoEverywhere).
+	letGoGen uint64
 	// indexer is the informer's store, for the objects a purge deletes.
 	indexer func() cache.Indexer
 	// partitionOf places a namespace; listNamespaceNames reads every
@@ -70,10 +73,7 @@ type ownedListWatch struct {
 	// whose events the trunk dropped (ownedpartitions.go).
 	partitions map[int]partitionPhase
 	noted      map[int]map[string]bool
-	// retained: partitions unloaded while every namespace was held,
-	// still kept until it no longer is (forget).
-	retained map[int]bool
-	sources  map[*source]struct{}
+	sources    map[*source]struct{}
 	// ledger: per namespace, the names of the objects handed to the
 	// informer and not deleted since.
 	ledger map[string]map[string]struct{}
@@ -86,8 +86,6 @@ type ownedListWatch struct {
 	// behind: namespaces gains are waiting to catch up with the server
 	// (catchUp), with how many gains wait for each.
 	behind map[string]int
-	// compacting: a compaction is scheduled.
-	compacting bool
 	// closedWaitForTest, when set, is every wait after a close (a test
 	// holds a source in it). Guarded by mu.
 	closedWaitForTest time.Duration
@@ -127,7 +125,7 @@ type keyVersion struct{ key, version string }
 
 func newOwnedListWatch(target func() (*listWatchTarget, error), sharded bool, maxTerms, wideAbove int) *ownedListWatch {
 	return &ownedListWatch{target: target, sharded: sharded, maxTerms: maxTerms, wideAbove: wideAbove,
-		loaded: map[string]bool{}, partitions: map[int]partitionPhase{}, noted: map[int]map[string]bool{}, retained: map[int]bool{}, sources: map[*source]struct{}{}, ledger: map[string]map[string]struct{}{}, awaited: map[string][]keyVersion{}, behind: map[string]int{}}
+		loaded: map[string]bool{}, partitions: map[int]partitionPhase{}, noted: map[int]map[string]bool{}, sources: map[*source]struct{}{}, ledger: map[string]map[string]struct{}{}, awaited: map[string][]keyVersion{}, behind: map[string]int{}}
 }
 
 var _ cache.ListerWatcherWithContext = &ownedListWatch{}
@@ -155,26 +153,88 @@ func (lw *ownedListWatch) trunk() *source {
 	return nil
 }
 
-// holdEverywhere says that every namespace is (or is no longer) loaded
-// for a singleton; the sources are reshaped once listed (compact).
-func (lw *ownedListWatch) holdEverywhere(everywhere bool) {
+// holdEverywhere says that every partition is being loaded for a
+// singleton, before the gain names them. A selected trunk watches again,
+// from its version, with no selector: from now on its watch carries
+// every namespace, so the kind keeps every partition by partition as an
+// unselected one does. Partitions still leaving from the last hold are
+// kept again: their namespaces have been taken at their first event
+// throughout.
+func (lw *ownedListWatch) holdEverywhere() {
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
-	lw.everywhere = everywhere
-	if !everywhere {
-		lw.forgetRetained()
-		// An adopting source vouches that a namespace no source holds had
-		// no objects at its version only while every namespace stays
-		// held: those released next leave the informer, objects and
-		// events, and one held again before compaction must be listed,
-		// not taken back empty (a ReplicaSet controller saw none of its
-		// Pods after its replica's authority came back, and created them
-		// all again).
-		for s := range lw.sources {
-			s.adopts = false
+	lw.everywhere = true
+	lw.letGoGen++
+	for p, phase := range lw.partitions {
+		if phase == partitionLeaving {
+			lw.partitions[p] = partitionKept
 		}
 	}
-	lw.scheduleCompact()
+	if t, err := lw.target(); err == nil && lw.sharded && t.selectWatch {
+		if trunk := lw.trunk(); trunk != nil {
+			trunk.supersedeWatch()
+		}
+	}
+}
+
+// leaveEverywhere ends holding every partition, once the partitions not
+// loaded are forgotten and their namespaces unloaded. An unselected kind
+// keeps its loaded partitions by partition still. A selected one must
+// name its namespaces in its watch again, so it stops keeping them:
+// its kept partitions become leaving, where a namespace created from
+// now on joins through a list (OwnedCache.join) while the trunk still
+// takes the others at their first event; it returns the generation to
+// hand letGoEverywhere after a consistent read of the namespaces, and
+// false when there is nothing to let go.
+func (lw *ownedListWatch) leaveEverywhere() (uint64, bool) {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	lw.everywhere = false
+	if lw.keepsByPartition() {
+		return 0, false
+	}
+	lw.letGoGen++
+	for p, phase := range lw.partitions {
+		if phase == partitionKept {
+			lw.partitions[p] = partitionLeaving
+		}
+	}
+	return lw.letGoGen, true
+}
+
+// letGoEverywhere ends leaving, unless a hold or another release came
+// since leaveEverywhere returned gen: the trunk takes the namespaces of
+// leaving partitions that a consistent read issued after it (names)
+// shows and it has not taken yet, forgets those partitions and watches
+// naming its namespaces. No event of a namespace not taken has been
+// handed over (the trunk takes one of a leaving partition at its first),
+// so the watch resuming from the trunk's version delivers all of them; a
+// namespace missing from the read was created after leaving began, and
+// joins through a list.
+func (lw *ownedListWatch) letGoEverywhere(gen uint64, names []string) {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	if gen != lw.letGoGen {
+		return
+	}
+	lw.ensureTrunk()
+	trunk := lw.trunk()
+	for _, ns := range names {
+		if phase, ok := lw.partitions[lw.partitionOf(ns)]; ok && phase == partitionLeaving && !lw.loaded[ns] && trunk != nil {
+			lw.loaded[ns] = true
+			trunk.insert(ns)
+		}
+	}
+	for p, phase := range lw.partitions {
+		if phase == partitionLeaving {
+			delete(lw.partitions, p)
+			delete(lw.noted, p)
+		}
+	}
+	lw.letGoGen++
+	if trunk != nil {
+		trunk.supersedeWatch()
+	}
 }
 
 // ListWithContext lists every loaded namespace, in new sources, as one
@@ -213,7 +273,7 @@ func (lw *ownedListWatch) ListWithContext(ctx context.Context, _ metav1.ListOpti
 		if err != nil {
 			continue
 		}
-		if a := lw.adopter(); !lw.loaded[m.GetNamespace()] && (a == nil || !lw.adopt(a, m.GetNamespace())) {
+		if !lw.loaded[m.GetNamespace()] {
 			continue
 		}
 		kept = append(kept, item)
@@ -289,32 +349,23 @@ func (lw *ownedListWatch) noteListed(namespaces []string, items []runtime.Object
 	}
 }
 
-// adopt says whether ns is loaded, after src takes it if src adopts and
-// no source holds it. Called with mu held.
-func (lw *ownedListWatch) adopt(src *source, ns string) bool {
+// carries says whether ns is loaded, after the trunk src takes it if its
+// partition is kept. Called with mu held.
+func (lw *ownedListWatch) carries(src *source, ns string) bool {
 	if lw.loaded[ns] {
 		return true
 	}
-	if lw.partitionDecoded(ns) {
-		return lw.takeByPartition(src, ns)
-	}
-	if !src.adopts || !lw.everywhere {
-		return false
-	}
-	lw.loaded[ns] = true
-	src.insert(ns)
-	return true
+	return lw.partitionDecoded(ns) && lw.takeByPartition(src, ns)
 }
 
 // decodes says whether the trunk decodes an event of namespace: one it
-// may keep (loaded, of a naming or kept partition, or any while every
-// namespace is held). Whatever it skips was written before the
-// namespace's load began, so that load's list, asked for later, carries
-// it.
+// may keep (loaded, or of a naming or kept partition). Whatever it skips
+// was written before the namespace's load began, so that load's list,
+// asked for later, carries it.
 func (lw *ownedListWatch) decodes(namespace string) bool {
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
-	return lw.everywhere || lw.loaded[namespace] || lw.partitionDecoded(namespace)
+	return lw.loaded[namespace] || lw.partitionDecoded(namespace)
 }
 
 // noNamespace selects nothing a namespaced kind has: the FNV-1a hash of
@@ -325,26 +376,16 @@ var noNamespace = namespaceSelector([]string{""})
 // naming its namespaces, so that kube-apiserver filters the events of
 // the others before writing them, or "" (every namespace, filtered on the
 // client). Only a trunk of a kind whose watches are selected carries
-// one, and only while it names at most MaxSelectorTerms namespaces; an
-// adopting source must see every namespace. Called with mu held.
+// one, and only while it names at most MaxSelectorTerms namespaces and
+// the kind is not held everywhere. Called with mu held.
 func (lw *ownedListWatch) watchSelector(t *listWatchTarget, src *source) string {
-	if !lw.sharded || !t.selectWatch || src.adopts || src.feeds != nil || len(src.namespaces) > MaxSelectorTerms {
+	if !lw.sharded || !t.selectWatch || lw.everywhere || lw.leaving() || src.feeds != nil || len(src.namespaces) > MaxSelectorTerms {
 		return ""
 	}
 	if len(src.namespaces) == 0 {
 		return noNamespace
 	}
 	return namespaceSelector(src.namespaces)
-}
-
-// adopter is a source that adopts, if there is one. Called with mu held.
-func (lw *ownedListWatch) adopter() *source {
-	for s := range lw.sources {
-		if s.adopts {
-			return s
-		}
-	}
-	return nil
 }
 
 // namespaces lists the loaded namespaces.
@@ -361,8 +402,8 @@ func (lw *ownedListWatch) namespaces() []string {
 // load adds namespaces; with await, loaded reports when the informer
 // holds what their lists handed over. It returns the namespaces no list
 // of this load reads: those loaded already (held everywhere for a
-// singleton, or joining) and those an adopting source takes without a
-// list.
+// singleton, or joining) and those of kept partitions, taken at their
+// first event.
 func (lw *ownedListWatch) load(namespaces []string, await bool) (unlisted []string) {
 	return lw.loadFrom(namespaces, await, false)
 }
@@ -394,11 +435,8 @@ func (lw *ownedListWatch) loadFrom(namespaces []string, await, created bool) (un
 		}
 	}
 	sort.Strings(added)
-	if len(added) == 0 && (!lw.everywhere || lw.adopter() != nil) {
+	if len(added) == 0 {
 		return unlisted
-	}
-	if lw.everywhere && lw.adopter() != nil {
-		unlisted = append(unlisted, added...)
 	}
 	sources := lw.newSources(added)
 	for _, s := range sources {
@@ -446,4 +484,15 @@ func (lw *ownedListWatch) loadedInto(namespaces []string) bool {
 		delete(lw.awaited, ns)
 	}
 	return true
+}
+
+// leaving says whether some partition is leaving (leaveEverywhere).
+// Called with mu held.
+func (lw *ownedListWatch) leaving() bool {
+	for _, phase := range lw.partitions {
+		if phase == partitionLeaving {
+			return true
+		}
+	}
+	return false
 }

@@ -33,9 +33,6 @@ var (
 	// plantedNoReadAfterList: a trunk's list is not followed by a read
 	// of the namespaces it did not carry.
 	plantedNoReadAfterList bool
-	// plantedAnyKeeper: an adopting source beside a keeper takes kept
-	// partitions' namespaces too, from its list.
-	plantedAnyKeeper bool
 	// plantedGainShowsWhileListing: a gain shows the namespaces it
 	// loaded once their lists are in, even while a keeper lists.
 	plantedGainShowsWhileListing bool
