@@ -242,7 +242,7 @@ func (o *OwnedCache) ReleaseEverywhere(obj runtime.Object) {
 		return
 	}
 	names := o.config.Namespaces.GetStore().ListKeys()
-	if o.stop == nil {
+	if o.stop == nil || plantedLetGoFromInformer {
 		// Not started: the first list reads them again.
 		i.lw.letGoEverywhere(gen, names)
 		return

@@ -170,7 +170,7 @@ func (lw *ownedListWatch) holdEverywhere() {
 			lw.partitions[p] = partitionKept
 		}
 	}
-	if t, err := lw.target(); err == nil && lw.sharded && t.selectWatch {
+	if t, err := lw.target(); err == nil && lw.sharded && t.selectWatch && !plantedHoldKeepsSelector {
 		if trunk := lw.trunk(); trunk != nil {
 			trunk.supersedeWatch()
 		}

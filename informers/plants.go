@@ -34,6 +34,14 @@ var (
 	// of the namespaces it did not carry.
 	plantedNoReadAfterList bool
 	// plantedGainShowsWhileListing: a gain shows the namespaces it
-	// loaded once their lists are in, even while a keeper lists.
+	// loaded once their lists are in, even while the trunk lists.
 	plantedGainShowsWhileListing bool
+	// plantedHoldKeepsSelector: holding every namespace of a selected
+	// kind names its partitions while the trunk's open watch still
+	// carries its selector.
+	plantedHoldKeepsSelector bool
+	// plantedLetGoFromInformer: letting go every namespace of a selected
+	// kind takes at once the namespaces the Namespaces informer shows,
+	// with no leaving partitions and no consistent read.
+	plantedLetGoFromInformer bool
 )
