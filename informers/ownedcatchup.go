@@ -102,10 +102,18 @@ func (lw *ownedListWatch) caughtUp(ns string, listed []keyVersion, version strin
 	lw.sendMu.Lock()
 	lw.mu.Lock()
 	passed := false
-	// A namespace of a kept partition no source carries has had no event
-	// since the trunk's stream began, so a trunk that has delivered past
-	// the list has delivered it too.
-	unclaimed := !lw.loaded[ns] && lw.kept(ns)
+	// A namespace of a kept (or leaving) partition no source carries has
+	// had no event since the trunk's stream began, so a trunk that has
+	// delivered past the list has delivered it too. One neither carried
+	// nor taken by its partition any more was not in the read that ended
+	// its partition's leaving: deleted, with its objects, since; created
+	// again, it joins through a list.
+	unclaimed := !lw.loaded[ns] && lw.takesAtFirstEvent(ns)
+	if !lw.loaded[ns] && !unclaimed {
+		lw.mu.Unlock()
+		lw.sendMu.Unlock()
+		return true
+	}
 	for s := range lw.sources {
 		if s.feeds == nil && s.version != "" && (s.has(ns) || unclaimed) && s.joining[ns] == nil {
 			passed = !newerVersion(version, s.delivered(ns))
@@ -199,7 +207,7 @@ func (lw *ownedListWatch) relistCarriers(namespaces []string) {
 func (lw *ownedListWatch) carriers(namespaces []string) []*source {
 	// A namespace of a kept partition no source carries yet is the
 	// trunk's to take.
-	unclaimed := slices.ContainsFunc(namespaces, func(ns string) bool { return !lw.loaded[ns] && lw.kept(ns) })
+	unclaimed := slices.ContainsFunc(namespaces, func(ns string) bool { return !lw.loaded[ns] && lw.takesAtFirstEvent(ns) })
 	var out []*source
 	for s := range lw.sources {
 		if s.feeds == nil && s.version != "" && (slices.ContainsFunc(namespaces, s.has) || unclaimed) {

@@ -66,8 +66,14 @@ func (lw *ownedListWatch) listSource(ctx context.Context, t *listWatchTarget, sr
 func (lw *ownedListWatch) listNamespaces(ctx context.Context, t *listWatchTarget, namespaces []string, since string) ([]runtime.Object, map[string]string, error) {
 	versions := map[string]string{}
 	var out []runtime.Object
+	lw.mu.Lock()
+	// Held everywhere, the kind loads nearly every namespace: one
+	// cluster-wide list, as its unselected watch reads them, rather than
+	// one per selector's worth.
+	wide := lw.everywhere && len(namespaces) > lw.maxTerms
+	lw.mu.Unlock()
 	switch {
-	case lw.sharded:
+	case lw.sharded && !wide:
 		for _, group := range chunks(namespaces, lw.maxTerms) {
 			items, version, err := lw.listRequest(ctx, t, group, selectorList, since)
 			if err != nil {
@@ -78,7 +84,7 @@ func (lw *ownedListWatch) listNamespaces(ctx context.Context, t *listWatchTarget
 				versions[ns] = version
 			}
 		}
-	case lw.wideAbove == 0 || len(namespaces) <= lw.wideAbove:
+	case !wide && (lw.wideAbove == 0 || len(namespaces) <= lw.wideAbove):
 		for _, ns := range namespaces {
 			items, version, err := t.listNamespace(ctx, ns, sinceTrunk(metav1.ListOptions{}, since))
 			if err != nil {

@@ -270,6 +270,16 @@ func (lw *ownedListWatch) kept(ns string) bool {
 	return ok && phase == partitionKept
 }
 
+// takesAtFirstEvent says whether the trunk takes ns at its first event:
+// its partition is kept or leaving. Called with mu held.
+func (lw *ownedListWatch) takesAtFirstEvent(ns string) bool {
+	if lw.partitionOf == nil {
+		return false
+	}
+	phase, ok := lw.partitions[lw.partitionOf(ns)]
+	return ok && (phase == partitionKept || phase == partitionLeaving)
+}
+
 // keeps says whether the kind keeps partition p by partition.
 func (lw *ownedListWatch) keeps(p int) bool {
 	lw.mu.Lock()
