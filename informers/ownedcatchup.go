@@ -101,24 +101,7 @@ func (lw *ownedListWatch) catchUp(ctx context.Context, namespaces []string, sync
 func (lw *ownedListWatch) caughtUp(ns string, listed []keyVersion, version string) bool {
 	lw.sendMu.Lock()
 	lw.mu.Lock()
-	passed := false
-	// A namespace of a kept (or leaving) partition no source carries has
-	// had no event since the trunk's stream began, so a trunk that has
-	// delivered past the list has delivered it too. One neither carried
-	// nor taken by its partition any more was not in the read that ended
-	// its partition's leaving: deleted, with its objects, since; created
-	// again, it joins through a list.
-	unclaimed := !lw.loaded[ns] && lw.takesAtFirstEvent(ns)
-	if !lw.loaded[ns] && !unclaimed {
-		lw.mu.Unlock()
-		lw.sendMu.Unlock()
-		return true
-	}
-	for s := range lw.sources {
-		if s.feeds == nil && s.version != "" && (s.has(ns) || unclaimed) && s.joining[ns] == nil {
-			passed = !newerVersion(version, s.delivered(ns))
-		}
-	}
+	passed, gone := lw.deliveredPast(ns, version)
 	sent := map[string]bool{}
 	for _, kv := range listed {
 		_, name, _ := cache.SplitMetaNamespaceKey(kv.key)
@@ -128,6 +111,9 @@ func (lw *ownedListWatch) caughtUp(ns string, listed []keyVersion, version strin
 	}
 	lw.mu.Unlock()
 	lw.sendMu.Unlock()
+	if gone {
+		return true
+	}
 	indexer := lw.indexer()
 	inList := make(map[string]bool, len(listed))
 	for _, kv := range listed {
@@ -163,6 +149,27 @@ func (lw *ownedListWatch) caughtUp(ns string, listed []keyVersion, version strin
 		}
 	}
 	return true
+}
+
+// deliveredPast says whether the trunk carrying ns, not joining it, has
+// delivered past version. A namespace of a kept (or leaving) partition no
+// source carries has had no event since the trunk's stream began, so a
+// trunk that has delivered past the list has delivered it too. One
+// neither carried nor taken by its partition any more (gone) was not in
+// the read that ended its partition's leaving: deleted, with its
+// objects, since; created again, it joins through a list. Called with
+// sendMu and mu held.
+func (lw *ownedListWatch) deliveredPast(ns, version string) (passed, gone bool) {
+	unclaimed := !lw.loaded[ns] && lw.takesAtFirstEvent(ns)
+	if !lw.loaded[ns] && !unclaimed {
+		return false, true
+	}
+	for s := range lw.sources {
+		if s.feeds == nil && s.version != "" && (s.has(ns) || unclaimed) && s.joining[ns] == nil {
+			passed = !newerVersion(version, s.delivered(ns))
+		}
+	}
+	return passed, false
 }
 
 // noteBehind counts a catch-up waiting for namespaces (delta 1) or done
