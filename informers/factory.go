@@ -150,7 +150,8 @@ type addHandler func() (registration, error)
 type registration struct {
 	informer cache.SharedIndexInformer
 	handle   cache.ResourceEventHandlerRegistration
-	// scoped: the handler's Scope wrapper, unregistered with the handle.
+	// scoped: the handler's queue in the Scope's dispatcher, removed
+	// through the Scope.
 	scoped *scopedHandler
 	// stopResync ends the handler's own resync (resync.go), if it has one.
 	stopResync func()
@@ -284,10 +285,11 @@ func (f *PieceFactory) Shutdown() {
 		if h.stopResync != nil {
 			h.stopResync()
 		}
+		remove := func() error { return h.informer.RemoveEventHandler(h.handle) }
 		if h.scoped != nil {
-			f.Scope.unregister(h.scoped)
+			remove = func() error { return f.Scope.removeHandler(h.scoped) }
 		}
-		if err := h.informer.RemoveEventHandler(h.handle); err != nil {
+		if err := remove(); err != nil {
 			// Only fails for a handle of another informer: a bug here.
 			panic(fmt.Sprintf("removing a piece's event handler: %v", err))
 		}

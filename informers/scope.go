@@ -3,7 +3,6 @@ package informers
 import (
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"k8s.io/client-go/tools/cache"
 )
@@ -28,24 +27,22 @@ type Scope struct {
 	partitionOf func(namespace string) int
 	owned       []atomic.Bool
 
-	// gainMu orders Gain, Lose, Held and Dropped, so that an object of a
-	// namespace that becomes visible is delivered once: by Gain when the
-	// namespace was held first, by Held when the partition was owned
-	// first.
-	gainMu sync.Mutex
 	// gated: HasNamespace also asks held (GateNamespaces).
 	gated  bool
 	heldMu sync.RWMutex
 	held   map[string]bool
 
-	mu       sync.Mutex
-	handlers map[*scopedHandler]struct{}
+	// mu orders Gain, Lose, Held and Dropped against each other and
+	// against handlers coming and going (scopedispatch.go); it guards
+	// dispatchers.
+	mu          sync.Mutex
+	dispatchers map[cache.SharedIndexInformer]*dispatcher
 }
 
 // NewScope makes an empty scope over partitions partitions; partitionOf
 // places a namespace (it must return a value in [0, partitions)).
 func NewScope(partitions int, partitionOf func(namespace string) int) *Scope {
-	return &Scope{partitionOf: partitionOf, owned: make([]atomic.Bool, partitions), handlers: map[*scopedHandler]struct{}{}}
+	return &Scope{partitionOf: partitionOf, owned: make([]atomic.Bool, partitions), dispatchers: map[cache.SharedIndexInformer]*dispatcher{}}
 }
 
 // GateNamespaces makes the scope show a namespace only once it has been
@@ -77,18 +74,7 @@ func (s *Scope) isHeld(ns string) bool {
 // objects of those in owned partitions to every scoped handler as
 // additions, the Namespaces among them.
 func (s *Scope) Held(namespaces []string) (delivered int) {
-	s.gainMu.Lock()
-	defer s.gainMu.Unlock()
-	visible := map[string]bool{}
-	s.heldMu.RLock()
-	for _, ns := range namespaces {
-		if !s.held[ns] && s.Owns(s.partitionOf(ns)) {
-			visible[ns] = true
-		}
-	}
-	s.heldMu.RUnlock()
-	covers := func(ns string) bool { return visible[ns] }
-	return s.change(false, covers, func() {
+	return s.change(namespaces, nil, func() {
 		s.heldMu.Lock()
 		defer s.heldMu.Unlock()
 		for _, ns := range namespaces {
@@ -98,16 +84,15 @@ func (s *Scope) Held(namespaces []string) (delivered int) {
 }
 
 // Dropped records that the owned cache no longer holds namespaces (their
-// partition was unloaded): they stay hidden until held again. Their
-// partition has left the scope (Lose) already.
+// partition was unloaded): they stay hidden until held again.
 func (s *Scope) Dropped(namespaces []string) {
-	s.gainMu.Lock()
-	defer s.gainMu.Unlock()
-	s.heldMu.Lock()
-	defer s.heldMu.Unlock()
-	for _, ns := range namespaces {
-		delete(s.held, ns)
-	}
+	s.change(namespaces, nil, func() {
+		s.heldMu.Lock()
+		defer s.heldMu.Unlock()
+		for _, ns := range namespaces {
+			delete(s.held, ns)
+		}
+	})
 }
 
 // Owns says whether partition p is owned.
@@ -116,10 +101,7 @@ func (s *Scope) Owns(p int) bool { return p >= 0 && p < len(s.owned) && s.owned[
 // Gain adds partition p and delivers the cached objects of its namespaces
 // to every scoped handler as additions. The caller serializes Gain and Lose.
 func (s *Scope) Gain(p int) (delivered int) {
-	s.gainMu.Lock()
-	defer s.gainMu.Unlock()
-	covers := func(ns string) bool { return s.partitionOf(ns) == p }
-	return s.change(false, covers, func() { s.owned[p].Store(true) })
+	return s.change(nil, func(ns string) bool { return s.partitionOf(ns) == p }, func() { s.owned[p].Store(true) })
 }
 
 // Lose removes partition p, so that no event of its namespaces reaches a
@@ -130,20 +112,7 @@ func (s *Scope) Gain(p int) (delivered int) {
 // keys still queued resolve to "not found". The caller serializes Gain and
 // Lose.
 func (s *Scope) Lose(p int) (delivered int) {
-	s.gainMu.Lock()
-	defer s.gainMu.Unlock()
-	// The namespaces visible until now: one held later stays hidden, and
-	// its handlers never knew its objects.
-	visible := map[string]bool{}
-	s.heldMu.RLock()
-	for ns := range s.held {
-		if s.partitionOf(ns) == p {
-			visible[ns] = true
-		}
-	}
-	s.heldMu.RUnlock()
-	covers := func(ns string) bool { return s.partitionOf(ns) == p && (!s.gated || visible[ns]) }
-	return s.change(true, covers, func() { s.owned[p].Store(false) })
+	return s.change(nil, func(ns string) bool { return s.partitionOf(ns) == p }, func() { s.owned[p].Store(false) })
 }
 
 // IgnoreLosses marks a handler Lose does not call: one that rejects
@@ -160,147 +129,91 @@ func IgnoreLosses(h cache.ResourceEventHandler) cache.ResourceEventHandler {
 
 type lossIgnoringHandler struct{ cache.ResourceEventHandler }
 
-// change reveals (or, hide, hides) the namespaces covers selects by
-// calling flip, and delivers their cached objects to every scoped
-// handler as additions (deletions with unknown final state). Each
-// handler first opens a window on those namespaces (scopewindow.go), so
-// that what it still has queued from before the store was read is
-// sorted against what the delivery told it. Each object is read from the
-// store under the handler's lock: one the informer deleted meanwhile is
-// skipped (its deletion reaches the handler through the informer if the
-// handler knew it), one whose namespace is no longer (hide: now) in
-// scope too, and no event of the informer interleaves with the call.
-// Called with gainMu held.
-func (s *Scope) change(hide bool, covers func(namespace string) bool, flip func()) int {
+// change flips what the scope shows (flip), and queues for every
+// scoped handler the known objects of each namespace whose visibility
+// the flip changed: additions of those revealed, deletions with unknown
+// final state of those hidden. The namespaces it may change are named,
+// or chosen by covers. Every dispatcher is locked across the flip, so
+// that each queues its events before the flip with the visibility before
+// it, and after the flip with the visibility after it.
+func (s *Scope) change(named []string, covers func(namespace string) bool, flip func()) (queued int) {
 	s.mu.Lock()
-	byIndexer := map[cache.Indexer][]*scopedHandler{}
-	for h := range s.handlers {
-		if hide && h.ignoreLosses {
-			continue
-		}
-		byIndexer[h.indexer] = append(byIndexer[h.indexer], h)
+	defer s.mu.Unlock()
+	for _, d := range s.dispatchers {
+		d.mu.Lock()
+		defer d.mu.Unlock()
 	}
-	s.mu.Unlock()
-	now := time.Now()
-	windows := map[*scopedHandler]*scopeWindow{}
-	for _, handlers := range byIndexer {
-		for _, h := range handlers {
-			h.mu.Lock()
-			windows[h] = h.openWindow(hide, covers, now)
-			h.mu.Unlock()
+	was := map[string]bool{}
+	for _, ns := range named {
+		was[ns] = s.HasNamespace(ns)
+	}
+	if covers != nil {
+		for _, d := range s.dispatchers {
+			for ns := range d.known {
+				if _, seen := was[ns]; !seen && covers(ns) {
+					was[ns] = s.HasNamespace(ns)
+				}
+			}
 		}
 	}
 	flip()
-	var n int
-	for indexer, handlers := range byIndexer {
-		byName := handlers[0].byName
-		keys := s.keysOf(indexer, byName, func(ns string) bool { return covers(ns) && s.isHeld(ns) })
-		for _, h := range handlers {
-			w := windows[h]
-			for _, key := range keys {
-				h.mu.Lock()
-				if obj, exists, err := indexer.GetByKey(key); err == nil && exists && s.HasNamespace(namespaceOfKey(key, byName)) != hide {
-					if w.deliver(h, key, obj) {
-						n++
-					}
-				}
-				h.mu.Unlock()
-			}
-		}
+	for _, d := range s.dispatchers {
+		queued += d.deliverChanges(was)
 	}
-	return n
+	return queued
 }
 
-// keysOf lists the keys of the selected namespaces' objects in indexer,
-// through the namespace index where there is one.
-func (s *Scope) keysOf(indexer cache.Indexer, byName bool, selected func(namespace string) bool) []string {
-	var keys []string
-	if _, indexed := indexer.GetIndexers()[cache.NamespaceIndex]; indexed && !byName {
-		for _, ns := range indexer.ListIndexFuncValues(cache.NamespaceIndex) {
-			if !selected(ns) {
-				continue
-			}
-			nsKeys, _ := indexer.IndexKeys(cache.NamespaceIndex, ns)
-			keys = append(keys, nsKeys...)
-		}
-		return keys
-	}
-	for _, key := range indexer.ListKeys() {
-		if selected(namespaceOfKey(key, byName)) {
-			keys = append(keys, key)
-		}
-	}
-	return keys
-}
-
-func (s *Scope) register(h *scopedHandler) {
+// addHandler adds handler to the scope's view of informer (byName: of
+// Namespaces), through the informer's dispatcher, made on first use.
+func (s *Scope) addHandler(informer cache.SharedIndexInformer, byName bool, handler cache.ResourceEventHandler) (*scopedHandler, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.handlers[h] = struct{}{}
+	d := s.dispatchers[informer]
+	if d == nil {
+		d = newDispatcher(s, informer, byName)
+		r, err := informer.AddEventHandler(d)
+		if err != nil {
+			return nil, err
+		}
+		d.registration = r
+		s.dispatchers[informer] = d
+	}
+	h := newScopedHandler(d, handler)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.add(h)
+	return h, nil
 }
 
-func (s *Scope) unregister(h *scopedHandler) {
+// removeHandler stops h; the last handler of an informer takes its
+// dispatcher off the informer.
+func (s *Scope) removeHandler(h *scopedHandler) error {
+	d := h.dispatcher
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.handlers, h)
+	d.mu.Lock()
+	empty := d.remove(h)
+	if empty && s.dispatchers[d.informer] == d {
+		delete(s.dispatchers, d.informer)
+	}
+	d.mu.Unlock()
+	s.mu.Unlock()
+	if !empty {
+		return nil
+	}
+	return d.informer.RemoveEventHandler(d.registration)
 }
 
 // Handlers is how many handlers the scope delivers to (tests, metrics).
 func (s *Scope) Handlers() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.handlers)
-}
-
-// scopedHandler passes on the informer's events of owned namespaces, one
-// call at a time: Gain and Lose call the handler from another goroutine
-// than the informer's, and upstream handlers expect one caller.
-type scopedHandler struct {
-	scope   *Scope
-	handler cache.ResourceEventHandler
-	indexer cache.Indexer
-	// byName: the objects are Namespaces, placed by their own name.
-	byName bool
-	// ignoreLosses: Lose skips this handler (IgnoreLosses).
-	ignoreLosses bool
-
-	// mu serializes the calls; it guards windows.
-	mu sync.Mutex
-	// windows: the scope's reveals and hides whose events may still be
-	// queued (scopewindow.go), oldest first.
-	windows []*scopeWindow
-}
-
-func (h *scopedHandler) inScope(obj any) bool {
-	if h.byName {
-		key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
-		return err == nil && h.scope.HasNamespace(key)
+	var n int
+	for _, d := range s.dispatchers {
+		d.mu.Lock()
+		n += len(d.handlers)
+		d.mu.Unlock()
 	}
-	return h.scope.HasNamespace(namespaceOf(obj))
-}
-
-func (h *scopedHandler) OnAdd(obj any, isInInitialList bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.pass(eventAdd, obj, h.inScope(obj)) {
-		h.handler.OnAdd(obj, isInInitialList)
-	}
-}
-
-func (h *scopedHandler) OnUpdate(oldObj, newObj any) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.pass(eventUpdate, newObj, h.inScope(newObj)) {
-		h.handler.OnUpdate(oldObj, newObj)
-	}
-}
-
-func (h *scopedHandler) OnDelete(obj any) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.pass(eventDelete, obj, h.inScope(obj)) {
-		h.handler.OnDelete(obj)
-	}
+	return n
 }
 
 // namespaceOfKey is the namespace a store key places its object in; for

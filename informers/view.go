@@ -19,7 +19,8 @@ type sharedView struct {
 	// inPiece filters by namespace; nil for cluster-scoped kinds and
 	// cluster-wide views.
 	inPiece func(namespace string) bool
-	// scope: handlers are scopedHandlers of the factory's Scope.
+	// scope: handlers are added through the Scope's dispatcher
+	// (scopedispatch.go).
 	scope *Scope
 	// byName: the objects are Namespaces, placed by their own name.
 	byName bool
@@ -43,17 +44,6 @@ func (v *sharedView) keep(obj any) bool {
 	return v.inPiece(namespaceOf(obj))
 }
 
-func (v *sharedView) filtered(h cache.ResourceEventHandler) (cache.ResourceEventHandler, *scopedHandler) {
-	if v.scope == nil {
-		return h, nil
-	}
-	sh := &scopedHandler{scope: v.scope, handler: h, indexer: v.SharedIndexInformer.GetIndexer(), byName: v.byName}
-	if l, ok := h.(lossIgnoringHandler); ok {
-		sh.handler, sh.ignoreLosses = l.ResourceEventHandler, true
-	}
-	return sh, sh
-}
-
 func (v *sharedView) AddEventHandler(h cache.ResourceEventHandler) (cache.ResourceEventHandlerRegistration, error) {
 	return v.AddEventHandlerWithOptions(h, cache.HandlerOptions{})
 }
@@ -65,12 +55,6 @@ func (v *sharedView) AddEventHandlerWithResyncPeriod(h cache.ResourceEventHandle
 func (v *sharedView) AddEventHandlerWithOptions(h cache.ResourceEventHandler, options cache.HandlerOptions) (cache.ResourceEventHandlerRegistration, error) {
 	informer := v.SharedIndexInformer
 	return v.factory.addSharedHandler(informer, func() (registration, error) {
-		handler, scoped := v.filtered(h)
-		if scoped != nil {
-			// Registered first: a Gain racing with the informer's own
-			// initial additions delivers twice rather than never.
-			v.scope.register(scoped)
-		}
 		// A period of the handler's own is kept by the view
 		// (resync.go): the shared informer may be running already.
 		period := options.ResyncPeriod
@@ -78,16 +62,29 @@ func (v *sharedView) AddEventHandlerWithOptions(h cache.ResourceEventHandler, op
 			none := time.Duration(0)
 			options.ResyncPeriod = &none
 		}
-		r, err := informer.AddEventHandlerWithOptions(handler, options)
-		if err != nil {
-			if scoped != nil {
-				v.scope.unregister(scoped)
+		var added registration
+		resync := func() {}
+		if v.scope != nil {
+			scoped, err := v.scope.addHandler(informer, v.byName, h)
+			if err != nil {
+				return registration{}, err
 			}
-			return registration{}, err
+			added = registration{handle: scoped, scoped: scoped}
+			resync = func() { scoped.dispatcher.resync(scoped) }
+		} else {
+			r, err := informer.AddEventHandlerWithOptions(h, options)
+			if err != nil {
+				return registration{}, err
+			}
+			added = registration{handle: r}
+			resync = func() {
+				for _, obj := range informer.GetStore().List() {
+					h.OnUpdate(obj, obj)
+				}
+			}
 		}
-		added := registration{handle: r, scoped: scoped}
 		if period != nil && *period > 0 {
-			added.stopResync = resyncEvery(v.factory.stop(), informer, handler, *period)
+			added.stopResync = resyncEvery(v.factory.stop(), informer.HasSynced, resync, *period)
 		}
 		return added, nil
 	})

@@ -1,21 +1,38 @@
 package informers
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
 )
 
-// laggingInformer plays an informer whose handler runs behind its store:
-// every change is applied to the store at once and its notification
-// queued, and the test says when the handler is told.
+// laggingInformer plays an informer whose scope's dispatcher runs behind
+// its store: every change is applied to the store at once and its
+// notification queued, and the test says when the dispatcher is told.
 type laggingInformer struct {
+	cache.SharedIndexInformer
 	store  cache.Indexer
 	queued []func()
-	h      *scopedHandler
+	h      *dispatcher
+}
+
+// syncedRegistration is a dispatcher's registration on an informer that
+// has synced.
+type syncedRegistration struct{}
+
+func (syncedRegistration) HasSynced() bool                     { return true }
+func (syncedRegistration) HasSyncedChecker() cache.DoneChecker { return syncedRegistration{} }
+func (syncedRegistration) Name() string                        { return "synced" }
+func (syncedRegistration) Done() <-chan struct{} {
+	done := make(chan struct{})
+	close(done)
+	return done
 }
 
 func (l *laggingInformer) write(ns, name, version string, deleted bool) {
@@ -41,11 +58,13 @@ func (l *laggingInformer) tell() {
 	l.queued = nil
 }
 
-// TestScopeWindows: a handler whose notifications are still queued when
-// the scope reveals or hides its namespace is never told of a deletion
-// or update of an object it does not know, nor of an older version than
-// it knows, and ends knowing exactly the store's visible objects.
-func TestScopeWindows(t *testing.T) {
+// TestScopeOrderedReveal: when the scope reveals or hides a namespace
+// while the informer's notifications are still queued for its
+// dispatcher, a handler is never told of a deletion or update of an
+// object it does not know, nor of an older version than it knows, nor
+// of an object twice, and ends knowing exactly the store's visible
+// objects.
+func TestScopeOrderedReveal(t *testing.T) {
 	type step struct {
 		op                string // write, delete, tell, gain, lose
 		ns, name, version string
@@ -127,8 +146,14 @@ func TestScopeWindows(t *testing.T) {
 			})
 			checker := &simHandler{known: map[string]string{}}
 			informer := &laggingInformer{store: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})}
-			informer.h = &scopedHandler{scope: scope, handler: checker.handler(), indexer: informer.store}
-			scope.register(informer.h)
+			informer.h = newDispatcher(scope, informer, false)
+			informer.h.registration = syncedRegistration{}
+			scope.dispatchers[informer] = informer.h
+			handler := newScopedHandler(informer.h, checker.handler())
+			informer.h.mu.Lock()
+			informer.h.add(handler)
+			informer.h.mu.Unlock()
+			defer handler.stop()
 			for _, s := range tc.steps {
 				switch s.op {
 				case "write", "delete":
@@ -141,6 +166,11 @@ func TestScopeWindows(t *testing.T) {
 					scope.Lose(0)
 				}
 			}
+			if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) { return handler.idle(), nil }); err != nil {
+				t.Fatal("the handler's queue did not empty")
+			}
+			checker.mu.Lock()
+			defer checker.mu.Unlock()
 			for _, v := range checker.violations {
 				t.Errorf("the handler was told %s", v)
 			}

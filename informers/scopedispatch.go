@@ -1,0 +1,161 @@
+package informers
+
+import (
+	"sync"
+
+	"k8s.io/client-go/tools/cache"
+)
+
+// Revealing and hiding namespaces in order with a shared informer's
+// events.
+//
+// client-go adds a handler to a running informer by blocking the
+// informer's deltas while it lists the store into the handler's queue:
+// every later event follows those additions, so the handler never hears
+// of a change older than what it was given. A Scope reveals and hides
+// namespaces of a running informer again and again, and the informer's
+// lock is private. So a Scope is one handler of each informer, its
+// dispatcher, which keeps the objects its events have told it of (known:
+// the store as of the last event dispatched, not as of now) and, under
+// one lock, both passes each event on to the handlers' queues and queues
+// a reveal's additions or a hide's deletions read from known. What a
+// handler is told of a namespace is then exactly known's objects in it
+// while it is visible: never an update or deletion of an object it was
+// not told of, never an older version after a newer one, and no handler
+// is told an object twice.
+
+// dispatcher is a Scope's one handler on a shared informer.
+type dispatcher struct {
+	scope    *Scope
+	informer cache.SharedIndexInformer
+	// byName: the objects are Namespaces, placed by their own name.
+	byName bool
+	// registration is the dispatcher's on the informer.
+	registration cache.ResourceEventHandlerRegistration
+
+	// mu orders the dispatched events against the Scope's changes; it
+	// guards known and handlers.
+	mu sync.Mutex
+	// known: namespace -> store key -> object, as the events dispatched
+	// so far left the informer's store.
+	known    map[string]map[string]any
+	handlers []*scopedHandler
+}
+
+func newDispatcher(s *Scope, informer cache.SharedIndexInformer, byName bool) *dispatcher {
+	return &dispatcher{scope: s, informer: informer, byName: byName, known: map[string]map[string]any{}}
+}
+
+func (d *dispatcher) OnAdd(obj any, isInInitialList bool) {
+	d.dispatch(eventAdd, nil, obj, isInInitialList)
+}
+
+func (d *dispatcher) OnUpdate(oldObj, newObj any) {
+	d.dispatch(eventUpdate, oldObj, newObj, false)
+}
+
+func (d *dispatcher) OnDelete(obj any) {
+	d.dispatch(eventDelete, nil, obj, false)
+}
+
+// dispatch records an event in known and queues it for every handler
+// when its namespace is visible.
+func (d *dispatcher) dispatch(op scopeEvent, oldObj, obj any, isInInitialList bool) {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		return
+	}
+	ns := namespaceOfKey(key, d.byName)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if op == eventDelete {
+		delete(d.known[ns], key)
+		if len(d.known[ns]) == 0 {
+			delete(d.known, ns)
+		}
+	} else {
+		objects := d.known[ns]
+		if objects == nil {
+			objects = map[string]any{}
+			d.known[ns] = objects
+		}
+		objects[key] = obj
+	}
+	if !d.scope.HasNamespace(ns) {
+		return
+	}
+	for _, h := range d.handlers {
+		h.push(notification{op: op, oldObj: oldObj, obj: obj, initial: isInInitialList})
+	}
+}
+
+// deliverChanges queues, for every namespace of was whose visibility
+// differs now from was's, its known objects as additions to every
+// handler (revealed) or as deletions with unknown final state (hidden),
+// and returns how many it queued. Called with d.mu held.
+func (d *dispatcher) deliverChanges(was map[string]bool) (queued int) {
+	for ns, before := range was {
+		now := d.scope.HasNamespace(ns)
+		if now == before {
+			continue
+		}
+		for key, obj := range d.known[ns] {
+			for _, h := range d.handlers {
+				switch {
+				case now:
+					h.push(notification{op: eventAdd, obj: obj})
+				case h.ignoreLosses:
+					continue
+				default:
+					h.push(notification{op: eventDelete, obj: cache.DeletedFinalStateUnknown{Key: key, Obj: obj}})
+				}
+				queued++
+			}
+		}
+	}
+	return queued
+}
+
+// add starts h, telling it of the visible known objects as the
+// informer's initial list. Called with d.mu held.
+func (d *dispatcher) add(h *scopedHandler) {
+	d.handlers = append(d.handlers, h)
+	for ns, objects := range d.known {
+		if !d.scope.HasNamespace(ns) {
+			continue
+		}
+		for _, obj := range objects {
+			h.push(notification{op: eventAdd, obj: obj, initial: true})
+		}
+	}
+	go h.run()
+	go h.awaitSync(d.registration.HasSyncedChecker())
+}
+
+// remove stops h; it says whether no handler is left. Called with d.mu
+// held.
+func (d *dispatcher) remove(h *scopedHandler) (empty bool) {
+	for i, other := range d.handlers {
+		if other == h {
+			d.handlers = append(d.handlers[:i], d.handlers[i+1:]...)
+			break
+		}
+	}
+	h.stop()
+	return len(d.handlers) == 0
+}
+
+// resync queues an update of every visible known object to itself for
+// h, as a resyncing informer does.
+func (d *dispatcher) resync(h *scopedHandler) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for ns, objects := range d.known {
+		if !d.scope.HasNamespace(ns) {
+			continue
+		}
+		for _, obj := range objects {
+			h.push(notification{op: eventUpdate, oldObj: obj, obj: obj})
+		}
+	}
+}

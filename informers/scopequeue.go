@@ -1,0 +1,184 @@
+package informers
+
+import (
+	"sync"
+
+	"k8s.io/client-go/tools/cache"
+)
+
+// scopeEvent is the kind of one notification.
+type scopeEvent int
+
+const (
+	eventAdd scopeEvent = iota
+	eventUpdate
+	eventDelete
+)
+
+// notification is one call a scopedHandler makes of its handler.
+type notification struct {
+	op          scopeEvent
+	oldObj, obj any
+	// initial: an addition of the handler's initial list (HasSynced
+	// waits for it).
+	initial bool
+}
+
+// scopedHandler is one handler a piece added to a Scope's view of a
+// shared informer: its own queue, emptied by its own goroutine, so that
+// a slow handler delays no other (as client-go gives each handler a
+// listener) and the handler is called by one goroutine at a time.
+type scopedHandler struct {
+	handler cache.ResourceEventHandler
+	// ignoreLosses: a hide queues it nothing (IgnoreLosses).
+	ignoreLosses bool
+	dispatcher   *dispatcher
+
+	mu      sync.Mutex
+	pending []notification
+	// initial: additions of the initial list queued or being handled.
+	initial int
+	// busy: the goroutine is handling a batch taken from pending.
+	busy    bool
+	stopped bool
+	wake    chan struct{}
+	done    chan struct{}
+
+	syncOnce     sync.Once
+	synced       chan struct{}
+	parentSynced bool
+}
+
+func newScopedHandler(d *dispatcher, handler cache.ResourceEventHandler) *scopedHandler {
+	h := &scopedHandler{handler: handler, dispatcher: d, wake: make(chan struct{}, 1), done: make(chan struct{}), synced: make(chan struct{})}
+	if l, ok := handler.(lossIgnoringHandler); ok {
+		h.handler, h.ignoreLosses = l.ResourceEventHandler, true
+	}
+	return h
+}
+
+// push queues n; a stopped handler drops it.
+func (h *scopedHandler) push(n notification) {
+	h.mu.Lock()
+	if h.stopped {
+		h.mu.Unlock()
+		return
+	}
+	h.pending = append(h.pending, n)
+	if n.initial {
+		h.initial++
+	}
+	h.mu.Unlock()
+	select {
+	case h.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run calls the handler for each queued notification, in order, until
+// stop; what is queued then is dropped, as client-go drops a removed
+// listener's.
+func (h *scopedHandler) run() {
+	for {
+		select {
+		case <-h.done:
+			return
+		case <-h.wake:
+		}
+		h.mu.Lock()
+		batch := h.pending
+		h.pending = nil
+		h.busy = len(batch) > 0
+		h.mu.Unlock()
+		for _, n := range batch {
+			if h.isStopped() {
+				return
+			}
+			h.call(n)
+			if n.initial {
+				h.mu.Lock()
+				h.initial--
+				h.mu.Unlock()
+				h.checkSynced()
+			}
+		}
+		h.mu.Lock()
+		h.busy = false
+		h.mu.Unlock()
+	}
+}
+
+func (h *scopedHandler) call(n notification) {
+	switch n.op {
+	case eventAdd:
+		h.handler.OnAdd(n.obj, n.initial)
+	case eventUpdate:
+		h.handler.OnUpdate(n.oldObj, n.obj)
+	default:
+		h.handler.OnDelete(n.obj)
+	}
+}
+
+func (h *scopedHandler) stop() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.stopped {
+		h.stopped = true
+		h.pending = nil
+		close(h.done)
+	}
+}
+
+func (h *scopedHandler) isStopped() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.stopped
+}
+
+// idle says whether nothing is queued or being handled (tests).
+func (h *scopedHandler) idle() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.pending) == 0 && !h.busy
+}
+
+// awaitSync marks the dispatcher synced once parent is done, and then
+// the handler once its initial additions are handled.
+func (h *scopedHandler) awaitSync(parent cache.DoneChecker) {
+	select {
+	case <-parent.Done():
+	case <-h.done:
+		return
+	}
+	h.mu.Lock()
+	h.parentSynced = true
+	h.mu.Unlock()
+	h.checkSynced()
+}
+
+func (h *scopedHandler) checkSynced() {
+	h.mu.Lock()
+	synced := h.parentSynced && h.initial == 0
+	h.mu.Unlock()
+	if synced {
+		h.syncOnce.Do(func() { close(h.synced) })
+	}
+}
+
+// HasSynced: the informer has synced and the handler has handled its
+// initial list (cache.ResourceEventHandlerRegistration).
+func (h *scopedHandler) HasSynced() bool {
+	select {
+	case <-h.synced:
+		return true
+	default:
+		return false
+	}
+}
+
+func (h *scopedHandler) HasSyncedChecker() cache.DoneChecker { return scopedSynced{h} }
+
+type scopedSynced struct{ h *scopedHandler }
+
+func (c scopedSynced) Name() string          { return "scoped handler on a shared informer" }
+func (c scopedSynced) Done() <-chan struct{} { return c.h.synced }
