@@ -55,7 +55,7 @@
 //     gain.
 //
 // What the partition controllers see (ownedheld.go, scope.go,
-// scopewindow.go, view.go):
+// scopedispatch.go, scopequeue.go, view.go):
 //
 //   - created: a namespace created in a loaded partition, gathered with
 //     others created within 5 ms into one join;
@@ -70,8 +70,12 @@
 //   - reveal: a scope's delivery, as additions, of the cached objects of a
 //     partition gained or a namespace held; a hide, as deletions, of a
 //     partition lost;
-//   - scope window: per handler, what a reveal or hide told it of the
-//     namespaces it covers, kept 10 s to sort the events queued before it;
+//   - dispatcher: a scope's one handler on an informer; it keeps the
+//     objects the informer's events told it of (known) and queues, under
+//     one lock, the events of visible namespaces and each reveal's or
+//     hide's objects from known to every partition controller's handler,
+//     so each is told in the informer's order, as client-go tells a
+//     handler added to a running informer;
 //   - deferred registration: a handler added to a running shared informer
 //     that goes live only when its piece starts its informers.
 //
@@ -134,7 +138,10 @@
 //   - a selected kind let go everywhere takes its namespaces from a
 //     consistent read issued once its partitions leave, not from the
 //     Namespaces informer at once: a gain of a partition then waited for
-//     a namespace no source would ever carry (let-go-from-informer).
+//     a namespace no source would ever carry (let-go-from-informer);
+//   - a reveal reads what the dispatcher's events told it, not the store,
+//     which runs ahead of them: a handler was told an object twice
+//     (reveal-from-store).
 //
 // # What controllers see
 //
@@ -147,6 +154,6 @@
 // # Lock order
 //
 // OwnedCache.reportMu, then OwnedCache.mu, then ownedListWatch.sendMu,
-// then ownedListWatch.mu, then the informer's store; Scope.gainMu, then
-// Scope.mu, then a scopedHandler's mu.
+// then ownedListWatch.mu, then the informer's store; Scope.mu, then
+// every dispatcher's mu, then Scope.heldMu, then a scopedHandler's mu.
 package informers

@@ -44,4 +44,8 @@ var (
 	// kind takes at once the namespaces the Namespaces informer shows,
 	// with no leaving partitions and no consistent read.
 	plantedLetGoFromInformer bool
+	// plantedRevealFromStore: a scope's reveal reads the informer's
+	// store, which runs ahead of its dispatched events, instead of what
+	// those events told the dispatcher.
+	plantedRevealFromStore bool
 )

@@ -99,7 +99,7 @@ func (d *dispatcher) deliverChanges(was map[string]bool) (queued int) {
 		if now == before {
 			continue
 		}
-		for key, obj := range d.known[ns] {
+		for key, obj := range d.objectsOf(ns) {
 			for _, h := range d.handlers {
 				switch {
 				case now:
@@ -114,6 +114,21 @@ func (d *dispatcher) deliverChanges(was map[string]bool) (queued int) {
 		}
 	}
 	return queued
+}
+
+// objectsOf is known's objects in namespace ns, by store key.
+func (d *dispatcher) objectsOf(ns string) map[string]any {
+	if !plantedRevealFromStore || d.byName {
+		return d.known[ns]
+	}
+	objects := map[string]any{}
+	stored, _ := d.informer.GetIndexer().ByIndex(cache.NamespaceIndex, ns)
+	for _, obj := range stored {
+		if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
+			objects[key] = obj
+		}
+	}
+	return objects
 }
 
 // add starts h, telling it of the visible known objects as the
