@@ -46,8 +46,8 @@ type partitionTable struct {
 	scope       *informers.Scope
 	owned       *informers.OwnedCache // nil in filtered-watch mode
 	partitionOf func(namespace string) int
-	// deliverGain brings p into the scope and delivers its objects
-	// (scope.Gain; a test watches the gate from it).
+	// deliverGain, when set, replaces scope.Gain (a test watches the
+	// gate from it).
 	deliverGain func(p int) int
 	// startControllers builds and starts the partition controllers, the
 	// first time a gain has partitions in scope.
@@ -443,12 +443,25 @@ func (t *partitionTable) serve(p int) bool {
 	if run == nil || !run.Open() {
 		return false
 	}
-	t.deliverGain(p)
+	if t.deliverGain != nil {
+		t.deliverGain(p)
+	} else {
+		t.scope.Gain(p)
+	}
 	t.mu.Lock()
 	t.row(p).served = run
 	t.mu.Unlock()
 	return true
 }
+
+// Held shows namespaces the owned cache now holds
+// (informers.HeldReporter): the table is the one writer of what the
+// partition controllers see.
+func (t *partitionTable) Held(namespaces []string) int { return t.scope.Held(namespaces) }
+
+// Dropped hides namespaces the owned cache no longer holds
+// (informers.HeldReporter).
+func (t *partitionTable) Dropped(namespaces []string) { t.scope.Dropped(namespaces) }
 
 // unserve takes partitions served for controllers that did not start out
 // of the scope and the owned cache; their runs' gates stay open, for the

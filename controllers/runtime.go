@@ -262,12 +262,11 @@ func (r *Runtime) newPartitionTable(ring shard.RingConfig) *partitionTable {
 		startControllers: r.startPartitionControllers, drain: newQueueDrain(legacyregistry.DefaultGatherer),
 		ended: r.ended, wake: make(chan struct{}, 1), rows: map[int]*partitionRow{},
 	}
-	t.deliverGain = t.scope.Gain
 	if r.owned != nil {
 		// The controllers see a namespace once the owned cache holds it,
 		// not when the Namespaces informer brings it.
 		t.scope.GateNamespaces()
-		r.owned.ReportTo(t.scope)
+		r.owned.ReportTo(t)
 	}
 	return t
 }

@@ -145,11 +145,13 @@
 //
 // # What controllers see
 //
-// The partition table writes the Scope (Gain, Lose); the owned cache
-// reports which namespaces it holds (HeldReporter), and the Scope shows a
-// namespace only once held. A namespace of a kept partition is held at
-// once; one a kind must list (selected Pods, a leaving partition's) once
-// that list is in.
+// The partition table is the one writer of the Scope: Gain and Lose as
+// it serves partitions, Held and Dropped as the owned cache reports to it
+// (HeldReporter) which namespaces it holds; the Scope shows a namespace
+// only once held. A namespace of a kept partition is held at once; one a
+// kind must list (selected Pods, a leaving partition's) once that list is
+// in. Each change of the Scope is queued to the partition controllers'
+// handlers in order with the informers' events (dispatcher).
 //
 // # Lock order
 //

@@ -25,7 +25,8 @@
 //   - the owned cache's size (informers/): files, lines, mutexes, comments
 //     saying a lock is held, and the concepts its doc.go names;
 //   - the writers of what the partition controllers see: the functions
-//     calling a Scope's Gain, Lose, Held or Dropped, by package and type.
+//     calling a Scope's Gain, Lose, Held or Dropped, by package and type,
+//     and apart, their inputs (the calls of a HeldReporter).
 //
 // Usage:
 //

@@ -13,8 +13,8 @@ import (
 // handler an object when its partition is owned (Gain, Lose) and, where
 // the scope is gated, its namespace is held (Held, Dropped); each writer
 // of one of them is a party whose order against the others must be
-// argued. The owned cache's redesign aims at one writer, the partition
-// table; these are counted so each change can show where it stands.
+// argued. The partition table is meant to be the one writer; what reports
+// to it (a HeldReporter's Held and Dropped) is listed apart, as inputs.
 
 // visibilityMethods are the Scope's methods that change what its
 // handlers see, and the HeldReporter's that call them.
@@ -24,6 +24,8 @@ var visibilityMethods = map[string]bool{"Gain": true, "Lose": true, "Held": true
 // in the product: "package.Type" of the function it is in, and the call.
 type visibilityWrite struct {
 	writer, at, call string
+	// report: a call on a HeldReporter, an input of the writer.
+	report bool
 }
 
 // visibilityWrites finds the product's calls of a Scope's visibility
@@ -50,7 +52,7 @@ func visibilityWrites(fset *token.FileSet, rel, pkg string, f *ast.File) []visib
 			if !strings.HasSuffix(x, "scope") && !strings.HasSuffix(x, "reporter") {
 				return true
 			}
-			out = append(out, visibilityWrite{writer: writer, at: fmt.Sprintf("%s:%d", rel, fset.Position(sel.Pos()).Line), call: exprText(sel.X) + "." + sel.Sel.Name})
+			out = append(out, visibilityWrite{writer: writer, at: fmt.Sprintf("%s:%d", rel, fset.Position(sel.Pos()).Line), call: exprText(sel.X) + "." + sel.Sel.Name, report: strings.HasSuffix(x, "reporter")})
 			return true
 		})
 	}
@@ -85,19 +87,29 @@ func exprText(e ast.Expr) string {
 // printVisibilityWriters prints the writers, each with its calls; with
 // verbose, where each is.
 func printVisibilityWriters(w io.Writer, writes []visibilityWrite, verbose bool) {
-	byWriter := map[string][]string{}
+	byWriter, byReporter := map[string][]string{}, map[string][]string{}
 	for _, v := range writes {
+		if v.report {
+			byReporter[v.writer] = append(byReporter[v.writer], v.call)
+			continue
+		}
 		line := v.call
 		if verbose {
 			line += " (" + v.at + ")"
 		}
 		byWriter[v.writer] = append(byWriter[v.writer], line)
 	}
+	section(w, "writers of what the partition controllers see (Scope: Gain, Lose, Held, Dropped)", len(byWriter), callLines(byWriter))
+	section(w, "their inputs (HeldReporter: Held, Dropped)", len(byReporter), callLines(byReporter))
+}
+
+// callLines is one sorted line per caller, with its calls.
+func callLines(byCaller map[string][]string) []string {
 	var lines []string
-	for writer, calls := range byWriter {
+	for caller, calls := range byCaller {
 		sort.Strings(calls)
-		lines = append(lines, writer+": "+strings.Join(calls, ", "))
+		lines = append(lines, caller+": "+strings.Join(calls, ", "))
 	}
 	sort.Strings(lines)
-	section(w, "writers of what the partition controllers see (Scope: Gain, Lose, Held, Dropped)", len(byWriter), lines)
+	return lines
 }

@@ -8,8 +8,9 @@ import (
 )
 
 // TestVisibilityWrites: a call or method value of a visibility method on
-// a scope or reporter is a write, by the enclosing method's type (or the
-// package, for a function); the same name on anything else is not.
+// a scope is a write, on a reporter an input, by the enclosing method's
+// type (or the package, for a function); the same name on anything else
+// is neither.
 func TestVisibilityWrites(t *testing.T) {
 	for _, tc := range []struct {
 		name, src string
@@ -17,7 +18,7 @@ func TestVisibilityWrites(t *testing.T) {
 	}{
 		{name: "a method's call", src: "func (t *table) lose(p int) { t.scope.Lose(p) }", want: []string{"pkg.table t.scope.Lose"}},
 		{name: "a method value", src: "func (r Runtime) wire() { r.deliver = r.table.scope.Gain }", want: []string{"pkg.Runtime r.table.scope.Gain"}},
-		{name: "a function reporting", src: "func report(reporter R) { reporter.Held(nil) }", want: []string{"pkg reporter.Held"}},
+		{name: "a function reporting", src: "func report(reporter R) { reporter.Held(nil) }", want: []string{"pkg reporter.Held (input)"}},
 		{name: "another receiver", src: "func (w *ring) step() { w.members.Gain(1) }"},
 		{name: "another method", src: "func (t *table) own(p int) { t.scope.Owns(p) }"},
 	} {
@@ -29,7 +30,11 @@ func TestVisibilityWrites(t *testing.T) {
 			}
 			var got []string
 			for _, w := range visibilityWrites(fset, "pkg/a.go", "pkg", f) {
-				got = append(got, w.writer+" "+w.call)
+				line := w.writer + " " + w.call
+				if w.report {
+					line += " (input)"
+				}
+				got = append(got, line)
 			}
 			if !slices.Equal(got, tc.want) {
 				t.Errorf("got %q, want %q", got, tc.want)
