@@ -129,14 +129,18 @@ func IgnoreLosses(h cache.ResourceEventHandler) cache.ResourceEventHandler {
 
 type lossIgnoringHandler struct{ cache.ResourceEventHandler }
 
-// change flips what the scope shows (flip), and queues for every
-// scoped handler the known objects of each namespace whose visibility
-// the flip changed: additions of those revealed, deletions with unknown
-// final state of those hidden. The namespaces it may change are named,
-// or chosen by covers. Every dispatcher is locked across the flip, so
-// that each queues its events before the flip with the visibility before
-// it, and after the flip with the visibility after it.
+// change flips what the scope shows (flip), and tells every scoped
+// handler the known objects of each namespace whose visibility the flip
+// changed: additions of those revealed, deletions with unknown final
+// state of those hidden; it returns once the handlers have been told, as
+// a caller waiting for the keys a hide queued relies on. The namespaces
+// it may change are named, or chosen by covers. Every dispatcher is
+// locked across the flip, so that each queues its events before the flip
+// with the visibility before it, and after the flip with the visibility
+// after it.
 func (s *Scope) change(named []string, covers func(namespace string) bool, flip func()) (queued int) {
+	var told sync.WaitGroup
+	defer told.Wait()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, d := range s.dispatchers {
@@ -158,7 +162,7 @@ func (s *Scope) change(named []string, covers func(namespace string) bool, flip 
 	}
 	flip()
 	for _, d := range s.dispatchers {
-		queued += d.deliverChanges(was)
+		queued += d.deliverChanges(was, &told)
 	}
 	return queued
 }

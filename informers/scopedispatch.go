@@ -92,8 +92,10 @@ func (d *dispatcher) dispatch(op scopeEvent, oldObj, obj any, isInInitialList bo
 // deliverChanges queues, for every namespace of was whose visibility
 // differs now from was's, its known objects as additions to every
 // handler (revealed) or as deletions with unknown final state (hidden),
-// and returns how many it queued. Called with d.mu held.
-func (d *dispatcher) deliverChanges(was map[string]bool) (queued int) {
+// then a barrier on told to each handler it queued any to, and returns
+// how many it queued. Called with d.mu held.
+func (d *dispatcher) deliverChanges(was map[string]bool, told *sync.WaitGroup) (queued int) {
+	queuedTo := map[*scopedHandler]bool{}
 	for ns, before := range was {
 		now := d.scope.HasNamespace(ns)
 		if now == before {
@@ -109,9 +111,14 @@ func (d *dispatcher) deliverChanges(was map[string]bool) (queued int) {
 				default:
 					h.push(notification{op: eventDelete, obj: cache.DeletedFinalStateUnknown{Key: key, Obj: obj}})
 				}
+				queuedTo[h] = true
 				queued++
 			}
 		}
+	}
+	for h := range queuedTo {
+		told.Add(1)
+		h.push(notification{op: eventBarrier, told: told})
 	}
 	return queued
 }

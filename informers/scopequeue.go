@@ -13,6 +13,9 @@ const (
 	eventAdd scopeEvent = iota
 	eventUpdate
 	eventDelete
+	// eventBarrier: no call; told is Done once the notifications queued
+	// before it are handled, or dropped.
+	eventBarrier
 )
 
 // notification is one call a scopedHandler makes of its handler.
@@ -22,6 +25,7 @@ type notification struct {
 	// initial: an addition of the handler's initial list (HasSynced
 	// waits for it).
 	initial bool
+	told    *sync.WaitGroup
 }
 
 // scopedHandler is one handler a piece added to a Scope's view of a
@@ -62,6 +66,7 @@ func (h *scopedHandler) push(n notification) {
 	h.mu.Lock()
 	if h.stopped {
 		h.mu.Unlock()
+		n.drop()
 		return
 	}
 	h.pending = append(h.pending, n)
@@ -90,8 +95,11 @@ func (h *scopedHandler) run() {
 		h.pending = nil
 		h.busy = len(batch) > 0
 		h.mu.Unlock()
-		for _, n := range batch {
+		for i, n := range batch {
 			if h.isStopped() {
+				for _, dropped := range batch[i:] {
+					dropped.drop()
+				}
 				return
 			}
 			h.call(n)
@@ -108,8 +116,17 @@ func (h *scopedHandler) run() {
 	}
 }
 
+// drop releases a barrier that will not be reached.
+func (n notification) drop() {
+	if n.op == eventBarrier {
+		n.told.Done()
+	}
+}
+
 func (h *scopedHandler) call(n notification) {
 	switch n.op {
+	case eventBarrier:
+		n.told.Done()
 	case eventAdd:
 		h.handler.OnAdd(n.obj, n.initial)
 	case eventUpdate:
@@ -124,6 +141,9 @@ func (h *scopedHandler) stop() {
 	defer h.mu.Unlock()
 	if !h.stopped {
 		h.stopped = true
+		for _, n := range h.pending {
+			n.drop()
+		}
 		h.pending = nil
 		close(h.done)
 	}
