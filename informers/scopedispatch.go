@@ -3,6 +3,7 @@ package informers
 import (
 	"sync"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -36,8 +37,9 @@ type dispatcher struct {
 	// mu orders the dispatched events against the Scope's changes; it
 	// guards known and handlers.
 	mu sync.Mutex
-	// known: namespace -> store key -> object, as the events dispatched
-	// so far left the informer's store.
+	// known: namespace -> name -> object, as the events dispatched so
+	// far left the informer's store. The strings are the objects' own: an
+	// event allocates no key.
 	known    map[string]map[string]any
 	handlers []*scopedHandler
 }
@@ -61,15 +63,14 @@ func (d *dispatcher) OnDelete(obj any) {
 // dispatch records an event in known and queues it for every handler
 // when its namespace is visible.
 func (d *dispatcher) dispatch(op scopeEvent, oldObj, obj any, isInInitialList bool) {
-	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
-	if err != nil {
+	ns, name, ok := placeOf(obj, d.byName)
+	if !ok {
 		return
 	}
-	ns := namespaceOfKey(key, d.byName)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if op == eventDelete {
-		delete(d.known[ns], key)
+		delete(d.known[ns], name)
 		if len(d.known[ns]) == 0 {
 			delete(d.known, ns)
 		}
@@ -79,7 +80,7 @@ func (d *dispatcher) dispatch(op scopeEvent, oldObj, obj any, isInInitialList bo
 			objects = map[string]any{}
 			d.known[ns] = objects
 		}
-		objects[key] = obj
+		objects[name] = obj
 	}
 	if !d.scope.HasNamespace(ns) {
 		return
@@ -87,6 +88,27 @@ func (d *dispatcher) dispatch(op scopeEvent, oldObj, obj any, isInInitialList bo
 	for _, h := range d.handlers {
 		h.push(notification{op: op, oldObj: oldObj, obj: obj, initial: isInInitialList})
 	}
+}
+
+// placeOf is the namespace an object (or a deletion with unknown final
+// state) is placed in and its name; for Namespaces (byName) both are its
+// name.
+func placeOf(obj any, byName bool) (ns, name string, ok bool) {
+	if tombstone, isTombstone := obj.(cache.DeletedFinalStateUnknown); isTombstone {
+		ns, name, err := cache.SplitMetaNamespaceKey(tombstone.Key)
+		if byName {
+			ns = name
+		}
+		return ns, name, err == nil
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return "", "", false
+	}
+	if byName {
+		return m.GetName(), m.GetName(), true
+	}
+	return m.GetNamespace(), m.GetName(), true
 }
 
 // deliverChanges queues, for every namespace of was whose visibility
@@ -101,7 +123,11 @@ func (d *dispatcher) deliverChanges(was map[string]bool, told *sync.WaitGroup) (
 		if now == before {
 			continue
 		}
-		for key, obj := range d.objectsOf(ns) {
+		for name, obj := range d.objectsOf(ns) {
+			key := name
+			if !d.byName {
+				key = ns + "/" + name
+			}
 			for _, h := range d.handlers {
 				switch {
 				case now:
@@ -123,7 +149,7 @@ func (d *dispatcher) deliverChanges(was map[string]bool, told *sync.WaitGroup) (
 	return queued
 }
 
-// objectsOf is known's objects in namespace ns, by store key.
+// objectsOf is known's objects in namespace ns, by name.
 func (d *dispatcher) objectsOf(ns string) map[string]any {
 	if !plantedRevealFromStore || d.byName {
 		return d.known[ns]
@@ -131,8 +157,8 @@ func (d *dispatcher) objectsOf(ns string) map[string]any {
 	objects := map[string]any{}
 	stored, _ := d.informer.GetIndexer().ByIndex(cache.NamespaceIndex, ns)
 	for _, obj := range stored {
-		if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
-			objects[key] = obj
+		if _, name, ok := placeOf(obj, false); ok {
+			objects[name] = obj
 		}
 	}
 	return objects

@@ -3,6 +3,7 @@ package informers
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,6 +22,9 @@ type laggingInformer struct {
 	queued []func()
 	h      *dispatcher
 }
+
+// RemoveEventHandler takes the dispatcher off; nothing is registered.
+func (l *laggingInformer) RemoveEventHandler(cache.ResourceEventHandlerRegistration) error { return nil }
 
 // syncedRegistration is a dispatcher's registration on an informer that
 // has synced.
@@ -183,6 +187,61 @@ func TestScopeOrderedReveal(t *testing.T) {
 			}
 			if d := diffVersions(checker.known, want); d != "" {
 				t.Errorf("the handler's view against the store's visible objects: %s", d)
+			}
+		})
+	}
+}
+
+// TestScopeChangeWaitsForHandlers: a change returns once every handler it
+// queued objects to has been told them (a release waits for the keys its
+// deletions queued), and a handler removed meanwhile does not hold it.
+func TestScopeChangeWaitsForHandlers(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		removed bool
+	}{
+		{name: "told"},
+		{name: "removed while blocked", removed: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			scope := NewScope(1, func(string) int { return 0 })
+			informer := &laggingInformer{store: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})}
+			d := newDispatcher(scope, informer, false)
+			d.registration = syncedRegistration{}
+			scope.dispatchers[informer] = d
+			release := make(chan struct{})
+			var told atomic.Int32
+			handler := newScopedHandler(d, cache.ResourceEventHandlerFuncs{AddFunc: func(any) {
+				<-release
+				told.Add(1)
+			}})
+			d.mu.Lock()
+			d.add(handler)
+			d.mu.Unlock()
+			d.OnAdd(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "k"}}, true)
+			gained := make(chan struct{})
+			go func() {
+				scope.Gain(0)
+				close(gained)
+			}()
+			select {
+			case <-gained:
+				t.Fatal("Gain returned before its handler was told")
+			case <-time.After(50 * time.Millisecond):
+			}
+			if tc.removed {
+				if err := scope.removeHandler(handler); err != nil {
+					t.Fatal(err)
+				}
+			}
+			close(release)
+			select {
+			case <-gained:
+			case <-time.After(10 * time.Second):
+				t.Fatal("Gain did not return")
+			}
+			if !tc.removed && told.Load() != 1 {
+				t.Errorf("the handler was told %d additions, want 1", told.Load())
 			}
 		})
 	}
