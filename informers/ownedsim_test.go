@@ -308,7 +308,21 @@ func runOwnedSim(t *testing.T, seed int64) map[string]int {
 	everywhere := false
 	var live []string
 	next := 0
+	// A second controller's handler joins the running informer at the
+	// start of a round (drawn apart, so earlier seeds keep their
+	// schedules): it is told the visible objects in order with the
+	// events and changes of scope around it.
+	checkers := []*simHandler{checker}
+	lateRound := 1 + rand.New(rand.NewSource(seed^0x1a7e)).Intn(3)
 	for round := range 4 {
+		if round == lateRound {
+			late := &simHandler{known: map[string]string{}}
+			if _, err := cmInformer.AddEventHandler(late.handler()); err != nil {
+				t.Fatal(err)
+			}
+			checkers = append(checkers, late)
+			counts["handlers added to a running informer"]++
+		}
 		for range 40 + rnd.Intn(40) {
 			switch op := rnd.Intn(100); {
 			case op < 20:
@@ -437,13 +451,11 @@ func runOwnedSim(t *testing.T, seed int64) map[string]int {
 			version, ok := rootDeleted.Load(ns)
 			return ok && model.wasFolded("configmaps", ns, version.(int64))
 		}
-		checkOwnedSim(ctx, t, seed, round, model, namespaces, scope, owned, checker, loaded, everywhere, partitionOf, exempt)
+		checkOwnedSim(ctx, t, seed, round, model, namespaces, scope, owned, checkers, loaded, everywhere, partitionOf, exempt)
 		if t.Failed() {
 			break
 		}
 	}
-	checker.mu.Lock()
-	checker.mu.Unlock()
 	rootDeleted.Range(func(key, value any) bool {
 		if model.wasFolded("configmaps", key.(string), value.(int64)) {
 			counts["publisher's ConfigMaps deleted and compacted away before a watch streamed it (not checked)"]++
@@ -454,7 +466,7 @@ func runOwnedSim(t *testing.T, seed int64) map[string]int {
 }
 
 // checkOwnedSim waits for quiescence and checks the invariants.
-func checkOwnedSim(ctx context.Context, t *testing.T, seed int64, round int, model *apiServerModel, namespaces cache.SharedIndexInformer, scope *Scope, owned *OwnedCache, checker *simHandler, loaded map[int]bool, everywhere bool, partitionOf func(string) int, exempt func(namespace string) bool) {
+func checkOwnedSim(ctx context.Context, t *testing.T, seed int64, round int, model *apiServerModel, namespaces cache.SharedIndexInformer, scope *Scope, owned *OwnedCache, checkers []*simHandler, loaded map[int]bool, everywhere bool, partitionOf func(string) int, exempt func(namespace string) bool) {
 	t.Helper()
 	// The Namespaces informer is a plain one: after watches ended again
 	// and again its reflector backs off, up to 30 s.
@@ -521,12 +533,14 @@ func checkOwnedSim(ctx context.Context, t *testing.T, seed int64, round int, mod
 			why = fmt.Sprintf("the namespaces' weights are %v, want %v", got, nsWeights)
 			return false, nil
 		}
-		checker.mu.Lock()
-		d := diffVersions(checker.known, visible)
-		checker.mu.Unlock()
-		if d != "" {
-			why = "the handler's view against the scope's: " + d
-			return false, nil
+		for i, checker := range checkers {
+			checker.mu.Lock()
+			d := diffVersions(checker.known, visible)
+			checker.mu.Unlock()
+			if d != "" {
+				why = fmt.Sprintf("handler %d's view against the scope's: %s", i, d)
+				return false, nil
+			}
 		}
 		for p := range loaded {
 			if !scope.Owns(p) {
@@ -550,10 +564,13 @@ func checkOwnedSim(ctx context.Context, t *testing.T, seed int64, round int, mod
 		}
 		t.Errorf("seed %d, round %d: not quiescent: %s (the owned cache waits for: %s)", seed, round, why, strings.Join(waits, " | "))
 	}
-	checker.mu.Lock()
-	defer checker.mu.Unlock()
-	for _, v := range checker.violations {
-		t.Errorf("seed %d, round %d: a handler was told %s", seed, round, v)
+	for i, checker := range checkers {
+		checker.mu.Lock()
+		for _, v := range checker.violations {
+			t.Errorf("seed %d, round %d: handler %d was told %s", seed, round, i, v)
+		}
+		checker.violations = nil
+		checker.mu.Unlock()
 	}
 }
 
