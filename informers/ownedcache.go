@@ -75,6 +75,10 @@ type OwnedCache struct {
 	// created: namespaces created in loaded partitions, joined together
 	// after a short wait so a burst of them shares a request.
 	created []string
+	// joinedAt: when the last join started; joinScheduled: a join will
+	// take created (scheduleJoin).
+	joinedAt      time.Time
+	joinScheduled bool
 	// held: namespaces of loaded partitions whose first list every
 	// informer holds, so that every later event of theirs reaches the
 	// informers. A namespace deleted stays held: the trunk keeps
@@ -98,11 +102,13 @@ type ownedInformer struct {
 }
 
 // joinDelay gathers namespaces created together into one list, for the
-// kinds that list a namespace to hold it. It is short: a new namespace is
-// shown to the partition controllers only once it has joined
-// (ownedheld.go), so its kube-root-ca.crt and default ServiceAccount
-// wait for it, and a quota created with the namespace counts its
-// ConfigMaps before them if they come late.
+// kinds that list a namespace to hold it: a join starts at most once per
+// joinDelay, the first of a quiet moment at once, and those created
+// within it wait for the next. A new namespace is shown to the partition
+// controllers only once it has joined (ownedheld.go), so its
+// kube-root-ca.crt and default ServiceAccount wait for it, and a quota
+// created with the namespace counts its ConfigMaps before them if they
+// come late.
 const joinDelay = 5 * time.Millisecond
 
 // NewOwnedCache makes an empty cache (no partition loaded).
@@ -147,13 +153,26 @@ func (o *OwnedCache) namespaceAdded(obj any) {
 		return
 	}
 	o.created = append(o.created, ns.Name)
-	switch {
-	case !o.listsToJoin(ns.Name):
+	if !o.listsToJoin(ns.Name) {
 		// Every kind has kept it from its first event: shown at once.
 		go o.join()
-	case len(o.created) == 1:
-		time.AfterFunc(joinDelay, o.join)
+		return
 	}
+	o.scheduleJoin()
+}
+
+// scheduleJoin makes a join take created: at once if none started within
+// joinDelay, else joinDelay after the last began. Called with mu held.
+func (o *OwnedCache) scheduleJoin() {
+	if o.joinScheduled {
+		return
+	}
+	o.joinScheduled = true
+	if wait := joinDelay - time.Since(o.joinedAt); wait > 0 {
+		time.AfterFunc(wait, o.join)
+		return
+	}
+	go o.join()
 }
 
 // listsToJoin says whether some informer lists namespace ns to hold it:

@@ -44,7 +44,7 @@ func (o *OwnedCache) load(ctx context.Context, partitions []int, await bool) err
 		// Shown only while no keeper lists (doc.go): a keeper's list in
 		// flight would fold what happens to them meanwhile, a ConfigMap
 		// their handlers are told of being created and deleted.
-		err := wait.PollUntilContextCancel(ctx, heldPollInterval, true, func(context.Context) (bool, error) {
+		err := heldPoll.DelayFunc().Until(ctx, true, false, func(context.Context) (bool, error) {
 			return loadedInto(g.lws, shown) && (plantedGainShowsWhileListing || readyIn(g.lws, shown)), nil
 		})
 		if err != nil {

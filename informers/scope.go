@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 )
 
 // Scope is the set of namespace partitions a replica's partition
@@ -168,8 +169,9 @@ func (s *Scope) change(named []string, covers func(namespace string) bool, flip 
 }
 
 // addHandler adds handler to the scope's view of informer (byName: of
-// Namespaces), through the informer's dispatcher, made on first use.
-func (s *Scope) addHandler(informer cache.SharedIndexInformer, byName bool, handler cache.ResourceEventHandler) (*scopedHandler, error) {
+// Namespaces), through the informer's dispatcher, made on first use;
+// logger logs a crash of the handler (cache.HandlerOptions.Logger).
+func (s *Scope) addHandler(informer cache.SharedIndexInformer, byName bool, handler cache.ResourceEventHandler, logger klog.Logger) (*scopedHandler, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	d := s.dispatchers[informer]
@@ -182,7 +184,7 @@ func (s *Scope) addHandler(informer cache.SharedIndexInformer, byName bool, hand
 		d.registration = r
 		s.dispatchers[informer] = d
 	}
-	h := newScopedHandler(d, handler)
+	h := newScopedHandler(d, handler, logger)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.add(h)

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 )
 
 // laggingInformer plays an informer whose scope's dispatcher runs behind
@@ -24,7 +25,9 @@ type laggingInformer struct {
 }
 
 // RemoveEventHandler takes the dispatcher off; nothing is registered.
-func (l *laggingInformer) RemoveEventHandler(cache.ResourceEventHandlerRegistration) error { return nil }
+func (l *laggingInformer) RemoveEventHandler(cache.ResourceEventHandlerRegistration) error {
+	return nil
+}
 
 // syncedRegistration is a dispatcher's registration on an informer that
 // has synced.
@@ -153,7 +156,7 @@ func TestScopeOrderedReveal(t *testing.T) {
 			informer.h = newDispatcher(scope, informer, false)
 			informer.h.registration = syncedRegistration{}
 			scope.dispatchers[informer] = informer.h
-			handler := newScopedHandler(informer.h, checker.handler())
+			handler := newScopedHandler(informer.h, checker.handler(), klog.Background())
 			informer.h.mu.Lock()
 			informer.h.add(handler)
 			informer.h.mu.Unlock()
@@ -214,7 +217,7 @@ func TestScopeChangeWaitsForHandlers(t *testing.T) {
 			handler := newScopedHandler(d, cache.ResourceEventHandlerFuncs{AddFunc: func(any) {
 				<-release
 				told.Add(1)
-			}})
+			}}, klog.Background())
 			d.mu.Lock()
 			d.add(handler)
 			d.mu.Unlock()

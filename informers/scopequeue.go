@@ -3,7 +3,10 @@ package informers
 import (
 	"sync"
 
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/cache/synctrack"
+	"k8s.io/klog/v2"
 )
 
 // scopeEvent is the kind of one notification.
@@ -22,8 +25,8 @@ const (
 type notification struct {
 	op          scopeEvent
 	oldObj, obj any
-	// initial: an addition of the handler's initial list (HasSynced
-	// waits for it).
+	// initial: an addition of the handler's initial list (its synced
+	// tracker waits for it).
 	initial bool
 	told    *sync.WaitGroup
 }
@@ -37,24 +40,24 @@ type scopedHandler struct {
 	// ignoreLosses: a hide queues it nothing (IgnoreLosses).
 	ignoreLosses bool
 	dispatcher   *dispatcher
+	logger       klog.Logger
+
+	// synced: the dispatcher has synced and the handler has handled its
+	// initial list, tracked as client-go tracks a listener's.
+	synced *synctrack.SingleFileTracker
 
 	mu      sync.Mutex
 	pending []notification
-	// initial: additions of the initial list queued or being handled.
-	initial int
 	// busy: the goroutine is handling a batch taken from pending.
 	busy    bool
 	stopped bool
 	wake    chan struct{}
 	done    chan struct{}
-
-	syncOnce     sync.Once
-	synced       chan struct{}
-	parentSynced bool
 }
 
-func newScopedHandler(d *dispatcher, handler cache.ResourceEventHandler) *scopedHandler {
-	h := &scopedHandler{handler: handler, dispatcher: d, wake: make(chan struct{}, 1), done: make(chan struct{}), synced: make(chan struct{})}
+func newScopedHandler(d *dispatcher, handler cache.ResourceEventHandler, logger klog.Logger) *scopedHandler {
+	h := &scopedHandler{handler: handler, dispatcher: d, logger: logger, wake: make(chan struct{}, 1), done: make(chan struct{}),
+		synced: synctrack.NewSingleFileTracker("scoped handler on a shared informer")}
 	if l, ok := handler.(lossIgnoringHandler); ok {
 		h.handler, h.ignoreLosses = l.ResourceEventHandler, true
 	}
@@ -71,7 +74,7 @@ func (h *scopedHandler) push(n notification) {
 	}
 	h.pending = append(h.pending, n)
 	if n.initial {
-		h.initial++
+		h.synced.Start()
 	}
 	h.mu.Unlock()
 	select {
@@ -84,6 +87,7 @@ func (h *scopedHandler) push(n notification) {
 // stop; what is queued then is dropped, as client-go drops a removed
 // listener's.
 func (h *scopedHandler) run() {
+	defer utilruntime.HandleCrashWithLogger(h.logger)
 	for {
 		select {
 		case <-h.done:
@@ -104,10 +108,7 @@ func (h *scopedHandler) run() {
 			}
 			h.call(n)
 			if n.initial {
-				h.mu.Lock()
-				h.initial--
-				h.mu.Unlock()
-				h.checkSynced()
+				h.synced.Finished()
 			}
 		}
 		h.mu.Lock()
@@ -162,43 +163,18 @@ func (h *scopedHandler) idle() bool {
 	return len(h.pending) == 0 && !h.busy
 }
 
-// awaitSync marks the dispatcher synced once parent is done, and then
-// the handler once its initial additions are handled.
+// awaitSync tells the tracker the dispatcher has synced, once parent
+// is done: after the dispatcher queued its initial list, as Start needs.
 func (h *scopedHandler) awaitSync(parent cache.DoneChecker) {
 	select {
 	case <-parent.Done():
+		h.synced.UpstreamHasSynced()
 	case <-h.done:
-		return
-	}
-	h.mu.Lock()
-	h.parentSynced = true
-	h.mu.Unlock()
-	h.checkSynced()
-}
-
-func (h *scopedHandler) checkSynced() {
-	h.mu.Lock()
-	synced := h.parentSynced && h.initial == 0
-	h.mu.Unlock()
-	if synced {
-		h.syncOnce.Do(func() { close(h.synced) })
 	}
 }
 
 // HasSynced: the informer has synced and the handler has handled its
 // initial list (cache.ResourceEventHandlerRegistration).
-func (h *scopedHandler) HasSynced() bool {
-	select {
-	case <-h.synced:
-		return true
-	default:
-		return false
-	}
-}
+func (h *scopedHandler) HasSynced() bool { return h.synced.HasSynced() }
 
-func (h *scopedHandler) HasSyncedChecker() cache.DoneChecker { return scopedSynced{h} }
-
-type scopedSynced struct{ h *scopedHandler }
-
-func (c scopedSynced) Name() string          { return "scoped handler on a shared informer" }
-func (c scopedSynced) Done() <-chan struct{} { return c.h.synced }
+func (h *scopedHandler) HasSyncedChecker() cache.DoneChecker { return h.synced }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 )
 
 // sharedView is how a piece sees an informer of the replica's shared
@@ -63,9 +65,9 @@ func (v *sharedView) AddEventHandlerWithOptions(h cache.ResourceEventHandler, op
 			options.ResyncPeriod = &none
 		}
 		var added registration
-		resync := func() {}
+		var resync func()
 		if v.scope != nil {
-			scoped, err := v.scope.addHandler(informer, v.byName, h)
+			scoped, err := v.scope.addHandler(informer, v.byName, h, ptr.Deref(options.Logger, klog.Background()))
 			if err != nil {
 				return registration{}, err
 			}
