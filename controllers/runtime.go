@@ -71,10 +71,12 @@ type Runtime struct {
 	owned      *informers.OwnedCache
 	sharedStop <-chan struct{}
 	// namespaces caches every Namespace; partitionOf places them;
-	// namespacesAdded: NamespacesAdded.
+	// namespacesAdded: NamespacesAdded; settling: those just added
+	// (newnamespaces.go).
 	namespaces      cache.SharedIndexInformer
 	partitionOf     func(string) int
 	namespacesAdded chan struct{}
+	settling        settlingNamespaces
 	// ctx is the replica's lifetime.
 	ctx context.Context
 	// replicas: RuntimeConfig.Replicas.
@@ -222,7 +224,7 @@ func NewRuntime(ctx context.Context, cfg RuntimeConfig) (*Runtime, error) {
 		return nil, fmt.Errorf("namespaces informer: %w", err)
 	}
 	r.namespaces, r.partitionOf, r.namespacesAdded = namespaces, cfg.Ring.NamespacePartition, make(chan struct{}, 1)
-	if _, err := namespaces.AddEventHandler(r.signalNamespacesAdded()); err != nil {
+	if _, err := namespaces.AddEventHandler(r.signalNamespacesAdded(dealSettle)); err != nil {
 		return nil, fmt.Errorf("namespaces informer: %w", err)
 	}
 	r.shared.Start(r)

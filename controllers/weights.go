@@ -62,7 +62,7 @@ func (r *Runtime) measureWeights(ctx context.Context, publish func(map[int]uint6
 // progress; its Deployments, Jobs and the rest are the work it brings.
 func (r *Runtime) measureYoung(ctx context.Context, publish func(map[string]uint64)) {
 	wait.UntilWithContext(ctx, func(context.Context) {
-		young := r.NewNamespaces(shard.YoungWindow)
+		young := r.NewNamespaces(shard.YoungWindow).Fresh
 		publish(r.owned.NamespaceObjects(slices.Collect(maps.Keys(young)), &corev1.Pod{}))
 	}, youngInterval)
 }

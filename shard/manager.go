@@ -128,9 +128,10 @@ type Manager struct {
 	// (default weightHold).
 	WeightHold time.Duration
 	// NewNamespaces, when set, are the namespaces created within window
-	// (by their creation timestamps), each with its partition: what this
-	// member, keeping the view's weight table, deals (weightdeal.go).
-	NewNamespaces func(window time.Duration) map[string]int
+	// (by their creation timestamps), each with its partition, and the
+	// partitions of those still settling: what this member, keeping the
+	// view's weight table, deals (weightdeal.go).
+	NewNamespaces func(window time.Duration) FreshNamespaces
 	// NamespacesAdded, when set, signals new namespaces: a step follows,
 	// so that a keeper deals them at once.
 	NamespacesAdded <-chan struct{}

@@ -22,7 +22,8 @@ import (
 // over its share of them on one replica. A new namespace has no weight to
 // measure yet, so under the placements whose tables carry moves
 // (byMoves) the keeper deals new namespaces (created within YoungWindow)
-// by count as they appear, without the hold. A deal starts from where the partitions run and moves
+// by count as they appear (a replica's NewNamespaces holds each once it
+// has settled, 100 ms after its cache added it), without the hold. A deal starts from where the partitions run and moves
 // a partition holding new namespaces off the member the most above its
 // fair count of them (its capacity's share, rounded up; the colocated
 // singletons' owner has ColocatedShare of one) while that lowers the
@@ -46,6 +47,17 @@ import (
 // keeper balances by the hold: the hold balances what partitions hold,
 // and a namespace in its first minute holds little of the work it
 // brings.
+
+// FreshNamespaces are what a keeper deals from (Manager.NewNamespaces).
+type FreshNamespaces struct {
+	// Fresh: the namespaces created within the window and settled, each
+	// with its partition.
+	Fresh map[string]int
+	// Settling: the partitions holding a namespace created too recently
+	// to deal (its first owner is still writing its first objects). No
+	// deal moves them until it settles, nor counts it.
+	Settling map[int]bool
+}
 
 // YoungWindow is how long a namespace counts as new: as long as the
 // keeper's default hold, so that a deal spreads the namespaces a tenant
@@ -89,7 +101,8 @@ const emptyYoung = 2
 // whether there is one to adopt: false when no new namespace is left to
 // deal or dealing moves nothing. weights are what the table's codes
 // carry.
-func (d *dealer) deal(now time.Time, current string, view Plan, fresh map[string]int, weights map[int]uint64, young map[string]uint64) (string, bool) {
+func (d *dealer) deal(now time.Time, current string, view Plan, namespaces FreshNamespaces, weights map[int]uint64, young map[string]uint64) (string, bool) {
+	fresh := namespaces.Fresh
 	for p, at := range d.young {
 		if now.Sub(at) >= YoungWindow {
 			delete(d.young, p)
@@ -106,7 +119,7 @@ func (d *dealer) deal(now time.Time, current string, view Plan, fresh map[string
 	}
 	d.forgetGone(now, fresh)
 	units := d.units(fresh, young)
-	count, dealing := d.countFresh(now, view.Ring.Partitions, fresh, units)
+	count, dealing := d.countFresh(now, view.Ring.Partitions, fresh, namespaces.Settling, units)
 	weighed := heavyKey(units)
 	if (len(dealing) == 0 && weighed == d.weighed) || len(view.Members) == 0 {
 		return "", false
@@ -117,7 +130,7 @@ func (d *dealer) deal(now time.Time, current string, view Plan, fresh map[string
 		d.young = map[int]time.Time{}
 	}
 	round := newDealRound(view, running.owners, base, inRing, count)
-	movable := round.movable(dealing)
+	movable := slices.DeleteFunc(round.movable(dealing), func(p int) bool { return namespaces.Settling[p] })
 	round.spread(movable, len(movable)*len(inRing))
 	return d.movesTable(now, current, view.Ring.Partitions, running.owners, base.owners, round.owner, movable, weights)
 }
@@ -183,8 +196,9 @@ func heavyKey(units map[string]uint64) string {
 
 // countFresh counts the new namespaces of each partition (those there at
 // the first step left out; a heavy one as its units) and lists the
-// partitions holding one not dealt yet, recording those as dealt now.
-func (d *dealer) countFresh(now time.Time, partitions int, fresh map[string]int, units map[string]uint64) (map[int]uint64, []int) {
+// partitions holding one not dealt yet, recording those as dealt now;
+// one in a settling partition is dealt once that partition settles.
+func (d *dealer) countFresh(now time.Time, partitions int, fresh map[string]int, settling map[int]bool, units map[string]uint64) (map[int]uint64, []int) {
 	count := map[int]uint64{}
 	var dealing []int
 	for ns, p := range fresh {
@@ -192,7 +206,7 @@ func (d *dealer) countFresh(now time.Time, partitions int, fresh map[string]int,
 			continue
 		}
 		count[p] += max(1, units[ns])
-		if _, ok := d.dealt[ns]; !ok {
+		if _, ok := d.dealt[ns]; !ok && !settling[p] {
 			if d.dealt == nil {
 				d.dealt = map[string]time.Time{}
 			}

@@ -38,7 +38,7 @@ func startDealing(t *testing.T, members int, share float64) (Plan, map[int]uint6
 		measured[p] = 6
 	}
 	fresh := map[string]int{}
-	k := &weightKeeper{hold: time.Hour, newNamespaces: func(time.Duration) map[string]int { return maps.Clone(fresh) }}
+	k := &weightKeeper{hold: time.Hour, newNamespaces: func(time.Duration) FreshNamespaces { return FreshNamespaces{Fresh: maps.Clone(fresh)} }}
 	start := time.Unix(1000, 0)
 	if got := k.next(start, "", view, measured); got != "" {
 		t.Fatalf("a table with no new namespace: %.20s", got)
@@ -127,7 +127,7 @@ func TestWeightKeeperDealsOneAtATime(t *testing.T) {
 		measured[p] = 6
 	}
 	fresh := map[string]int{}
-	k := weightKeeper{newNamespaces: func(time.Duration) map[string]int { return maps.Clone(fresh) }}
+	k := weightKeeper{newNamespaces: func(time.Duration) FreshNamespaces { return FreshNamespaces{Fresh: maps.Clone(fresh)} }}
 	start := time.Unix(1000, 0)
 	for i := range 10 {
 		ns := fmt.Sprintf("load-%d", i)
@@ -155,7 +155,7 @@ func TestWeightKeeperHoldLeavesDealtPartitions(t *testing.T) {
 	}
 	fresh := map[string]int{}
 	const hold = 15 * time.Second // shorter than YoungWindow, as the bench's
-	k := weightKeeper{hold: hold, newNamespaces: func(time.Duration) map[string]int { return maps.Clone(fresh) }}
+	k := weightKeeper{hold: hold, newNamespaces: func(time.Duration) FreshNamespaces { return FreshNamespaces{Fresh: maps.Clone(fresh)} }}
 	start := time.Unix(1000, 0)
 	if got := k.next(start.Add(-time.Second), "", view, measured); got != "" {
 		t.Fatalf("a table before any new namespace")
@@ -222,7 +222,7 @@ func TestWeightKeeperDealMoves(t *testing.T) {
 				}
 			}
 			fresh := map[string]int{}
-			k := weightKeeper{newNamespaces: func(time.Duration) map[string]int { return maps.Clone(fresh) }}
+			k := weightKeeper{newNamespaces: func(time.Duration) FreshNamespaces { return FreshNamespaces{Fresh: maps.Clone(fresh)} }}
 			start := time.Unix(1000, 0)
 			// At the first step, the first half is there already.
 			for ns, p := range onePer {
@@ -347,4 +347,89 @@ func TestWeightKeeperDealsABusyTenant(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestWeightKeeperLeavesSettlingPartitions: a deal moves no partition
+// holding a namespace still settling (its first owner writing its first
+// objects), nor records the settled namespaces beside it as dealt; once it
+// settles, the next step deals them with the rest.
+func TestWeightKeeperLeavesSettlingPartitions(t *testing.T) {
+	view := dealView(3, 1, "")
+	config := view.Ring
+	ring := NewRing(config, view.Members)
+	measured := map[int]uint64{}
+	for p := range config.Partitions {
+		measured[p] = 6
+	}
+	// On one member (not the colocated owner): five new namespaces in
+	// partitions of their own, and in a sixth partition one settled and
+	// one settling.
+	heavy, _ := ring.heavyOf()
+	member := "fcm-1"
+	if heavy == member {
+		member = "fcm-2"
+	}
+	fresh := map[string]int{}
+	settling := map[int]bool{}
+	shared, settled, settlingName := -1, "", ""
+	used := map[int]bool{}
+	for i := 0; len(used) < 5 || settlingName == ""; i++ {
+		ns := fmt.Sprintf("tenant-%d", i)
+		p := config.NamespacePartition(ns)
+		switch {
+		case ring.PartitionOwner(p) != member:
+		case shared < 0 && !used[p]:
+			shared, settled = p, ns
+		case p == shared && settlingName == "":
+			settlingName = ns
+		case len(used) < 5 && p != shared && !used[p]:
+			used[p], fresh[ns] = true, p
+		}
+	}
+	k := &weightKeeper{hold: time.Hour, newNamespaces: func(time.Duration) FreshNamespaces {
+		return FreshNamespaces{Fresh: maps.Clone(fresh), Settling: maps.Clone(settling)}
+	}}
+	start := time.Unix(1000, 0)
+	// The keeper's first step, before any of them.
+	before := maps.Clone(fresh)
+	clear(fresh)
+	if got := k.next(start, "", view, measured); got != "" {
+		t.Fatalf("a table with no new namespace: %.20s", got)
+	}
+	maps.Copy(fresh, before)
+	fresh[settled], settling[shared] = shared, true
+
+	table := k.next(start.Add(time.Second), "", view, measured)
+	if table == "" {
+		t.Fatal("six new namespaces on one of three members dealt nothing")
+	}
+	if owner := NewRing(dealView(3, 1, table).Ring, view.Members).PartitionOwner(shared); owner != member {
+		t.Errorf("partition %d, holding a settling namespace, moved to %s", shared, owner)
+	}
+	if _, ok := k.dealer.dealt[settled]; ok {
+		t.Errorf("%s was recorded as dealt while its partition was settling", settled)
+	}
+
+	// It settles: seven new namespaces, dealt to at most each member's
+	// fair count (its third, rounded up) and the shared partition's two.
+	fresh[settlingName] = shared
+	clear(settling)
+	view = dealView(3, 1, table)
+	final := k.next(start.Add(2*time.Second), table, view, measured)
+	for _, ns := range []string{settled, settlingName} {
+		if _, ok := k.dealer.dealt[ns]; !ok {
+			t.Errorf("%s was not dealt once its partition settled", ns)
+		}
+	}
+	r := NewRing(dealView(3, 1, final).Ring, view.Members)
+	count := map[string]int{}
+	for _, p := range fresh {
+		count[r.PartitionOwner(p)]++
+	}
+	for m, n := range count {
+		if n > 3+1 {
+			t.Errorf("%s runs %d of %d new namespaces after the deal: %v", m, n, len(fresh), count)
+		}
+	}
+	t.Logf("new namespaces per member: %v", count)
 }

@@ -59,7 +59,7 @@ type weightKeeper struct {
 	// newNamespaces, when set, are the namespaces created within a
 	// window, by partition (Manager.NewNamespaces); dealer deals them
 	// (weightdeal.go); dealt: the last table adopted was its deal.
-	newNamespaces func(window time.Duration) map[string]int
+	newNamespaces func(window time.Duration) FreshNamespaces
 	dealer        dealer
 	dealt         bool
 	// young: what the participants publish of their young namespaces

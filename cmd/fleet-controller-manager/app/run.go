@@ -166,7 +166,7 @@ type Pieces struct {
 	Colocated string
 	// NewNamespaces, when set, are the namespaces created within a
 	// window, by partition (shard.Manager.NewNamespaces).
-	NewNamespaces func(window time.Duration) map[string]int
+	NewNamespaces func(window time.Duration) shard.FreshNamespaces
 	// NamespacesAdded, when set, signals new namespaces
 	// (shard.Manager.NamespacesAdded).
 	NamespacesAdded <-chan struct{}
