@@ -26,6 +26,15 @@ func dealView(n int, share float64, table string) Plan {
 	return view
 }
 
+// weighEvery is each of partitions weighing w.
+func weighEvery(partitions int, w uint64) map[int]uint64 {
+	measured := map[int]uint64{}
+	for p := range partitions {
+		measured[p] = w
+	}
+	return measured
+}
+
 // startDealing is a keeper of members placing by weight (the colocated
 // owner's share as given) whose every partition weighs 6, with a hold
 // longer than a test (only deals change its table), after its first step
@@ -33,10 +42,7 @@ func dealView(n int, share float64, table string) Plan {
 func startDealing(t *testing.T, members int, share float64) (Plan, map[int]uint64, map[string]int, *weightKeeper, time.Time) {
 	t.Helper()
 	view := dealView(members, share, "")
-	measured := map[int]uint64{}
-	for p := range view.Ring.Partitions {
-		measured[p] = 6
-	}
+	measured := weighEvery(view.Ring.Partitions, 6)
 	fresh := map[string]int{}
 	k := &weightKeeper{hold: time.Hour, newNamespaces: func(time.Duration) FreshNamespaces { return FreshNamespaces{Fresh: maps.Clone(fresh)} }}
 	start := time.Unix(1000, 0)
@@ -122,10 +128,7 @@ func TestWeightKeeperDeals(t *testing.T) {
 // YoungWindow move nothing.
 func TestWeightKeeperDealsOneAtATime(t *testing.T) {
 	view := dealView(3, 1, "")
-	measured := map[int]uint64{}
-	for p := range view.Ring.Partitions {
-		measured[p] = 6
-	}
+	measured := weighEvery(view.Ring.Partitions, 6)
 	fresh := map[string]int{}
 	k := weightKeeper{newNamespaces: func(time.Duration) FreshNamespaces { return FreshNamespaces{Fresh: maps.Clone(fresh)} }}
 	start := time.Unix(1000, 0)
@@ -357,10 +360,7 @@ func TestWeightKeeperLeavesSettlingPartitions(t *testing.T) {
 	view := dealView(3, 1, "")
 	config := view.Ring
 	ring := NewRing(config, view.Members)
-	measured := map[int]uint64{}
-	for p := range config.Partitions {
-		measured[p] = 6
-	}
+	measured := weighEvery(view.Ring.Partitions, 6)
 	// On one member (not the colocated owner): five new namespaces in
 	// partitions of their own, and in a sixth partition one settled and
 	// one settling.
