@@ -16,7 +16,7 @@ import (
 // kube-root-ca.crt and default ServiceAccount take 3-16 ms there (median,
 // docs/benchmarks/owned-partitions): dealt 4 ms after it appeared, a
 // namespace's partition moved before they were written, and they came
-// 150-770 ms late, after the handover (the Pods of a Deployment created
+// 150-880 ms late, after the handover (the Pods of a Deployment created
 // with the namespace are refused until its ServiceAccount exists).
 const dealSettle = 100 * time.Millisecond
 

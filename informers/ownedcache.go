@@ -72,8 +72,8 @@ type OwnedCache struct {
 	// how many; join leaves their new namespaces to the gain.
 	naming map[int]int
 	stop   <-chan struct{}
-	// created: namespaces created in loaded partitions, joined together
-	// after a short wait so a burst of them shares a request.
+	// created: namespaces created in loaded partitions, waiting for the
+	// join scheduleJoin starts (a burst of them shares a request).
 	created []string
 	// joinedAt: when the last join started; joinScheduled: a join will
 	// take created (scheduleJoin).

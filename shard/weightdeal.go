@@ -23,8 +23,9 @@ import (
 // measure yet, so under the placements whose tables carry moves
 // (byMoves) the keeper deals new namespaces (created within YoungWindow)
 // by count as they appear (a replica's NewNamespaces holds each once it
-// has settled, 100 ms after its cache added it), without the hold. A deal starts from where the partitions run and moves
-// a partition holding new namespaces off the member the most above its
+// has settled, 100 ms after its cache added it), without the hold. A
+// deal starts from where the partitions run and moves a partition
+// holding new namespaces off the member the most above its
 // fair count of them (its capacity's share, rounded up; the colocated
 // singletons' owner has ColocatedShare of one) while that lowers the
 // pair's larger count. The partitions with namespaces not dealt yet win
