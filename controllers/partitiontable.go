@@ -137,17 +137,22 @@ func (t *partitionTable) Start(partitions []int) {
 	t.poke()
 }
 
-// Stop shuts the gates of partitions' runs before it returns, cancels a
-// load that no longer serves a wanted partition, and reports each run on
-// ended once the writes it sent are answered. The loop releases them.
-func (t *partitionTable) Stop(partitions []int) {
+// Stop shuts the gates of partitions' runs before it returns (with the
+// report tail when they move: writeGate), cancels a load that no longer
+// serves a wanted partition, and reports each run on ended once the
+// writes it sent are answered. The loop releases them.
+func (t *partitionTable) Stop(partitions []int, moved bool) {
+	tail := time.Duration(0)
+	if moved {
+		tail = reportTail
+	}
 	gates := make([]*writeGate, len(partitions))
 	t.mu.Lock()
 	for i, p := range partitions {
 		r := t.row(p)
 		gates[i], r.run = r.run, nil
 		if gates[i] != nil {
-			gates[i].Shut()
+			gates[i].Shut(tail)
 		}
 	}
 	if t.cancelLoading != nil && !slices.ContainsFunc(t.loading, t.wantedLocked) {
@@ -169,15 +174,21 @@ func (t *partitionTable) Stop(partitions []int) {
 }
 
 // gateOf is the gate of the run that wants namespace's partition (open
-// once it is served), or nil.
-func (t *partitionTable) gateOf(namespace string) *writeGate {
+// once it is served), or nil; for an Event (report), the gate of the
+// stopped run still served, in its report tail, unless the run that
+// wants the partition is open.
+func (t *partitionTable) gateOf(namespace string, report bool) *writeGate {
 	p := t.partitionOf(namespace)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if r := t.rows[p]; r != nil {
-		return r.run
+	r := t.rows[p]
+	if r == nil {
+		return nil
 	}
-	return nil
+	if report && r.served != nil && r.served != r.run && (r.run == nil || !r.run.IsOpen()) {
+		return r.served
+	}
+	return r.run
 }
 
 func (t *partitionTable) row(p int) *partitionRow {

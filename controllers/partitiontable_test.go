@@ -56,11 +56,11 @@ func newTestTable(t *testing.T) *testTable {
 
 // writable says whether a write into p's namespace passes its gate.
 func (tt *testTable) writable(p int) bool {
-	gate := tt.gateOf("ns-" + strconv.Itoa(p))
+	gate := tt.gateOf("ns-"+strconv.Itoa(p), false)
 	if gate == nil {
 		return false
 	}
-	done, ok := gate.admit()
+	done, ok := gate.admit(false)
 	if ok {
 		done()
 	}
@@ -71,7 +71,7 @@ func (tt *testTable) writable(p int) bool {
 // ended.
 func (tt *testTable) stop(t *testing.T, p int) {
 	t.Helper()
-	tt.Stop([]int{p})
+	tt.Stop([]int{p}, true)
 	select {
 	case e := <-tt.ended:
 		if e.Piece != shard.PartitionPiece(p) || e.Err != nil {
@@ -116,7 +116,7 @@ func TestPartitionTableReconcile(t *testing.T) {
 		steps: func(t *testing.T, ts *testTable) {
 			ts.Start([]int{1})
 			ts.reconcile(t.Context())
-			ts.Stop([]int{1})
+			ts.Stop([]int{1}, true)
 			if ts.writable(1) {
 				t.Fatal("a write passed after Stop returned")
 			}
@@ -130,7 +130,7 @@ func TestPartitionTableReconcile(t *testing.T) {
 		steps: func(t *testing.T, ts *testTable) {
 			ts.Start([]int{1})
 			gate := ts.rows[1].run
-			ts.Stop([]int{1})
+			ts.Stop([]int{1}, true)
 			if gate.Open() {
 				t.Fatal("a stopped run's gate opened")
 			}
@@ -193,11 +193,11 @@ func TestPartitionTableReconcile(t *testing.T) {
 		steps: func(t *testing.T, ts *testTable) {
 			ts.Start([]int{1})
 			ts.reconcile(t.Context())
-			done, ok := ts.gateOf("ns-1").admit()
+			done, ok := ts.gateOf("ns-1", false).admit(false)
 			if !ok {
 				t.Fatal("a write into a served partition was refused")
 			}
-			ts.Stop([]int{1})
+			ts.Stop([]int{1}, true)
 			select {
 			case e := <-ts.ended:
 				t.Fatalf("%v reported ended with a write in flight", e.Piece)

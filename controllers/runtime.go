@@ -352,16 +352,18 @@ func (r *Runtime) Start(pieces []shard.Piece) {
 
 // Stop stops pieces (shard.Runner): their write gates are shut before it
 // returns, so that no write of theirs is sent after the Manager logs the
-// stop, even if the replica's authority comes back meanwhile; each is
-// reported on Ended once its writes in flight are answered (its
-// controllers may still be winding down, their writes refused).
-func (r *Runtime) Stop(pieces []shard.Piece) {
+// stop, even if the replica's authority comes back meanwhile, but for
+// the Events reporting their last writes when they moved (writeGate's
+// report tail); each is reported on Ended once its writes in flight are
+// answered and the tail is over (its controllers may still be winding
+// down, their writes refused).
+func (r *Runtime) Stop(pieces []shard.Piece, moved bool) {
 	partitions, singletons := split(pieces)
 	for _, piece := range singletons {
-		r.singletons.stop(piece)
+		r.singletons.stop(piece, moved)
 	}
 	if len(partitions) > 0 {
-		r.table.Stop(partitions)
+		r.table.Stop(partitions, moved)
 	}
 }
 

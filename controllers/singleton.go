@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
@@ -41,12 +42,17 @@ func (s *singletonRuns) add(piece shard.Piece, run *singletonRun) {
 	s.runs[piece] = run
 }
 
-// stop shuts the gate of piece's run at once and cancels it.
-func (s *singletonRuns) stop(piece shard.Piece) {
+// stop shuts the gate of piece's run at once (with the report tail when
+// it moves: writeGate) and cancels it.
+func (s *singletonRuns) stop(piece shard.Piece, moved bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if run := s.runs[piece]; run != nil {
-		run.gate.Shut()
+		tail := time.Duration(0)
+		if moved {
+			tail = reportTail
+		}
+		run.gate.Shut(tail)
 		run.cancel()
 	}
 }
@@ -84,7 +90,7 @@ func (r *Runtime) startSingleton(piece shard.Piece) {
 		if err == nil && ctx.Err() == nil {
 			err = fmt.Errorf("the controllers of %s returned", piece)
 		}
-		run.gate.Shut()
+		run.gate.Shut(0) // a no-op after stop; no tail for a run that ended itself
 		<-run.gate.Drained()
 		r.singletons.remove(piece, run)
 		if ctx.Err() != nil {

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -73,14 +74,40 @@ func statusResponse(req *http.Request, status metav1.Status) *http.Response {
 // they wind down. Writes are checked after the rate limiter, at the
 // transport, so a call that was waiting there is refused when its turn
 // comes.
+//
+// A gate shut for a handover keeps a report tail: it still admits Event
+// writes until its tail has passed since the last write it admitted was
+// answered, and is drained only after that. An upstream controller
+// records an Event once the write it reports has returned, and its
+// broadcaster sends it from a queue of its own, so the report of a write
+// admitted just before the stop (a Deployment's ScalingReplicaSet, a
+// Job's SuccessfulCreate) reaches the transport just after it; refused,
+// it would be lost for good, since the next owner finds the work done and
+// reports nothing (the end-state comparison with KCM caught a Deployment
+// without its ScalingReplicaSet). The next owner starts once the gate is
+// drained, so the reports still land inside this run; a gate idle for
+// longer than its tail drains as it shuts.
 type writeGate struct {
-	mu       sync.Mutex
-	open     bool
-	shut     bool
-	inflight int
-	// idle is closed once the gate is shut and no write is in flight.
+	mu   sync.Mutex
+	open bool
+	shut bool
+	// tail: how long after the last answered write a shut gate admits
+	// Events (0: none).
+	tail         time.Duration
+	lastAnswered time.Time
+	inflight     int
+	drained      bool
+	tailTimer    *time.Timer
+	// idle is closed once the gate is shut, no write is in flight and its
+	// tail is over.
 	idle chan struct{}
 }
+
+// reportTail is the report tail of a gate shut for a handover: on the
+// 2-core test machine an Event is sent within milliseconds of the write
+// it reports; the tail leaves room for a loaded replica, and delays the
+// handover of a partition only if it wrote in its last quarter second.
+const reportTail = 250 * time.Millisecond
 
 func newWriteGate() *writeGate { return &writeGate{idle: make(chan struct{})} }
 
@@ -96,22 +123,43 @@ func (g *writeGate) Open() bool {
 	return true
 }
 
-// Shut refuses every new write from now on, for good. Drained says when
-// the writes already admitted have been answered.
-func (g *writeGate) Shut() {
+// Shut refuses every new write from now on, for good, but the Events of
+// the report tail (0 for none: a stop for lost authority). Drained says
+// when the writes already admitted have been answered and the tail is
+// over.
+func (g *writeGate) Shut(tail time.Duration) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.shut {
 		return
 	}
-	g.open, g.shut = false, true
-	if g.inflight == 0 {
-		close(g.idle)
-	}
+	g.open, g.shut, g.tail = false, true, tail
+	g.settleLocked()
 }
 
-// Drained is closed once the gate is shut and every write it admitted has
-// been answered.
+// settleLocked closes idle once the gate is shut, nothing is in flight
+// and the tail is over, or looks again when the tail ends.
+func (g *writeGate) settleLocked() {
+	if !g.shut || g.drained || g.inflight > 0 {
+		return
+	}
+	if wait := g.tail - time.Since(g.lastAnswered); g.tail > 0 && wait > 0 {
+		if g.tailTimer == nil {
+			g.tailTimer = time.AfterFunc(wait, func() {
+				g.mu.Lock()
+				defer g.mu.Unlock()
+				g.tailTimer = nil
+				g.settleLocked()
+			})
+		}
+		return
+	}
+	g.drained = true
+	close(g.idle)
+}
+
+// Drained is closed once the gate is shut, every write it admitted has
+// been answered and its report tail is over.
 func (g *writeGate) Drained() <-chan struct{} { return g.idle }
 
 // IsOpen reports whether the gate lets writes through now.
@@ -121,12 +169,13 @@ func (g *writeGate) IsOpen() bool {
 	return g.open
 }
 
-// admit reserves a write; done must be called once the apiserver has
-// answered it.
-func (g *writeGate) admit() (done func(), ok bool) {
+// admit reserves a write, an Event if report (admitted in the tail too);
+// done must be called once the apiserver has answered it.
+func (g *writeGate) admit(report bool) (done func(), ok bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if !g.open {
+	inTail := report && g.shut && !g.drained && g.tail > 0
+	if !g.open && !inTail {
 		return nil, false
 	}
 	g.inflight++
@@ -134,16 +183,20 @@ func (g *writeGate) admit() (done func(), ok bool) {
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		g.inflight--
-		if g.inflight == 0 && g.shut {
-			close(g.idle)
+		if !report {
+			// The Event reporting it may follow: the tail runs from here.
+			g.lastAnswered = time.Now()
 		}
+		g.settleLocked()
 	}, true
 }
 
 // namespaceGates finds the write gate of the run that may write into a
-// namespace now (the partition table); nil when none may.
+// namespace now (the partition table), or, for an Event (report), of the
+// run that stopped serving it while its report tail lasts; nil when none
+// may.
 type namespaceGates interface {
-	gateOf(namespace string) *writeGate
+	gateOf(namespace string, report bool) *writeGate
 }
 
 // requestNamespace is the namespace a request to the Kubernetes API acts
@@ -211,9 +264,10 @@ func (f fencedRoundTripper) RoundTrip(req *http.Request) (*http.Response, error)
 	if f.fence != nil && !f.fence.Valid() {
 		return nil, ErrNoAuthority
 	}
+	report := isEventWrite(req.Method, req.URL.Path)
 	var answered []func()
 	if f.run != nil {
-		done, ok := f.run.admit()
+		done, ok := f.run.admit(report)
 		if !ok {
 			return nil, fmt.Errorf("%w: %s %s", ErrPieceStopped, req.Method, req.URL.Path)
 		}
@@ -223,8 +277,8 @@ func (f fencedRoundTripper) RoundTrip(req *http.Request) (*http.Response, error)
 		if ns := requestNamespace(req.URL.Path); ns != "" {
 			var done func()
 			ok := false
-			if gate := f.partitions.gateOf(ns); gate != nil {
-				done, ok = gate.admit()
+			if gate := f.partitions.gateOf(ns, report); gate != nil {
+				done, ok = gate.admit(report)
 			}
 			if !ok {
 				for _, done := range answered {

@@ -43,7 +43,7 @@ func TestRequestNamespace(t *testing.T) {
 // "one-*" is partition 1, every other partition 2.
 type gatesByPartition map[int]*writeGate
 
-func (g gatesByPartition) gateOf(ns string) *writeGate {
+func (g gatesByPartition) gateOf(ns string, _ bool) *writeGate {
 	if strings.HasPrefix(ns, "one") {
 		return g[1]
 	}
@@ -97,7 +97,7 @@ func TestPartitionWriteGate(t *testing.T) {
 	for served.Load() < 4 {
 		time.Sleep(time.Millisecond)
 	}
-	gates[1].Shut()
+	gates[1].Shut(0)
 	select {
 	case <-gates[1].Drained():
 		t.Fatal("drained while a write was in flight")
@@ -143,7 +143,7 @@ func TestSingletonWriteGate(t *testing.T) {
 	}{
 		{"before the run", func() {}, false},
 		{"while it runs", func() { run.Open() }, true},
-		{"after it ended", run.Shut, false},
+		{"after it ended", func() { run.Shut(0) }, false},
 	} {
 		phase.set()
 		for _, tc := range requests {
@@ -210,7 +210,7 @@ func TestStoppedPieceWritesNothing(t *testing.T) {
 		{"partition", shard.PartitionPiece(3), func() error { return partitionWrite(http.MethodPost, "/api/v1/namespaces/ns-3/pods") },
 			func() { r.Start([]shard.Piece{shard.PartitionPiece(3)}); table.reconcile(t.Context()) },
 			func() { table.serve(3) }, ErrPartitionMoved},
-		{"singleton", singleton, func() error { return singletonWrite(http.MethodPost, "/api/v1/namespaces/a/events") },
+		{"singleton", singleton, func() error { return singletonWrite(http.MethodPost, "/api/v1/namespaces/a/pods") },
 			func() { run.gate.Open() }, func() { run.gate.Open() }, ErrPieceStopped},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -218,7 +218,7 @@ func TestStoppedPieceWritesNothing(t *testing.T) {
 			if err := tc.write(); err != nil {
 				t.Fatalf("a write of the running piece: %v", err)
 			}
-			r.Stop([]shard.Piece{tc.piece})
+			r.Stop([]shard.Piece{tc.piece}, true)
 			if err := tc.write(); !errors.Is(err, tc.err) {
 				t.Errorf("a write after the stop: %v, want %v", err, tc.err)
 			}
@@ -328,7 +328,7 @@ func TestWriteGiveUpStaysInFlight(t *testing.T) {
 			if err := <-gaveUp; !errors.Is(err, context.Canceled) {
 				t.Fatalf("the caller that gave up got %v, want context.Canceled", err)
 			}
-			gate.Shut()
+			gate.Shut(0)
 			select {
 			case <-gate.Drained():
 				t.Fatal("drained when the write's caller gave up, while the apiserver had not answered it")
@@ -345,5 +345,95 @@ func TestWriteGiveUpStaysInFlight(t *testing.T) {
 				t.Error("drained before the apiserver acted on the write")
 			}
 		})
+	}
+}
+
+// TestReportTail: a gate shut for a handover still admits the Events
+// reporting the writes it admitted until its tail has passed since the
+// last of them was answered, and drains only then; every other write is
+// refused at once. A gate shut for lost authority (no tail), or idle for
+// longer than its tail, admits nothing more and drains as it shuts.
+func TestReportTail(t *testing.T) {
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) }))
+	defer server.Close()
+	// Long enough that a loaded machine sends the Event inside it.
+	const tail = 3 * time.Second
+	const pods, event = "/api/v1/namespaces/one-a/pods", "/api/v1/namespaces/one-a/events"
+	for _, tc := range []struct {
+		name string
+		// wrote: a write was answered just before the shut.
+		wrote bool
+		tail  time.Duration
+		// reported: the Event after the shut is admitted.
+		reported bool
+	}{
+		{"handover after a write", true, tail, true},
+		{"handover of an idle gate", false, tail, false},
+		{"lost authority", true, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			gate := newWriteGate()
+			gate.Open()
+			do := requester(t, fencedRoundTripper{next: http.DefaultTransport, partitions: gatesByPartition{1: gate}}, server.URL)
+			if tc.wrote {
+				if err := do(http.MethodPost, pods); err != nil {
+					t.Fatalf("a write through the open gate: %v", err)
+				}
+			}
+			gate.Shut(tc.tail)
+			if err := do(http.MethodPost, pods); !errors.Is(err, ErrPartitionMoved) {
+				t.Errorf("a pod write after the shut: %v, want refused", err)
+			}
+			err := do(http.MethodPost, event)
+			if reported := err == nil; reported != tc.reported {
+				t.Fatalf("an Event after the shut: err %v, want admitted %v", err, tc.reported)
+			}
+			if !tc.reported {
+				select {
+				case <-gate.Drained():
+				case <-time.After(tail / 3):
+					t.Fatal("not drained as it shut, with no report to wait for")
+				}
+				return
+			}
+			select {
+			case <-gate.Drained():
+				t.Fatal("drained inside its report tail")
+			default:
+			}
+			select {
+			case <-gate.Drained():
+			case <-time.After(3 * tail):
+				t.Fatal("not drained once its report tail was over")
+			}
+			if err := do(http.MethodPost, event); !errors.Is(err, ErrPartitionMoved) {
+				t.Errorf("an Event once drained: %v, want refused", err)
+			}
+		})
+	}
+}
+
+// TestReportTailOfAMovedPartition: an Event into a partition whose run
+// stopped goes to that run's gate, still served in its tail, also when a
+// new run of the partition waits to be served, and to the new run's gate
+// once it is open.
+func TestReportTailOfAMovedPartition(t *testing.T) {
+	table := newTestTable(t)
+	table.Start([]int{3})
+	table.reconcile(t.Context())
+	first := table.gateOf("ns-3", true)
+	table.Stop([]int{3}, true)
+	table.Start([]int{3})
+	second := table.gateOf("ns-3", false)
+	if first == nil || second == nil || first == second {
+		t.Fatalf("gates of the two runs: %p and %p, want two", first, second)
+	}
+	if got := table.gateOf("ns-3", true); got != first {
+		t.Errorf("an Event while the new run waits goes to %p, want the stopped run's %p", got, first)
+	}
+	<-first.Drained()
+	table.reconcile(t.Context())
+	if got := table.gateOf("ns-3", true); got != second {
+		t.Errorf("an Event once the new run is served goes to %p, want its gate %p", got, second)
 	}
 }

@@ -42,7 +42,7 @@ func (r *funcRunner) Start(pieces []Piece) {
 	}
 }
 
-func (r *funcRunner) Stop(pieces []Piece) {
+func (r *funcRunner) Stop(pieces []Piece, _ bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, p := range pieces {

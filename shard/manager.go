@@ -36,9 +36,11 @@ type Runner interface {
 	// Stop stops pieces, all of them started. Before it returns none of
 	// them may send a new write: a replica's log then bounds its writes,
 	// none is sent after "Stopping piece" (a stop for lost authority is
-	// also bounded by the authority's deadline). It returns at once; each
-	// piece is reported on Ended once it can no longer act.
-	Stop(pieces []Piece)
+	// also bounded by the authority's deadline), but, when they moved
+	// (the replica holds its authority), the Events that report the
+	// writes they sent, until the piece is reported ended. It returns at
+	// once; each piece is reported on Ended once it can no longer act.
+	Stop(pieces []Piece, moved bool)
 	// Ended reports each started piece once it can no longer act: nothing
 	// it does reaches the apiserver any more (its writes are refused and
 	// the ones sent answered). A piece is reported once per Start, after
@@ -330,7 +332,7 @@ func (m *Manager) act(ctx context.Context, plan Plan, now, authorityUntil time.T
 		stop = append(stop, p)
 	}
 	if len(stop) > 0 {
-		m.runner.Stop(stop)
+		m.runner.Stop(stop, m.local.Authority)
 	}
 	reason := "moved"
 	if !m.local.Authority {

@@ -84,7 +84,7 @@ func (d *Recorder) Start(pieces []shard.Piece) {
 
 // Stop stops pieces (shard.Runner): a recording piece acts only on its
 // ticks, and its stop record holds the last one.
-func (d *Recorder) Stop(pieces []shard.Piece) {
+func (d *Recorder) Stop(pieces []shard.Piece, _ bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, piece := range pieces {
