@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"sort"
+
+	"k8s.io/apimachinery/pkg/util/sets"
 )
 
 // How an ownedListWatch keeps the namespaces of loaded partitions by
@@ -51,28 +53,33 @@ func (lw *ownedListWatch) nameGain(partitions map[int]bool) {
 
 // keepGain marks partitions kept and loads namespaces (theirs, read by a
 // consistent list after nameGain) with the ones the trunk noted while
-// they were naming; it returns what load returns and the namespaces
-// loaded, for the gain to wait on.
+// they were naming, up to the moment they are kept: a namespace noted
+// while the first ones load (its first event dropped) is loaded too, or
+// the kept partition would take it at its next event, without the first;
+// it returns what load returns and the namespaces loaded, for the gain to
+// wait on.
 func (lw *ownedListWatch) keepGain(partitions map[int]bool, namespaces []string, await bool) (unlisted, loading []string) {
-	lw.mu.Lock()
-	all := map[string]bool{}
-	for _, ns := range namespaces {
-		all[ns] = true
-	}
-	for p := range partitions {
-		for ns := range lw.noted[p] {
-			all[ns] = true
-		}
-		delete(lw.noted, p)
-	}
-	lw.mu.Unlock()
-	for ns := range all {
-		loading = append(loading, ns)
-	}
-	sort.Strings(loading)
-	unlisted = lw.load(loading, await)
+	batch := sets.New(namespaces...)
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
+	for {
+		for p := range partitions {
+			for ns := range lw.noted[p] {
+				batch.Insert(ns)
+			}
+			delete(lw.noted, p)
+		}
+		if batch.Len() == 0 {
+			break
+		}
+		names := sets.List(batch)
+		lw.mu.Unlock()
+		unlisted = append(unlisted, lw.load(names, await)...)
+		lw.mu.Lock()
+		loading = append(loading, names...)
+		batch = sets.New[string]()
+	}
+	sort.Strings(loading)
 	keeps := lw.keepsByPartition()
 	for p := range partitions {
 		switch phase, named := lw.partitions[p]; {

@@ -208,9 +208,10 @@ func (lw *ownedListWatch) leaveEverywhere() (uint64, bool) {
 // shows and it has not taken yet, forgets those partitions and watches
 // naming its namespaces. No event of a namespace not taken has been
 // handed over (the trunk takes one of a leaving partition at its first),
-// so the watch resuming from the trunk's version delivers all of them; a
-// namespace missing from the read was created after leaving began, and
-// joins through a list.
+// so the watch resuming from the trunk's version delivers all of them,
+// but a trunk listing now has no version to resume from, so they join
+// it; a namespace missing from the read was created after leaving began,
+// and joins through a list.
 func (lw *ownedListWatch) letGoEverywhere(gen uint64, names []string) {
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
@@ -222,7 +223,15 @@ func (lw *ownedListWatch) letGoEverywhere(gen uint64, names []string) {
 	for _, ns := range names {
 		if phase, ok := lw.partitions[lw.partitionOf(ns)]; ok && phase == partitionLeaving && !lw.loaded[ns] && trunk != nil {
 			lw.loaded[ns] = true
-			trunk.insert(ns)
+			if trunk.version == "" {
+				// Listing: its list may have been asked for without ns
+				// and, handed over, would move it past ns's first
+				// events. Joining, ns is covered by that list or listed
+				// by a feeder after it, as joinTrunk does.
+				trunk.join([]string{ns}, nil)
+			} else {
+				trunk.insert(ns)
+			}
 		}
 	}
 	for p, phase := range lw.partitions {
