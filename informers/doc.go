@@ -139,6 +139,10 @@
 //     consistent read issued once its partitions leave, not from the
 //     Namespaces informer at once: a gain of a partition then waited for
 //     a namespace no source would ever carry (let-go-from-informer);
+//   - a namespace the trunk takes as it lets go everywhere joins it while
+//     it lists (its list may have been asked for without it), as a join
+//     does: inserted, a ConfigMap created with its namespace was never
+//     delivered (let-go-while-listing);
 //   - a reveal reads what the dispatcher's events told it, not the store,
 //     which runs ahead of them: a handler was told an object twice
 //     (reveal-from-store).

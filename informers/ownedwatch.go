@@ -223,7 +223,7 @@ func (lw *ownedListWatch) letGoEverywhere(gen uint64, names []string) {
 	for _, ns := range names {
 		if phase, ok := lw.partitions[lw.partitionOf(ns)]; ok && phase == partitionLeaving && !lw.loaded[ns] && trunk != nil {
 			lw.loaded[ns] = true
-			if trunk.version == "" {
+			if trunk.version == "" && !plantedLetGoInsertsWhileListing {
 				// Listing: its list may have been asked for without ns
 				// and, handed over, would move it past ns's first
 				// events. Joining, ns is covered by that list or listed

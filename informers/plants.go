@@ -44,6 +44,10 @@ var (
 	// kind takes at once the namespaces the Namespaces informer shows,
 	// with no leaving partitions and no consistent read.
 	plantedLetGoFromInformer bool
+	// plantedLetGoInsertsWhileListing: letting go every namespace of a
+	// selected kind inserts a leaving partition's namespace into a trunk
+	// that is listing, instead of joining it.
+	plantedLetGoInsertsWhileListing bool
 	// plantedRevealFromStore: a scope's reveal reads the informer's
 	// store, which runs ahead of its dispatched events, instead of what
 	// those events told the dispatcher.
