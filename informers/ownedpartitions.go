@@ -306,3 +306,96 @@ func (lw *ownedListWatch) partitionsDescribed() []string {
 	sort.Strings(out)
 	return out
 }
+
+// holdEverywhere says that every partition is being loaded for a
+// singleton, before the gain names them. A selected trunk watches again,
+// from its version, with no selector: from now on its watch carries
+// every namespace, so the kind keeps every partition by partition as an
+// unselected one does. Partitions still leaving from the last hold are
+// kept again: their namespaces have been taken at their first event
+// throughout.
+func (lw *ownedListWatch) holdEverywhere() {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	lw.everywhere = true
+	lw.letGoGen++
+	for p, phase := range lw.partitions {
+		if phase == partitionLeaving {
+			lw.partitions[p] = partitionKept
+		}
+	}
+	if t, err := lw.target(); err == nil && lw.sharded && t.selectWatch && !plantedHoldKeepsSelector {
+		if trunk := lw.trunk(); trunk != nil {
+			trunk.supersedeWatch()
+		}
+	}
+}
+
+// leaveEverywhere ends holding every partition, once the partitions not
+// loaded are forgotten and their namespaces unloaded. An unselected kind
+// keeps its loaded partitions by partition still. A selected one must
+// name its namespaces in its watch again, so it stops keeping them:
+// its kept partitions become leaving, where a namespace created from
+// now on joins through a list (OwnedCache.join) while the trunk still
+// takes the others at their first event; it returns the generation to
+// hand letGoEverywhere after a consistent read of the namespaces, and
+// false when there is nothing to let go.
+func (lw *ownedListWatch) leaveEverywhere() (uint64, bool) {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	lw.everywhere = false
+	if lw.keepsByPartition() {
+		return 0, false
+	}
+	lw.letGoGen++
+	for p, phase := range lw.partitions {
+		if phase == partitionKept {
+			lw.partitions[p] = partitionLeaving
+		}
+	}
+	return lw.letGoGen, true
+}
+
+// letGoEverywhere ends leaving, unless a hold or another release came
+// since leaveEverywhere returned gen: the trunk takes the namespaces of
+// leaving partitions that a consistent read issued after it (names)
+// shows and it has not taken yet, forgets those partitions and watches
+// naming its namespaces. No event of a namespace not taken has been
+// handed over (the trunk takes one of a leaving partition at its first),
+// so the watch resuming from the trunk's version delivers all of them,
+// but a trunk listing now has no version to resume from, so they join
+// it; a namespace missing from the read was created after leaving began,
+// and joins through a list.
+func (lw *ownedListWatch) letGoEverywhere(gen uint64, names []string) {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	if gen != lw.letGoGen {
+		return
+	}
+	lw.ensureTrunk()
+	trunk := lw.trunk()
+	for _, ns := range names {
+		if phase, ok := lw.partitions[lw.partitionOf(ns)]; ok && phase == partitionLeaving && !lw.loaded[ns] && trunk != nil {
+			lw.loaded[ns] = true
+			if trunk.version == "" && !plantedLetGoInsertsWhileListing {
+				// Listing: its list may have been asked for without ns
+				// and, handed over, would move it past ns's first
+				// events. Joining, ns is covered by that list or listed
+				// by a feeder after it, as joinTrunk does.
+				trunk.join([]string{ns}, nil)
+			} else {
+				trunk.insert(ns)
+			}
+		}
+	}
+	for p, phase := range lw.partitions {
+		if phase == partitionLeaving {
+			delete(lw.partitions, p)
+			delete(lw.noted, p)
+		}
+	}
+	lw.letGoGen++
+	if trunk != nil {
+		trunk.supersedeWatch()
+	}
+}
