@@ -318,7 +318,10 @@ test-node: tools build node-tools image-host
 
 # Fresh seeds of the owned-cache simulation, one process per seed (a seed
 # that passed once proves little): SWEEP_SEEDS of them (default 200),
-# SWEEP_PROCS at once (12: a schedule mostly waits), each within 90 s.
+# SWEEP_PROCS at once (12: a schedule mostly waits), each within 200 s:
+# more than a long schedule (46 s seen) and its check's own 90-s wait for
+# quiescence, so a stuck wait fails naming what it waits for instead of
+# being killed as hung.
 # Prints every seed that failed or hung, with its replay command, and the
 # count of each outcome; fails if any did. SWEEP_REPEAT=<seed> runs one
 # seed that many times instead (SWEEP_SEEDS of them);
@@ -333,7 +336,7 @@ sim-sweep:
 	  for i in $$(seq $(SWEEP_SEEDS)); do \
 	    if [ -n "$(SWEEP_REPEAT)" ]; then echo $(SWEEP_REPEAT); else echo $$(( $$(od -An -N7 -tu8 /dev/urandom) + 1 )); fi; \
 	  done | xargs -P $(SWEEP_PROCS) -I{} sh -c \
-	    'timeout -s QUIT 90 ../build/sim-sweep/informers.test -test.run "^TestOwnedCacheSimulation$$" -test.timeout 3m -ownedsim.seed={} $(SWEEP_ARGS) > ../build/sim-sweep/{}.$$$$.log 2>&1; echo "{} $$?" >> ../build/sim-sweep/results'
+	    'timeout -s QUIT 200 ../build/sim-sweep/informers.test -test.run "^TestOwnedCacheSimulation$$" -test.timeout 3m -ownedsim.seed={} $(SWEEP_ARGS) > ../build/sim-sweep/{}.$$$$.log 2>&1; echo "{} $$?" >> ../build/sim-sweep/results'
 	@awk '$$2 != 0 { print "seed " $$1 (($$2 == 124 || $$2 == 131) ? " hung" : " failed") ": go test ./informers -run ^TestOwnedCacheSimulation$$ -args -ownedsim.seed=" $$1 }' build/sim-sweep/results
 	@awk '{ n[$$2 == 0 ? "passed" : ($$2 == 124 || $$2 == 131) ? "hung" : "failed"]++ } END { printf "%d passed, %d failed, %d hung\n", n["passed"], n["failed"], n["hung"]; exit (n["failed"] + n["hung"] > 0) }' build/sim-sweep/results
 
