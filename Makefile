@@ -261,7 +261,9 @@ push:
 	$(MAKE) image IMAGE_ARGS=-push
 
 # Unit tests first (seconds), then the e2e tests against a real control
-# plane (they are behind the e2e build tag so `go test ./...` stays fast).
+# plane (they are behind the e2e build tag so `go test ./...` stays fast),
+# one of them on the real node (node-tools): the fleet's image deployed as
+# deploy/deployment ships it, and Jobs whose containers exit by code.
 # Debian packages the e2e tests drive: headless Chromium (the /debug/fleet
 # page) and Prometheus (scraping a fleet, evaluating the dashboards and
 # alerts). Installed only when missing.
@@ -279,7 +281,7 @@ test-deps:
 # -v would and ends with the slowest tests and the time per package. The
 # e2e tests run at once, in lanes sized to the machine
 # (test/e2e/lanes_test.go); -parallel only has to let every lane fill.
-test: tools build $(BIN)/fleet-recording-replica $(BIN)/fleet-controller-manager-planted-stuck_load image-host test-deps
+test: tools build $(BIN)/fleet-recording-replica $(BIN)/fleet-controller-manager-planted-stuck_load image-host test-deps node-tools
 	$(GO) vet -tags e2e ./...
 	$(GO) vet -tags 'e2e long' ./test/e2e/
 	$(GO) vet -tags 'e2e node' ./test/e2e/
@@ -308,11 +310,11 @@ test-long: tools build $(BIN)/fleet-recording-replica $(PREVIOUS_RELEASE_BIN) te
 	$(MAKE) chaos DURATION=20
 	$(MAKE) conformance
 
-# The tests on the real node (the node build tag): the fleet's image
-# deployed with deploy/'s overlays, the migration from a static-pod KCM
-# and back, a rolling update, a drain, every fleet pod deleted, and Jobs
-# whose containers exit by code. One real node runs on a machine at a
-# time, so they follow one another (about 11 minutes).
+# Every test on the real node: make test's, and those behind the node
+# build tag, with deploy/'s two overlays: the migration from a static-pod
+# KCM and back, a rolling update, a drain, every fleet pod deleted. One
+# real node runs on a machine at a time, so they follow one another
+# (about 11 minutes).
 test-node: tools build node-tools image-host
 	set -o pipefail; $(GO) test -count=1 -tags 'e2e node' -json -parallel 8 -timeout 40m ./test/e2e/ -run '^TestRealNode' | $(GO) run ./test/testsummary
 

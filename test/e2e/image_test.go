@@ -8,15 +8,15 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -25,6 +25,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -34,25 +35,27 @@ import (
 	"github.com/fleet-controller-manager/fleet-controller-manager/test/localcluster"
 )
 
-// TestImageRunsAsManifests runs the image `make image` built (make test
-// builds it for this machine's platform) the way deploy/ says to run it: the
-// Deployment overlay's container (command, args, env, ports, probes,
-// securityContext, volumes) started from the image's own layers by
-// podRunner, with in-cluster configuration and the ServiceAccount and RBAC
-// of deploy/base only. It checks the image (its user, entrypoint, labels,
-// --version and --help), that the replicas run as the non-root user, pass
-// their readiness and liveness probes at the manifest's paths and ports,
-// form a fleet that runs a workload, serve metrics where the ServiceMonitor
-// scrapes them to the token deploy/monitoring authorizes (and to no one
-// else), and leave within the termination grace period.
-func TestImageRunsAsManifests(t *testing.T) {
-	inLane(t, laneLight)
+// TestRealNodeImage runs the image `make image` built (make test builds it
+// for this machine's platform) on the real node as deploy/ ships it: the
+// image imported into containerd, deploy/deployment applied with an
+// operator's overlay, the pods run by the kubelet with the Secret, the
+// ServiceAccount and the RBAC of deploy/base only. It checks the image (its
+// user, entrypoint and labels, --version and --help run as a pod of it),
+// that the replicas run as the non-root user, become Ready at their
+// readiness probe and are never restarted by their liveness probe, run the
+// controllers of the cluster they live in (a Deployment on kwok's nodes;
+// Jobs whose containers exit by code on the real node), are refused nothing,
+// serve metrics where the ServiceMonitor scrapes them to the token
+// deploy/monitoring authorizes (and to no one else), and that a deleted
+// pod leaves within its grace period, exiting 0, its Lease deleted.
+func TestRealNodeImage(t *testing.T) {
+	inLane(t, laneHeavy)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 
 	img := readOCIImage(t, repoPath(t, "build/image/oci"), "linux", runtime.GOARCH)
 	version := img.Config.Labels["org.opencontainers.image.version"]
-	t.Logf("image: user %s, entrypoint %v, version %q, revision %q, layers %d bytes (compressed)",
+	t.Logf("image: user %s, entrypoint %v, version %q, revision %q, layers %v bytes (compressed)",
 		img.Config.User, img.Config.Entrypoint, version, img.Config.Labels["org.opencontainers.image.revision"], img.Sizes)
 	if img.Config.User != "65532:65532" {
 		t.Errorf("image user %q, want the non-root 65532:65532", img.Config.User)
@@ -63,111 +66,136 @@ func TestImageRunsAsManifests(t *testing.T) {
 		}
 	}
 
-	cluster := startCluster(ctx, t, localcluster.Options{Scheduler: true, KwokNodes: 2})
-	admin, err := cluster.Client()
+	d := newDeployedFleet(ctx, t, "deployment", "Deployment", true)
+	deployment := renderedObject[appsv1.Deployment](t, d.kubectl("kustomize", d.overlayDir), "Deployment")
+	statefulSet := renderedObject[appsv1.StatefulSet](t, d.kubectl("kustomize", repoPath(t, "deploy/statefulset")), "StatefulSet")
+	base := renderedObject[appsv1.Deployment](t, d.kubectl("kustomize", repoPath(t, "deploy/deployment")), "Deployment")
+	if !reflect.DeepEqual(base.Spec.Template.Spec, statefulSet.Spec.Template.Spec) {
+		t.Errorf("the Deployment's and the StatefulSet's pods differ; this test runs only the Deployment's")
+	}
+	container := deployment.Spec.Template.Spec.Containers[0]
+	if !reflect.DeepEqual(container.Command, img.Config.Entrypoint) {
+		t.Errorf("the manifests' command %v is not the image's entrypoint %v", container.Command, img.Config.Entrypoint)
+	}
+
+	// As operations.md deploys it: beside KCM's static pod, whose
+	// ReplicaSet controller starts the fleet's pods, then KCM moved out.
+	takeover, ready := d.migrate(ctx, false)
+	t.Logf("deploy/deployment applied beside KCM, KCM moved out: the fleet led %v later, every replica Ready at its readiness probe %v later",
+		takeover.Round(100*time.Millisecond), ready.Round(100*time.Millisecond))
+	pods, err := d.client.CoreV1().Pods(fleetNamespace).List(ctx, metav1.ListOptions{LabelSelector: fleetSelector})
 	if err != nil {
 		t.Fatal(err)
 	}
-	kubectl := kubectlAsAdmin(ctx, t, cluster)
-
-	deployment := renderedObject[appsv1.Deployment](t, kubectl("kustomize", repoPath(t, "deploy/deployment")), "Deployment")
-	statefulSet := renderedObject[appsv1.StatefulSet](t, kubectl("kustomize", repoPath(t, "deploy/statefulset")), "StatefulSet")
-	pod := deployment.Spec.Template.Spec
-	if !reflect.DeepEqual(pod, statefulSet.Spec.Template.Spec) {
-		t.Errorf("the Deployment's and the StatefulSet's pods differ; the runs below cover only the Deployment's")
-	}
-	if got := pod.Containers[0].Command; !reflect.DeepEqual(got, img.Config.Entrypoint) {
-		t.Errorf("the manifests' command %v is not the image's entrypoint %v", got, img.Config.Entrypoint)
-	}
-
-	// The shipped RBAC for real; the pods are run here, not by a kubelet.
-	kubectl("apply", "-k", repoPath(t, "deploy/base"))
-	token := serviceAccountToken(ctx, t, admin, deployment.Namespace, pod.ServiceAccountName)
-	caCert, err := os.ReadFile(cluster.CAFile())
-	if err != nil {
-		t.Fatal(err)
-	}
-	pki := map[string][]byte{}
-	for name, path := range map[string]string{"sa.key": cluster.ServiceAccountKeyFile(), "ca.crt": cluster.CAFile(), "ca.key": cluster.CAKeyFile()} {
-		if pki[name], err = os.ReadFile(path); err != nil {
-			t.Fatal(err)
+	for _, pod := range pods.Items {
+		if uids := containerUIDs(t, pod.UID, container.Command[0]); len(uids) != 1 || uids[0] != "65532 65532 65532 65532" {
+			t.Errorf("pod %s's processes run as %q (real, effective, saved, filesystem uid), want one, as 65532", pod.Name, uids)
 		}
 	}
-	runner := newPodRunner(t, cluster, img, deployment.Namespace, pod, podVolumes{
-		secrets: map[string]map[string][]byte{"fleet-controller-manager-pki": pki}, token: []byte(token), caCert: caCert,
-	})
-
-	out, err := runner.run(ctx, t, "entrypoint-version", "--version")
-	if err != nil || !strings.Contains(out, version) {
-		t.Errorf("the entrypoint's --version: %v, printed %q; want the image's version %q", err, strings.TrimSpace(out), version)
+	// A pod needs its namespace's default ServiceAccount, which the fleet's
+	// serviceaccount controller makes.
+	out := runImageOnce(ctx, t, d.client, container.Image, "--version")
+	if !strings.Contains(out, version) {
+		t.Errorf("the entrypoint's --version printed %q; want the image's version %q", strings.TrimSpace(out), version)
 	}
-	if out, err := runner.run(ctx, t, "entrypoint-help", "--help"); err != nil || !strings.Contains(out, "--fleet-name") {
-		t.Errorf("the entrypoint's --help: %v, printed %d bytes without --fleet-name", err, len(out))
+	if out := runImageOnce(ctx, t, d.client, container.Image, "--help"); !strings.Contains(out, "--fleet-name") {
+		t.Errorf("the entrypoint's --help printed %d bytes without --fleet-name", len(out))
 	}
 
-	apiserver, err := url.Parse(cluster.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	replicas := int(ptr.Deref(deployment.Spec.Replicas, 1))
-	names, podIPs := make([]string, replicas), make([]string, replicas)
-	processes := make([]*localcluster.Process, replicas)
-	for i := range replicas {
-		names[i] = fmt.Sprintf("%s-%d", deployment.Name, i)
-		podIPs[i] = fmt.Sprintf("127.0.0.%d", 11+i)
-		processes[i] = runner.start(t, names[i], podIPs[i], apiserver.Hostname(), apiserver.Port())
-	}
-	for i, p := range processes {
-		if uid := processUIDs(t, p.Pid()); uid != "65532 65532 65532 65532" {
-			t.Errorf("%s runs as uid %q (real, effective, saved, filesystem), want 65532", names[i], uid)
+	createNamespace(ctx, t, d.client, "image-workload")
+	createDeployment(ctx, t, d.client, "image-workload", "web", 3)
+	waitDeploymentReady(ctx, t, d.client, "image-workload", "web", 3, 3*time.Minute)
+	checkJobsByExitCode(ctx, t, d.client, "image-workload")
+
+	checkScrapedAsServiceMonitorSays(ctx, t, d.client, d.kubectl, container, pods.Items[0].Status.PodIP)
+
+	for _, pod := range pods.Items {
+		log, err := d.client.CoreV1().Pods(fleetNamespace).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+		if err != nil {
+			t.Fatalf("reading %s's log through the apiserver: %v", pod.Name, err)
 		}
-	}
-	container := pod.Containers[0]
-	poll(ctx, t, "every replica ready at the manifest's readiness probe", 3*time.Minute, func() (bool, string) {
-		for i := range processes {
-			if exited, err := processes[i].Exited(); exited {
-				t.Fatalf("%s exited (%v):\n%s", names[i], err, processes[i].LogTail(30))
-			}
-			if err := runner.probe(t, container.ReadinessProbe, podIPs[i]); err != nil {
-				return false, fmt.Sprintf("%s: %v", names[i], err)
-			}
-		}
-		return true, ""
-	})
-	for i := range processes {
-		if err := runner.probe(t, container.LivenessProbe, podIPs[i]); err != nil {
-			t.Errorf("%s: liveness probe: %v", names[i], err)
-		}
-	}
-	waitFleetRunning(ctx, t, admin, names)
-	createNamespace(ctx, t, admin, "image-workload")
-	createDeployment(ctx, t, admin, "image-workload", "web", 3)
-	waitDeploymentReady(ctx, t, admin, "image-workload", "web", 3, 3*time.Minute)
-
-	checkScrapedAsServiceMonitorSays(ctx, t, cluster, admin, kubectl, runner, podIPs[0])
-
-	for i, p := range processes {
-		log, _ := os.ReadFile(p.LogPath)
 		for _, refused := range []string{"is forbidden", "permission denied"} {
 			if line := firstLineWith(string(log), refused); line != "" {
-				t.Errorf("%s was refused (%q):\n%s", names[i], refused, line)
+				t.Errorf("%s was refused (%q):\n%s", pod.Name, refused, line)
 			}
 		}
 	}
-	grace := time.Duration(ptr.Deref(pod.TerminationGracePeriodSeconds, 30)) * time.Second
-	for i, p := range processes {
-		start := time.Now()
-		if err := p.Signal(syscall.SIGTERM); err != nil {
-			t.Fatal(err)
+	checkNoRestarts(ctx, t, d.client)
+	d.checkGracefulLeave(ctx)
+}
+
+// runImageOnce runs image with args as a pod on the real node, its
+// entrypoint unchanged, and returns what it printed.
+func runImageOnce(ctx context.Context, t *testing.T, client kubernetes.Interface, image string, args ...string) string {
+	t.Helper()
+	name := "image-" + strings.TrimLeft(args[0], "-")
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers:    []corev1.Container{{Name: "main", Image: image, ImagePullPolicy: corev1.PullNever, Args: args}},
+		},
+	}
+	onRealNode(&pod.Spec)
+	if _, err := client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(ctx, t, "pod "+name+" to succeed", 2*time.Minute, func() (bool, string) {
+		p, err := client.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
 		}
-		select {
-		case <-p.Done():
-			if _, err := p.Exited(); err != nil {
-				t.Errorf("%s left with %v after SIGTERM", names[i], err)
+		if p.Status.Phase == corev1.PodFailed {
+			t.Fatalf("pod %s failed: %+v", name, p.Status.ContainerStatuses)
+		}
+		return p.Status.Phase == corev1.PodSucceeded, string(p.Status.Phase)
+	})
+	out, err := client.CoreV1().Pods("default").GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil {
+		t.Fatalf("reading %s's output through the apiserver: %v", name, err)
+	}
+	return string(out)
+}
+
+// containerUIDs is the Uid line of /proc/<pid>/status of each process of
+// the pod whose command is command: the real node's containers are this
+// machine's processes, in the pod's cgroup.
+func containerUIDs(t *testing.T, pod types.UID, command string) []string {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var uids []string
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cgroup, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cgroup"))
+		if err != nil || !strings.Contains(string(cgroup), "pod"+string(pod)) {
+			continue
+		}
+		if cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline")); err == nil && strings.HasPrefix(string(cmdline), command+"\x00") {
+			uids = append(uids, processUIDs(t, pid))
+		}
+	}
+	return uids
+}
+
+// checkNoRestarts fails the test for a fleet container the kubelet
+// restarted: its liveness probe failed, or it exited.
+func checkNoRestarts(ctx context.Context, t *testing.T, client kubernetes.Interface) {
+	t.Helper()
+	pods, err := client.CoreV1().Pods(fleetNamespace).List(ctx, metav1.ListOptions{LabelSelector: fleetSelector})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		for _, c := range p.Status.ContainerStatuses {
+			if c.RestartCount != 0 {
+				t.Errorf("pod %s's container %s restarted %d times (last: %+v)", p.Name, c.Name, c.RestartCount, c.LastTerminationState.Terminated)
 			}
-			t.Logf("%s left %v after SIGTERM", names[i], time.Since(start).Round(time.Millisecond))
-		case <-time.After(grace):
-			t.Errorf("%s still running %v after SIGTERM: the kubelet would kill it", names[i], grace)
 		}
 	}
 }
@@ -177,7 +205,7 @@ func TestImageRunsAsManifests(t *testing.T) {
 // port through the Service to the container port, scheme and path), with
 // the token of the ServiceAccount its ClusterRoleBinding names, and checks
 // a scrape without a token is refused.
-func checkScrapedAsServiceMonitorSays(ctx context.Context, t *testing.T, cluster *localcluster.Cluster, admin kubernetes.Interface, kubectl func(...string) string, runner *podRunner, podIP string) {
+func checkScrapedAsServiceMonitorSays(ctx context.Context, t *testing.T, admin kubernetes.Interface, kubectl func(...string) string, container corev1.Container, podIP string) {
 	t.Helper()
 	monitoring := kubectl("kustomize", repoPath(t, "deploy/monitoring"))
 	monitor := renderedObject[unstructured.Unstructured](t, monitoring, "ServiceMonitor")
@@ -201,7 +229,7 @@ func checkScrapedAsServiceMonitorSays(ctx context.Context, t *testing.T, cluster
 	if path == "" {
 		path = "/metrics"
 	}
-	metricsURL := fmt.Sprintf("%s://%s:%d%s", scheme, podIP, runner.containerPort(t, *target), path)
+	metricsURL := fmt.Sprintf("%s://%s%s", scheme, net.JoinHostPort(podIP, strconv.Itoa(containerPort(t, container, *target))), path)
 
 	binding := renderedObject[unstructured.Unstructured](t, monitoring, "ClusterRoleBinding")
 	subjects, _, _ := unstructured.NestedSlice(binding.Object, "subjects")
@@ -250,6 +278,21 @@ func checkScrapedAsServiceMonitorSays(ctx context.Context, t *testing.T, cluster
 	if code, _ := scrape(""); code != http.StatusUnauthorized && code != http.StatusForbidden {
 		t.Errorf("%s without a token: HTTP %d, want 401 or 403", metricsURL, code)
 	}
+}
+
+// containerPort is the number of a Service's target port in container.
+func containerPort(t *testing.T, container corev1.Container, port intstr.IntOrString) int {
+	t.Helper()
+	if port.Type == intstr.Int {
+		return port.IntValue()
+	}
+	for _, p := range container.Ports {
+		if p.Name == port.StrVal {
+			return int(p.ContainerPort)
+		}
+	}
+	t.Fatalf("no container port named %q", port.StrVal)
+	return 0
 }
 
 // kubectlAsAdmin runs the cluster's kubectl as its admin and returns what it

@@ -3,11 +3,7 @@
 package e2e
 
 import (
-	"archive/tar"
-	"compress/gzip"
 	"encoding/json"
-	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -97,90 +93,4 @@ func readOCIImage(t *testing.T, dir, osName, arch string) ociImage {
 		img.Sizes = append(img.Sizes, l.Size)
 	}
 	return img
-}
-
-// extract unpacks the image's layers into root, keeping modes and owners
-// (the test runs as root, as a runtime does). The images here have no
-// whiteouts or links; a layer that has one fails the test rather than being
-// unpacked wrong.
-func (img ociImage) extract(t *testing.T, root string) {
-	t.Helper()
-	for _, layer := range img.Layers {
-		if err := extractLayer(layer, root); err != nil {
-			t.Fatalf("extracting %s: %v", filepath.Base(layer), err)
-		}
-	}
-}
-
-func extractLayer(layer, root string) error {
-	f, err := os.Open(layer)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	gz, err := gzip.NewReader(f)
-	if err != nil {
-		return err
-	}
-	tr := tar.NewReader(gz)
-	for {
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		name := filepath.Clean("/" + hdr.Name)
-		if strings.HasPrefix(filepath.Base(name), ".wh.") {
-			return fmt.Errorf("%s: whiteouts are not handled here", hdr.Name)
-		}
-		path := filepath.Join(root, name)
-		mode := os.FileMode(hdr.Mode).Perm() | tarModeBits(hdr.Mode)
-		switch hdr.Typeflag {
-		case tar.TypeDir:
-			if err := os.MkdirAll(path, 0o755); err != nil {
-				return err
-			}
-		case tar.TypeReg:
-			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-				return err
-			}
-			out, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-			if err != nil {
-				return err
-			}
-			if _, err := io.Copy(out, tr); err != nil {
-				out.Close()
-				return err
-			}
-			if err := out.Close(); err != nil {
-				return err
-			}
-		default:
-			return fmt.Errorf("%s: entry type %q is not handled here", hdr.Name, hdr.Typeflag)
-		}
-		if err := os.Lchown(path, hdr.Uid, hdr.Gid); err != nil {
-			return err
-		}
-		if err := os.Chmod(path, mode); err != nil {
-			return err
-		}
-	}
-}
-
-// tarModeBits are the setuid, setgid and sticky bits of a tar header's mode
-// as Go's file mode.
-func tarModeBits(mode int64) os.FileMode {
-	var m os.FileMode
-	if mode&0o4000 != 0 {
-		m |= os.ModeSetuid
-	}
-	if mode&0o2000 != 0 {
-		m |= os.ModeSetgid
-	}
-	if mode&0o1000 != 0 {
-		m |= os.ModeSticky
-	}
-	return m
 }

@@ -1,4 +1,4 @@
-//go:build e2e && node
+//go:build e2e
 
 package e2e
 
@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
@@ -62,17 +63,17 @@ func forEachFleetKind(t *testing.T, test func(context.Context, *testing.T, *depl
 			inLane(t, laneHeavy)
 			ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 			defer cancel()
-			test(ctx, t, newDeployedFleet(ctx, t, k.dir, k.kind))
+			test(ctx, t, newDeployedFleet(ctx, t, k.dir, k.kind, true))
 		})
 	}
 }
 
-// newDeployedFleet starts the cluster and KCM's static pod, imports the
-// image `make image-host` built, and writes the operator's overlay of
-// deploy/<dir> (of kind): the image's tag, and (what this cluster's network
-// needs, a kube-proxy elsewhere) the apiserver's address for the pods and
-// the real node's toleration.
-func newDeployedFleet(ctx context.Context, t *testing.T, dir, kind string) *deployedFleet {
+// newDeployedFleet starts the cluster and, with staticKCM, KCM's static
+// pod, imports the image `make image-host` built, and writes the
+// operator's overlay of deploy/<dir> (of kind): the image's tag, and (what
+// this cluster's network needs, a kube-proxy elsewhere) the apiserver's
+// address for the pods and the real node's toleration.
+func newDeployedFleet(ctx context.Context, t *testing.T, dir, kind string, staticKCM bool) *deployedFleet {
 	t.Helper()
 	archive := repoPath(t, "build/image/fleet-controller-manager.oci.tar")
 	if _, err := os.Stat(archive); err != nil {
@@ -89,7 +90,9 @@ func newDeployedFleet(ctx context.Context, t *testing.T, dir, kind string) *depl
 		t.Fatal(err)
 	}
 	d.imageTag = imageTag(t, repoPath(t, "build/image/oci/index.json"))
-	d.writeKCMStaticPod()
+	if staticKCM {
+		d.writeKCMStaticPod()
+	}
 	d.writeOverlay(dir, kind)
 	return d
 }
@@ -252,6 +255,129 @@ func gone(before, after []fleetPod) int {
 		}
 	}
 	return n
+}
+
+// migrate is operations.md's migration: the fleet deployed beside a
+// leading KCM (whose ReplicaSet or StatefulSet controller starts its pods)
+// waits, safely (checked with checkWaits), and takes over once KCM's
+// manifest is moved out; it returns when the fleet held KCM's Lease, and
+// when every replica was Ready, after the move.
+func (d *deployedFleet) migrate(ctx context.Context, checkWaits bool) (takeover, ready time.Duration) {
+	t := d.t
+	t.Helper()
+	waitTimed(ctx, t, "KCM's static pod to lead", 2*time.Minute, func() (bool, string) {
+		holder := d.leaseHolder(ctx)
+		return holder != "" && !isFleetHolder(holder), fmt.Sprintf("holder %q", holder)
+	})
+	d.createPKISecret()
+	d.kubectl("apply", "-k", d.overlayDir)
+	waitTimed(ctx, t, "KCM to start the fleet's 3 pods", 2*time.Minute, func() (bool, string) {
+		running, _, _ := d.fleetPods(ctx)
+		return running == 3, fmt.Sprintf("%d running", running)
+	})
+	if checkWaits {
+		// They wait, safely: a while later none is Ready and KCM still leads.
+		time.Sleep(10 * time.Second)
+		if _, ready, _ := d.fleetPods(ctx); ready != 0 || isFleetHolder(d.leaseHolder(ctx)) {
+			t.Fatalf("beside a leading KCM: %d fleet pods Ready, Lease held by %q; want 0 and KCM", ready, d.leaseHolder(ctx))
+		}
+	}
+	d.moveKCM(false)
+	takeover = waitTimed(ctx, t, "the fleet to take KCM's Lease", 2*time.Minute, func() (bool, string) {
+		holder := d.leaseHolder(ctx)
+		return isFleetHolder(holder), fmt.Sprintf("holder %q", holder)
+	})
+	return takeover, takeover + d.waitFleetReady(ctx, 3)
+}
+
+// waitFleetReady waits until want fleet pods are Ready.
+func (d *deployedFleet) waitFleetReady(ctx context.Context, want int) time.Duration {
+	d.t.Helper()
+	return waitTimed(ctx, d.t, fmt.Sprintf("%d fleet pods Ready", want), 3*time.Minute, func() (bool, string) {
+		running, ready, _ := d.fleetPods(ctx)
+		return ready == want, fmt.Sprintf("%d running, %d ready", running, ready)
+	})
+}
+
+// checkGracefulLeave deletes one fleet pod: its replica leaves (its Lease
+// deleted), its container exits 0 on the kubelet's SIGTERM within the
+// pod's grace period, and the fleet replaces it itself.
+func (d *deployedFleet) checkGracefulLeave(ctx context.Context) {
+	d.t.Helper()
+	_, _, before := d.fleetPods(ctx)
+	victim := before[0]
+	lease, err := d.client.CoordinationV1().Leases(fleetNamespace).Get(ctx, victim.name, metav1.GetOptions{})
+	if err != nil {
+		d.t.Fatalf("replica %s's Lease: %v", victim.name, err)
+	}
+	pod, err := d.client.CoreV1().Pods(fleetNamespace).Get(ctx, victim.name, metav1.GetOptions{})
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	grace := time.Duration(ptr.Deref(pod.Spec.TerminationGracePeriodSeconds, 30)) * time.Second
+	watcher, err := d.client.CoreV1().Pods(fleetNamespace).Watch(ctx, metav1.ListOptions{
+		FieldSelector: "metadata.name=" + victim.name, ResourceVersion: pod.ResourceVersion})
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	defer watcher.Stop()
+	deleted := time.Now()
+	d.deletePods(ctx, victim)
+	// A StatefulSet's replacement takes the same name, and a new Lease.
+	left := waitTimed(ctx, d.t, "the deleted replica's Lease to go", time.Minute, func() (bool, string) {
+		now, err := d.client.CoordinationV1().Leases(fleetNamespace).Get(ctx, victim.name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err) || err == nil && now.UID != lease.UID, fmt.Sprintf("lease %s: %v", victim.name, err)
+	})
+	exit, took := waitPodGone(ctx, d.t, watcher, victim.uid, deleted, grace+10*time.Second)
+	switch {
+	case took >= grace:
+		d.t.Errorf("pod %s took %v to go after its delete, at or past its %v grace period: the kubelet killed it", victim.name, took.Round(100*time.Millisecond), grace)
+	case exit == nil:
+		d.t.Errorf("pod %s went %v after its delete with no exit of its container seen", victim.name, took.Round(100*time.Millisecond))
+	case exit.ExitCode != 0:
+		d.t.Errorf("pod %s's container exited %d (%s) after SIGTERM, want 0", victim.name, exit.ExitCode, exit.Reason)
+	}
+	replaced := d.waitFleetReady(ctx, 3)
+	if _, _, now := d.fleetPods(ctx); gone(before, now) != 1 {
+		d.t.Errorf("after deleting %s: %d of the 3 pods before are gone, want 1", victim.name, gone(before, now))
+	}
+	if exit != nil {
+		d.t.Logf("graceful leave: pod %s deleted; its Lease gone %v later, its container exited %d, its pod gone %v later (grace %v); 3 of 3 Ready again %v after that",
+			victim.name, left.Round(100*time.Millisecond), exit.ExitCode, took.Round(100*time.Millisecond), grace, replaced.Round(100*time.Millisecond))
+	}
+}
+
+// waitPodGone follows a pod's watch until the incarnation uid is deleted,
+// and returns its container's last exit the kubelet reported and how long
+// after since it went.
+func waitPodGone(ctx context.Context, t *testing.T, watcher watch.Interface, uid types.UID, since time.Time, timeout time.Duration) (*corev1.ContainerStateTerminated, time.Duration) {
+	t.Helper()
+	var exit *corev1.ContainerStateTerminated
+	deadline := time.After(timeout)
+	for {
+		select {
+		case ev, ok := <-watcher.ResultChan():
+			if !ok {
+				t.Fatalf("the pod's watch closed before its incarnation %s went", uid)
+			}
+			pod, isPod := ev.Object.(*corev1.Pod)
+			if !isPod || pod.UID != uid {
+				continue
+			}
+			for _, c := range pod.Status.ContainerStatuses {
+				if c.State.Terminated != nil {
+					exit = c.State.Terminated
+				}
+			}
+			if ev.Type == watch.Deleted {
+				return exit, time.Since(since)
+			}
+		case <-deadline:
+			t.Fatalf("pod incarnation %s still there %v after its delete", uid, timeout)
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		}
+	}
 }
 
 // moveKCM moves KCM's static pod manifest out of the kubelet's folder

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -30,7 +29,7 @@ func TestRealNodeMigration(t *testing.T) {
 }
 
 func testMigration(ctx context.Context, t *testing.T, d *deployedFleet) {
-	takeover, ready := d.migrate(ctx)
+	takeover, ready := d.migrate(ctx, true)
 	t.Logf("migration: KCM's manifest moved out; the fleet held KCM's Lease %v later, 3 of 3 Ready %v later", takeover.Round(100*time.Millisecond), ready.Round(100*time.Millisecond))
 
 	createNamespace(ctx, t, d.client, "served")
@@ -58,68 +57,6 @@ func testMigration(ctx context.Context, t *testing.T, d *deployedFleet) {
 
 	d.checkAllPodsDeleted(ctx)
 	d.checkAllPodsDeletedWithoutStandby(ctx)
-}
-
-// migrate is operations.md's migration: the fleet deployed beside a
-// leading KCM waits, safely, and takes over once KCM's manifest is moved
-// out; it returns when the fleet held KCM's Lease, and when every replica
-// was Ready, after the move.
-func (d *deployedFleet) migrate(ctx context.Context) (takeover, ready time.Duration) {
-	t := d.t
-	t.Helper()
-	waitTimed(ctx, t, "KCM's static pod to lead", 2*time.Minute, func() (bool, string) {
-		holder := d.leaseHolder(ctx)
-		return holder != "" && !isFleetHolder(holder), fmt.Sprintf("holder %q", holder)
-	})
-	d.createPKISecret()
-	d.kubectl("apply", "-k", d.overlayDir)
-	waitTimed(ctx, t, "KCM to start the fleet's 3 pods", 2*time.Minute, func() (bool, string) {
-		running, _, _ := d.fleetPods(ctx)
-		return running == 3, fmt.Sprintf("%d running", running)
-	})
-	// They wait, safely: a while later none is Ready and KCM still leads.
-	time.Sleep(10 * time.Second)
-	if _, ready, _ := d.fleetPods(ctx); ready != 0 || isFleetHolder(d.leaseHolder(ctx)) {
-		t.Fatalf("beside a leading KCM: %d fleet pods Ready, Lease held by %q; want 0 and KCM", ready, d.leaseHolder(ctx))
-	}
-	d.moveKCM(false)
-	takeover = waitTimed(ctx, t, "the fleet to take KCM's Lease", 2*time.Minute, func() (bool, string) {
-		holder := d.leaseHolder(ctx)
-		return isFleetHolder(holder), fmt.Sprintf("holder %q", holder)
-	})
-	return takeover, takeover + d.waitFleetReady(ctx, 3)
-}
-
-// waitFleetReady waits until want fleet pods are Ready.
-func (d *deployedFleet) waitFleetReady(ctx context.Context, want int) time.Duration {
-	d.t.Helper()
-	return waitTimed(ctx, d.t, fmt.Sprintf("%d fleet pods Ready", want), 3*time.Minute, func() (bool, string) {
-		running, ready, _ := d.fleetPods(ctx)
-		return ready == want, fmt.Sprintf("%d running, %d ready", running, ready)
-	})
-}
-
-// checkGracefulLeave deletes one fleet pod: its replica leaves (its Lease
-// deleted) within the grace period, and the fleet replaces it itself.
-func (d *deployedFleet) checkGracefulLeave(ctx context.Context) {
-	d.t.Helper()
-	_, _, before := d.fleetPods(ctx)
-	victim := before[0]
-	lease, err := d.client.CoordinationV1().Leases(fleetNamespace).Get(ctx, victim.name, metav1.GetOptions{})
-	if err != nil {
-		d.t.Fatalf("replica %s's Lease: %v", victim.name, err)
-	}
-	d.deletePods(ctx, victim)
-	// A StatefulSet's replacement takes the same name, and a new Lease.
-	left := waitTimed(ctx, d.t, "the deleted replica's Lease to go", time.Minute, func() (bool, string) {
-		now, err := d.client.CoordinationV1().Leases(fleetNamespace).Get(ctx, victim.name, metav1.GetOptions{})
-		return apierrors.IsNotFound(err) || err == nil && now.UID != lease.UID, fmt.Sprintf("lease %s: %v", victim.name, err)
-	})
-	replaced := d.waitFleetReady(ctx, 3)
-	if _, _, now := d.fleetPods(ctx); gone(before, now) != 1 {
-		d.t.Errorf("after deleting %s: %d of the 3 pods before are gone, want 1", victim.name, gone(before, now))
-	}
-	d.t.Logf("graceful leave: pod %s deleted; its Lease gone %v later; 3 of 3 Ready again %v after that", victim.name, left.Round(100*time.Millisecond), replaced.Round(100*time.Millisecond))
 }
 
 // checkAllPodsDeleted brings the fleet back beside a standby KCM, then

@@ -35,7 +35,7 @@ func TestRealNodeRollingUpdateAndDrain(t *testing.T) {
 }
 
 func testRollingUpdateAndDrain(ctx context.Context, t *testing.T, d *deployedFleet) {
-	d.migrate(ctx)
+	d.migrate(ctx, true)
 	logs := d.streamLogs(ctx)
 
 	next := d.imageTag + "-next"

@@ -1,10 +1,9 @@
-//go:build e2e && node
+//go:build e2e
 
 package e2e
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -29,26 +28,13 @@ func onRealNode(spec *corev1.PodSpec) {
 	spec.Tolerations = append(spec.Tolerations, localcluster.RealNodeToleration)
 }
 
-// TestRealNodeJobsByExitCode runs Jobs whose containers really run on the
-// real node under a fleet of three: a container that exits 0 completes its
-// Job, one that exits 3 fails its Job by the pod failure policy's rule for
-// that code (which kwok's fake pods cannot exercise), and the container's
-// output is read through the apiserver from the kubelet.
-func TestRealNodeJobsByExitCode(t *testing.T) {
-	inLane(t, laneHeavy)
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	cluster := startCluster(ctx, t, localcluster.Options{Scheduler: true, KwokNodes: 1, RealNode: true})
-	for _, r := range names(3) {
-		if _, _, err := cluster.StartFleetReplica(ctx, filepath.Join(binDir(t), "fleet-controller-manager"), r); err != nil {
-			t.Fatal(err)
-		}
-	}
-	client, err := cluster.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	createNamespace(ctx, t, client, "exit-codes")
+// checkJobsByExitCode runs Jobs whose containers really run on the real
+// node: a container that exits 0 completes its Job, one that exits 3 fails
+// its Job by the pod failure policy's rule for that code (which kwok's fake
+// pods cannot exercise), and the container's output is read through the
+// apiserver from the kubelet.
+func checkJobsByExitCode(ctx context.Context, t *testing.T, client kubernetes.Interface, ns string) {
+	t.Helper()
 	jobs := []struct {
 		name, script string
 		want         batchv1.JobConditionType
@@ -58,15 +44,15 @@ func TestRealNodeJobsByExitCode(t *testing.T) {
 		{name: "exits-3", script: "echo failing on purpose; exit 3", want: batchv1.JobFailed, wantReason: batchv1.JobReasonPodFailurePolicy},
 	}
 	for _, j := range jobs {
-		createExitCodeJob(ctx, t, client, "exit-codes", j.name, j.script)
+		createExitCodeJob(ctx, t, client, ns, j.name, j.script)
 	}
 	for _, j := range jobs {
-		cond := waitJobFinished(ctx, t, client, "exit-codes", j.name)
+		cond := waitJobFinished(ctx, t, client, ns, j.name)
 		if cond.Type != j.want || (j.wantReason != "" && cond.Reason != j.wantReason) {
 			t.Errorf("job %s: finished %s (%s: %s), want %s %s", j.name, cond.Type, cond.Reason, cond.Message, j.want, j.wantReason)
 		}
 	}
-	pods, err := client.CoreV1().Pods("exit-codes").List(ctx, metav1.ListOptions{LabelSelector: "batch.kubernetes.io/job-name=succeeds"})
+	pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "batch.kubernetes.io/job-name=succeeds"})
 	if err != nil || len(pods.Items) == 0 {
 		t.Fatalf("the succeeding Job's pods: %v (%d)", err, len(pods.Items))
 	}
@@ -74,7 +60,7 @@ func TestRealNodeJobsByExitCode(t *testing.T) {
 	if pod.Spec.NodeName != localcluster.RealNodeName || pod.Status.Phase != corev1.PodSucceeded {
 		t.Errorf("pod %s: node %q phase %s, want %s Succeeded", pod.Name, pod.Spec.NodeName, pod.Status.Phase, localcluster.RealNodeName)
 	}
-	logs, err := client.CoreV1().Pods("exit-codes").GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	logs, err := client.CoreV1().Pods(ns).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
 	if err != nil {
 		t.Fatalf("reading the container's output through the apiserver: %v", err)
 	}
