@@ -44,7 +44,8 @@ func parseSystem(name string) (controllerManager, error) {
 // repeat times and returns their outcomes (of the last run).
 func runSystem(ctx context.Context, s controllerManager, bin string, o runOptions, focus []string, seed int64) ([]testOutcome, error) {
 	e2e, repeat, keep := o.e2e, o.repeat, o.keep
-	opts := localcluster.Options{BinDir: bin, Scheduler: true, KwokNodes: 3, KubeControllerManager: s.replicas == 0}
+	opts := localcluster.Options{BinDir: bin, Scheduler: true, KwokNodes: 3, KubeControllerManager: s.replicas == 0,
+		APIServerArgs: []string{"--feature-gates=" + featureGates}, KubeControllerManagerArgs: controllerManagerArgs}
 	if o.set == "node" {
 		// The real node alone, open to every pod: a kwok node beside it
 		// would take pods whose containers must run. One real node runs on
@@ -65,7 +66,7 @@ func runSystem(ctx context.Context, s controllerManager, bin string, o runOption
 		dir = cluster.Dir
 	}
 	for i := range s.replicas {
-		if _, _, err := cluster.StartFleetReplica(ctx, filepath.Join(bin, "fleet-controller-manager"), fmt.Sprintf("fcm-%d", i)); err != nil {
+		if _, _, err := cluster.StartFleetReplica(ctx, filepath.Join(bin, "fleet-controller-manager"), fmt.Sprintf("fcm-%d", i), controllerManagerArgs...); err != nil {
 			return nil, err
 		}
 	}
@@ -73,6 +74,9 @@ func runSystem(ctx context.Context, s controllerManager, bin string, o runOption
 		if err := waitFleetRunning(ctx, cluster, s.replicas); err != nil {
 			return nil, err
 		}
+	}
+	if err := createDefaultStorageClass(ctx, cluster); err != nil {
+		return nil, err
 	}
 	var out []testOutcome
 	passed := 0
