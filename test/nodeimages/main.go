@@ -17,6 +17,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"crypto/sha256"
+	"debug/elf"
 	"encoding/hex"
 	"encoding/json"
 	"flag"
@@ -160,9 +161,18 @@ func agnhostImage(ref, agnhost, porter string, busybox []imageFile) image {
 	return image{ref: ref, files: files, entrypoint: []string{"/agnhost"}, cmd: []string{"pause"}}
 }
 
-// withLibraries is a dynamically linked binary at name and the shared
-// libraries ldd says it loads, at their paths on this machine.
+// withLibraries is a binary at name and, when it is dynamically linked,
+// the shared libraries ldd says it loads, at their paths on this machine.
+// The Makefile builds it static, as Kubernetes releases it; a bin/ built
+// by an older Makefile holds it linked against libc.
 func withLibraries(name, path string) ([]imageFile, error) {
+	dynamic, err := isDynamic(path)
+	if err != nil {
+		return nil, err
+	}
+	if !dynamic {
+		return []imageFile{binary(name, path)}, nil
+	}
 	out, err := exec.Command("ldd", path).Output()
 	if err != nil {
 		return nil, fmt.Errorf("listing the libraries of %s: %w", path, err)
@@ -184,6 +194,22 @@ func withLibraries(name, path string) ([]imageFile, error) {
 		}
 	}
 	return files, nil
+}
+
+// isDynamic says whether the ELF binary at path asks for a dynamic
+// loader (a PT_INTERP header), which a static binary has none of.
+func isDynamic(path string) (bool, error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		return false, fmt.Errorf("reading the ELF headers of %s: %w", path, err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // load reads the files named by path ("@path" in link).
