@@ -82,9 +82,24 @@ $(CRD_BIN)/.done:
 $(BIN)/crds: $(CRD_BIN)/.done
 	ln -sfn $(patsubst $(BIN)/%,%,$(CRD_BIN)) $@
 
-$(KUBE_BIN)/%:
+# Each group of Kubernetes' binaries is one go build: one action graph
+# compiles every package once and links each binary while the rest still
+# compile, where a go build per binary waits for each link on one core.
+# The control plane (with etcd, from the same module, built as server/v3
+# names it) and the real node's (make test's node-tools).
+CONTROL_PLANE_BINS := $(addprefix $(KUBE_BIN)/,$(KUBE_TOOLS)) $(ETCD_BIN)/etcd
+$(CONTROL_PLANE_BINS) &:
+	@rm -rf $(BIN)/.control-plane && mkdir -p $(KUBE_BIN) $(ETCD_BIN) $(BIN)/.control-plane
+	cd test/tools && $(GO) build $(GOFLAGS_BUILD) -ldflags '$(KUBE_LDFLAGS)' -o $(BIN)/.control-plane/ \
+	  $(addprefix k8s.io/kubernetes/cmd/,$(KUBE_TOOLS)) go.etcd.io/etcd/server/v3
+	mv $(BIN)/.control-plane/server $(ETCD_BIN)/etcd
+	mv $(addprefix $(BIN)/.control-plane/,$(KUBE_TOOLS)) $(KUBE_BIN)/
+	rmdir $(BIN)/.control-plane
+NODE_BINS := $(KUBE_BIN)/kubelet $(KUBE_BIN)/agnhost
+$(NODE_BINS) &:
 	@mkdir -p $(KUBE_BIN)
-	cd test/tools && $(GO) build $(GOFLAGS_BUILD) -ldflags '$(KUBE_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/$*
+	cd test/tools && $(GO) build $(GOFLAGS_BUILD) -ldflags '$(KUBE_LDFLAGS)' -o $(KUBE_BIN)/ \
+	  k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/test/images/agnhost
 
 $(E2E_TEST):
 	@mkdir -p $(KUBE_BIN)
@@ -104,10 +119,6 @@ conformance-node: tools build node-tools $(E2E_TEST)
 # The tests of the controllers whose pieces move, against a fleet of three.
 conformance-ci: tools build $(E2E_TEST)
 	$(GO) run ./test/conformance -systems fleet3 -set ci
-
-$(ETCD_BIN)/etcd:
-	@mkdir -p $(ETCD_BIN)
-	cd test/tools && $(GO) build $(GOFLAGS_BUILD) -o $@ go.etcd.io/etcd/server/v3
 
 # kwok has no built-in stages: the stage files shipped in its module are
 # copied beside the binary (node-initialize, heartbeat with lease, and the fast
@@ -188,9 +199,6 @@ $(NODE_IMAGES_DIR)/.done: $(KUBE_BIN)/agnhost $(KUBE_BIN)/kube-controller-manage
 	  -agnhost $(KUBE_BIN)/agnhost -agnhost-porter $$dir/test/images/agnhost/porter -busybox $$(command -v busybox) \
 	  -kube-controller-manager $(KUBE_BIN)/kube-controller-manager -kube-version $(KUBE_VERSION)
 	touch $@
-$(KUBE_BIN)/agnhost:
-	@mkdir -p $(KUBE_BIN)
-	cd test/tools && $(GO) build $(GOFLAGS_BUILD) -o $@ k8s.io/kubernetes/test/images/agnhost
 
 node-tools: $(BIN)/kubelet $(CONTAINERD_BIN)/.done $(RUNC_BIN)/runc $(CNI_BIN)/.done $(NODE_IMAGES_DIR)/.done
 	ln -sfn $(patsubst $(BIN)/%,%,$(CONTAINERD_BIN)) $(BIN)/containerd
@@ -286,8 +294,7 @@ test-deps:
 # (test/e2e/lanes_test.go); -parallel only has to let every lane fill.
 test: tools build $(BIN)/fleet-recording-replica $(BIN)/fleet-controller-manager-planted-stuck_load image-host test-deps node-tools
 	$(GO) vet -tags e2e ./...
-	$(GO) vet -tags 'e2e long' ./test/e2e/
-	$(GO) vet -tags 'e2e node' ./test/e2e/
+	$(GO) vet -tags 'e2e long node' ./test/e2e/
 	# The codebase's limits (test/codestats/limits.go): fails naming each one
 	# past and its offenders.
 	$(GO) run ./test/codestats -check
@@ -346,8 +353,9 @@ sim-sweep:
 	@awk '{ n[$$2 == 0 ? "passed" : ($$2 == 124 || $$2 == 131) ? "hung" : "failed"]++ } END { printf "%d passed, %d failed, %d hung\n", n["passed"], n["failed"], n["hung"]; exit (n["failed"] + n["hung"] > 0) }' build/sim-sweep/results
 
 # What make cluster and make run start: not kube-controller-manager, which
-# only the tests and the bench run beside the fleet (its build is about a
-# third of a cold make run).
+# only the tests and the bench run beside the fleet, though the control
+# plane's one go build links it too (the fleet's own build compiles every
+# package it needs).
 CLUSTER_TOOLS := $(addprefix $(BIN)/,kube-apiserver kube-scheduler kubectl etcd kwok)
 
 cluster: $(CLUSTER_TOOLS)

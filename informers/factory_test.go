@@ -36,6 +36,9 @@ func testMapper() meta.RESTMapper {
 // goroutine nor handler is left behind. (The owned cache needs a real
 // apiserver: TestOwnedCache.)
 func TestPieceFactoryLifecycle(t *testing.T) {
+	// Parallel: it mostly waits on its model's timers, beside the other
+	// tests that do.
+	t.Parallel()
 	mine := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "d", Namespace: "mine"}}
 	client := fake.NewSimpleClientset(
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "mine"}},

@@ -20,6 +20,9 @@ import (
 // the gain began. Without the catch-up it returned at once, and a Job
 // controller handed the cache ran a Job's Pod again.
 func TestGainCatchesUpWithTheServer(t *testing.T) {
+	// Parallel: it mostly waits on its model's timers, beside the other
+	// tests that do.
+	t.Parallel()
 	inBothListModes(t, testGainCatchesUp)
 }
 

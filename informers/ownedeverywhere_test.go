@@ -21,6 +21,9 @@ import (
 // took the namespaces back as empty made a ReplicaSet controller handed
 // it see none of its Pods and create them all again.
 func TestHeldEverywhereAgainAfterARelease(t *testing.T) {
+	// Parallel: it mostly waits on its model's timers, beside the other
+	// tests that do.
+	t.Parallel()
 	inBothListModes(t, testHeldEverywhereAgain)
 }
 
@@ -107,6 +110,9 @@ func testHeldEverywhereAgain(t *testing.T, sharded bool) {
 // must not return before the informer holds it, and makes a source still
 // behind after catchUpRelistAfter list again.
 func TestHoldEverywhereCatchesUpWithTheServer(t *testing.T) {
+	// Parallel: it mostly waits on its model's timers, beside the other
+	// tests that do.
+	t.Parallel()
 	model := newAPIServerModel()
 	defer model.close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

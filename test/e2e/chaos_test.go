@@ -43,8 +43,8 @@ import (
 // run. Without CHAOS_DURATION it runs one round: every clean kind of fault
 // once, in the seed's order (make test). A soak runs every kind, at least
 // once: `make chaos` runs 20 minutes with a random seed, which it prints
-// so that a failing run can be replayed; .ci/run adds 5 minutes with a
-// fresh seed to every CI run.
+// so that a failing run can be replayed; .ci/run adds the gray kinds,
+// each at least once, with a fresh seed to every CI run.
 
 // chaosFault is a kind of fault the soak injects.
 type chaosFault string
@@ -181,7 +181,7 @@ func TestChaos(t *testing.T) {
 		if duration == 0 {
 			// make test's one round: the clean kinds, about 2.5 minutes.
 			// The gray kinds hold longer (a slow replica up to a minute)
-			// and run in every soak: CI's five minutes, make chaos.
+			// and run in every soak: CI's gray one, make chaos.
 			kinds = chaosCleanFaults
 		}
 	case "restarts":

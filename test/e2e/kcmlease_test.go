@@ -123,7 +123,7 @@ func scaleProbe(ctx context.Context, t *testing.T, client kubernetes.Interface, 
 // over and the resumed replicas write nothing. The audit log shows the two
 // sides' writes never interleave.
 func TestKubeControllerManagerBesideTheFleet(t *testing.T) {
-	inLane(t, laneHeavy)
+	inLongLane(t, laneHeavy)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	cluster := startCluster(ctx, t, localcluster.Options{KubeControllerManager: true})

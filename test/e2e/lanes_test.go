@@ -24,8 +24,9 @@ import (
 //
 // The machine has 3 * GOMAXPROCS shares (6 on the 2-core machine CI runs
 // on), or FCM_E2E_SHARES. Waiting tests are let in largest share first,
-// then in the order they asked, so the long comparisons and workloads
-// start early and the light tests fill what is left; `go test -parallel`
+// then the tests that run for minutes (inLongLane), then in the order they
+// asked, so the long comparisons and workloads start early and the light
+// tests fill what is left; `go test -parallel`
 // must let every test wait here at once (the Makefile passes -parallel 64).
 // A test whose bound holds only on a quiet machine does not take a lane:
 // it does not call t.Parallel, so it runs alone, before the others.
@@ -60,32 +61,51 @@ const (
 // subtest.
 func inLane(t *testing.T, l lane) {
 	t.Helper()
+	takeLane(t, l, false)
+}
+
+// inLongLane is inLane for a test that runs for minutes: let in before the
+// other tests of its share, it does not start last and end the run alone
+// (the e2e tests' time on a 2-core machine is about as long as their
+// shares' sum allows once the longest starts first).
+func inLongLane(t *testing.T, l lane) {
+	t.Helper()
+	takeLane(t, l, true)
+}
+
+func takeLane(t *testing.T, l lane, long bool) {
+	t.Helper()
 	t.Parallel()
 	shares := min(int64(l), machineShares())
 	start := time.Now()
-	lanes.acquire(shares)
+	lanes.acquire(shares, long)
 	t.Cleanup(func() { lanes.release(shares) })
 	// test/testsummary reads this line: keep its form.
 	t.Logf("lane: %d of %d shares after waiting %v", shares, machineShares(), time.Since(start).Round(time.Millisecond))
 }
 
-// laneQueue hands out shares, largest request first.
+// laneQueue hands out shares, largest request first, long tests first
+// among equals.
 type laneQueue struct {
 	mu      sync.Mutex
 	free    int64
-	waiting []laneWaiter // by shares, largest first; stable in arrival
+	waiting []laneWaiter // by shares, largest first, then long; stable in arrival
 }
 
 type laneWaiter struct {
 	shares int64
+	long   bool
 	admit  chan struct{}
 }
 
-func (q *laneQueue) acquire(shares int64) {
+func (q *laneQueue) acquire(shares int64, long bool) {
 	admit := make(chan struct{})
 	q.mu.Lock()
-	i := sort.Search(len(q.waiting), func(i int) bool { return q.waiting[i].shares < shares })
-	q.waiting = slices.Insert(q.waiting, i, laneWaiter{shares, admit})
+	i := sort.Search(len(q.waiting), func(i int) bool {
+		w := q.waiting[i]
+		return w.shares < shares || (w.shares == shares && long && !w.long)
+	})
+	q.waiting = slices.Insert(q.waiting, i, laneWaiter{shares, long, admit})
 	q.admitLocked()
 	q.mu.Unlock()
 	<-admit
@@ -147,30 +167,36 @@ func sidesAtOnce[T any](t *testing.T, l lane, sides []string, run func(t *testin
 
 func TestLaneQueueLetsInLargestFirst(t *testing.T) {
 	q := &laneQueue{}
-	admitted := make(chan int64, 3)
-	for i, shares := range []int64{1, 2, 1} {
-		go func() { q.acquire(shares); admitted <- shares }()
+	type waiter struct {
+		shares int64
+		long   bool
+	}
+	admitted := make(chan waiter, 5)
+	for i, w := range []waiter{{1, false}, {2, false}, {1, true}, {2, true}, {1, false}} {
+		go func() { q.acquire(w.shares, w.long); admitted <- w }()
 		for q.waitingLen() < i+1 {
 			time.Sleep(time.Millisecond)
 		}
 	}
 	for _, tc := range []struct {
 		release int64
-		want    []int64
+		want    []waiter
 	}{
-		{1, nil}, // 1 free: the heavy head does not fit, nobody passes it
-		{1, []int64{2}},
-		{2, []int64{1, 1}},
+		{1, nil},                 // 1 free: the heavy head does not fit, nobody passes it
+		{1, []waiter{{2, true}}}, // the long one of the heavy two, though it asked later
+		{2, []waiter{{2, false}}},
+		{1, []waiter{{1, true}}},
+		{2, []waiter{{1, false}, {1, false}}},
 	} {
 		q.release(tc.release)
 		for _, want := range tc.want {
 			if got := <-admitted; got != want {
-				t.Fatalf("after releasing %d: admitted %d, want %d", tc.release, got, want)
+				t.Fatalf("after releasing %d: admitted %v, want %v", tc.release, got, want)
 			}
 		}
 		select {
 		case got := <-admitted:
-			t.Fatalf("after releasing %d: admitted %d more than %v", tc.release, got, tc.want)
+			t.Fatalf("after releasing %d: admitted %v more than %v", tc.release, got, tc.want)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}

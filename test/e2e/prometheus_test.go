@@ -44,7 +44,7 @@ const alertRuleFor = "4s"
 // survivor never finishes, and FleetPartitionLoadStuck and `status` must
 // say so.
 func TestPrometheusDashboardsAndAlerts(t *testing.T) {
-	inLane(t, laneHeavy)
+	inLongLane(t, laneHeavy)
 	prometheus, err := exec.LookPath("prometheus")
 	if err != nil {
 		t.Fatal("prometheus is not installed (make test installs it: test-deps)")
