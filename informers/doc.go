@@ -133,6 +133,13 @@
 //     trunk listing since a singleton began holding every namespace
 //     folded a ConfigMap created and deleted after the reveal
 //     (gain-shows-while-listing);
+//   - a namespace is shown only while no trunk lists and no source has
+//     it joining, in every kind, not only one keeping its partition by
+//     partition: a selected kind let go everywhere joins a leaving
+//     partition's namespace through its listing trunk with no partition
+//     kept and nothing awaited, and a namespace shown then had a
+//     ConfigMap created and deleted after the reveal folded into its
+//     feeder's list (ready-by-partition-only);
 //   - a selected trunk's watch is superseded before a hold names its
 //     partitions (hold-keeps-selector);
 //   - a selected kind let go everywhere takes its namespaces from a

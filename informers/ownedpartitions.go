@@ -226,18 +226,17 @@ func (lw *ownedListWatch) stillUncarried(names []string) []string {
 	return out
 }
 
-// ready says whether ns can be shown to handlers as far as this kind
-// keeps it by partition: the trunk is not listing (its list, and the read
-// after it, may yet make ns join through a feeder) and ns is not being
-// fed. A namespace shown while the trunk lists could have events its
-// handlers were told of folded into a feeder's list.
+// ready says whether ns can be shown to handlers: no trunk lists (its
+// list, and the read after it, may yet make ns join through a feeder)
+// and no source has ns joining. A namespace shown while either holds
+// could have events its handlers were told of folded into a feeder's
+// list. It holds however the kind keeps ns: a selected kind let go
+// everywhere joins a leaving partition's namespaces through its trunk's
+// list (letGoEverywhere) with no partition kept and nothing awaited.
 func (lw *ownedListWatch) ready(ns string) bool {
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
-	if lw.partitionOf == nil {
-		return true
-	}
-	if _, ok := lw.partitions[lw.partitionOf(ns)]; !ok {
+	if plantedReadyByPartitionOnly && !lw.partitionDecoded(ns) {
 		return true
 	}
 	for s := range lw.sources {

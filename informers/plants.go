@@ -36,6 +36,10 @@ var (
 	// plantedGainShowsWhileListing: a gain shows the namespaces it
 	// loaded once their lists are in, even while the trunk lists.
 	plantedGainShowsWhileListing bool
+	// plantedReadyByPartitionOnly: a namespace is held back from its
+	// handlers while a trunk lists or a source has it joining only in a
+	// kind that keeps its partition by partition.
+	plantedReadyByPartitionOnly bool
 	// plantedHoldKeepsSelector: holding every namespace of a selected
 	// kind names its partitions while the trunk's open watch still
 	// carries its selector.
