@@ -20,14 +20,20 @@ import (
 // wideAbove namespaces one cluster-wide request. The trunk lists with one
 // selector naming its namespaces when they fit, else cluster-wide, and
 // when it has none reads only the current version. Objects of other
-// namespaces are dropped here. A trunk
-// listing again first takes the namespaces created in kept partitions
-// since it last watched (takeUncarried); at the informer's first list
-// (first) none was taken at an event yet, and the read after the list
-// joins those the informer was made without.
-func (lw *ownedListWatch) listSource(ctx context.Context, t *listWatchTarget, src *source, first bool) ([]runtime.Object, map[string]string, error) {
-	if src.feeds == nil && !first && !lw.takeUncarried(ctx, src, false) {
-		return nil, nil, fmt.Errorf("reading the namespaces before listing %s", t.resource)
+// namespaces are dropped here, but for a trunk that lists again whose
+// kind keeps by partition (byPartition), which lists cluster-wide at
+// once and takes the namespaces of kept partitions its list shows. Any
+// other trunk listing again first takes the namespaces created in kept
+// partitions since it last watched (takeUncarried); at the informer's
+// first list (first) none was taken at an event yet. readAfter: the
+// caller reads the namespaces after the list (takeUncarried), joining
+// those the list may have missed.
+func (lw *ownedListWatch) listSource(ctx context.Context, t *listWatchTarget, src *source, first bool) (items []runtime.Object, versions map[string]string, readAfter bool, err error) {
+	lw.mu.Lock()
+	byPartition := src.feeds == nil && !first && lw.keepsByPartition() && !plantedRelistReadsNamespaces
+	lw.mu.Unlock()
+	if src.feeds == nil && !first && !byPartition && !lw.takeUncarried(ctx, src, false) {
+		return nil, nil, false, fmt.Errorf("reading the namespaces before listing %s", t.resource)
 	}
 	lw.mu.Lock()
 	namespaces := slices.Clone(src.namespaces)
@@ -37,24 +43,79 @@ func (lw *ownedListWatch) listSource(ctx context.Context, t *listWatchTarget, sr
 	}
 	lw.mu.Unlock()
 	if src.feeds != nil {
-		return lw.listNamespaces(ctx, t, namespaces, since)
+		items, versions, err := lw.listNamespaces(ctx, t, namespaces, since)
+		return items, versions, false, err
 	}
 	kind := wideList
 	switch {
+	case byPartition:
 	case len(namespaces) == 0:
 		kind = versionOnly
 	case lw.sharded && len(namespaces) <= lw.maxTerms:
 		kind = selectorList
 	}
-	items, version, err := lw.listRequest(ctx, t, namespaces, kind, "")
-	if err != nil {
-		return nil, nil, err
+	var version string
+	if byPartition {
+		items, version, err = lw.listByPartition(ctx, t, src, namespaces)
+	} else {
+		items, version, err = lw.listRequest(ctx, t, namespaces, kind, "")
 	}
-	versions := map[string]string{"": version}
+	if err != nil {
+		return nil, nil, false, err
+	}
+	versions = map[string]string{"": version}
 	for _, ns := range namespaces {
 		versions[ns] = version
 	}
-	return items, versions, nil
+	return items, versions, !byPartition, nil
+}
+
+// listByPartition lists the trunk src again cluster-wide, as a plain
+// informer does after its version expired: at once, with no read of the
+// namespaces first, which would widen what the list folds by the read's
+// time. It keeps the objects of src's namespaces and takes those of
+// namespaces in kept partitions that no source carries: their events up
+// to the list's version are in it, those after reach src's watch, which
+// resumes from it, and the trunk takes a kept partition's namespace at
+// its first event; a namespace of a naming partition is noted for its
+// gain. A namespace loaded during the list (a feeder's) is left to its
+// own list.
+func (lw *ownedListWatch) listByPartition(ctx context.Context, t *listWatchTarget, src *source, namespaces []string) ([]runtime.Object, string, error) {
+	all, version, err := lw.listRequest(ctx, t, nil, everyNamespace, "")
+	if err != nil {
+		return nil, "", err
+	}
+	carried := make(map[string]bool, len(namespaces))
+	for _, ns := range namespaces {
+		carried[ns] = true
+	}
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	var out []runtime.Object
+	for _, item := range all {
+		m, err := meta.Accessor(item)
+		if err != nil {
+			continue
+		}
+		ns := m.GetNamespace()
+		if !carried[ns] && !lw.loaded[ns] {
+			// A leaving partition's are taken by letGoEverywhere.
+			p := lw.partitionOf(ns)
+			switch phase, ok := lw.partitions[p]; {
+			case !ok:
+			case phase == partitionNaming:
+				lw.note(p, ns)
+			case phase == partitionKept:
+				lw.loaded[ns] = true
+				src.insert(ns)
+				carried[ns] = true
+			}
+		}
+		if carried[ns] {
+			out = append(out, item)
+		}
+	}
+	return out, version, nil
 }
 
 // listNamespaces lists the objects of namespaces as a feeder does, as
@@ -111,9 +172,10 @@ func (lw *ownedListWatch) listNamespaces(ctx context.Context, t *listWatchTarget
 type listKind int
 
 const (
-	wideList     listKind = iota // every namespace, keeping only namespaces'
-	selectorList                 // a shard selector naming namespaces
-	versionOnly                  // only the current version
+	wideList       listKind = iota // every namespace, keeping only namespaces'
+	selectorList                   // a shard selector naming namespaces
+	versionOnly                    // only the current version
+	everyNamespace                 // cluster-wide, every namespace's objects kept
 )
 
 // listRequest makes one paged cluster-wide list of t and returns the
@@ -149,7 +211,7 @@ func (lw *ownedListWatch) listRequest(ctx context.Context, t *listWatchTarget, n
 			return nil, "", fmt.Errorf("listing %s: %w", t.resource, err)
 		}
 		for _, item := range items {
-			if m, err := meta.Accessor(item); err == nil && want[m.GetNamespace()] {
+			if m, err := meta.Accessor(item); err == nil && (kind == everyNamespace || want[m.GetNamespace()]) {
 				out = append(out, item)
 			}
 		}

@@ -125,7 +125,7 @@ func (p *producer) listIfUnversioned(ctx context.Context) roundEnd {
 	if version != "" {
 		return roundGoOn
 	}
-	items, versions, err := lw.listSource(ctx, p.target, p.src, false)
+	items, versions, readAfter, err := lw.listSource(ctx, p.target, p.src, false)
 	if err != nil {
 		if ctx.Err() == nil {
 			p.logger.Error(err, "Listing a source of the owned cache; retrying")
@@ -137,7 +137,7 @@ func (p *producer) listIfUnversioned(ctx context.Context) roundEnd {
 		p.feed(ctx, p.src, items, versions)
 		return roundDone
 	}
-	if !lw.takeUncarried(ctx, p.src, true) {
+	if readAfter && !lw.takeUncarried(ctx, p.src, true) {
 		if ctx.Err() == nil {
 			p.logger.Error(nil, "Reading the namespaces after a list of the owned cache failed; listing again")
 			p.sleep(ctx, p.backoff.Step())

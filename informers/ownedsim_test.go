@@ -30,7 +30,7 @@ var (
 	// ownedSimUngated plants the bug the simulation exists for: the
 	// controllers see a namespace before the owned cache holds it.
 	ownedSimUngated = flag.Bool("ownedsim.ungated", false, "plant a bug: do not gate namespaces on the owned cache")
-	ownedSimPlant   = flag.String("ownedsim.plant", "", "plant a rule of keeping by partition out: informer-names, no-note, no-read-after-list, gain-shows-while-listing, ready-by-partition-only, hold-keeps-selector, let-go-from-informer, let-go-while-listing or reveal-from-store")
+	ownedSimPlant   = flag.String("ownedsim.plant", "", "plant a rule of keeping by partition out: informer-names, no-note, no-read-after-list, gain-shows-while-listing, ready-by-partition-only, relist-reads-namespaces, hold-keeps-selector, let-go-from-informer, let-go-while-listing or reveal-from-store")
 	// ownedSimSelected makes every schedule select the ConfigMaps' watch
 	// (and list by shard selectors), for sweeps of that path.
 	ownedSimSelected = flag.Bool("ownedsim.selected", false, "every schedule lists by shard selectors and selects the ConfigMaps' watch")
@@ -604,6 +604,7 @@ func plantRule(t *testing.T, rule string) {
 		"no-read-after-list":       &plantedNoReadAfterList,
 		"gain-shows-while-listing": &plantedGainShowsWhileListing,
 		"ready-by-partition-only":  &plantedReadyByPartitionOnly,
+		"relist-reads-namespaces":  &plantedRelistReadsNamespaces,
 		"hold-keeps-selector":      &plantedHoldKeepsSelector,
 		"let-go-from-informer":     &plantedLetGoFromInformer,
 		"let-go-while-listing":     &plantedLetGoInsertsWhileListing,

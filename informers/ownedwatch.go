@@ -212,19 +212,23 @@ func (lw *ownedListWatch) listSources(ctx context.Context, t *listWatchTarget, s
 	var all []runtime.Object
 	highest := "0"
 	listed := map[*source]string{}
+	var readAfter []*source
 	for _, s := range sources {
-		items, versions, err := lw.listSource(ctx, t, s, first)
+		items, versions, read, err := lw.listSource(ctx, t, s, first)
 		if err != nil {
 			return nil, nil, "", err
 		}
 		version := versions[""]
 		all = append(all, items...)
 		listed[s] = version
+		if read {
+			readAfter = append(readAfter, s)
+		}
 		if newerVersion(version, highest) {
 			highest = version
 		}
 	}
-	for _, s := range sources {
+	for _, s := range readAfter {
 		if !lw.takeUncarried(ctx, s, true) {
 			return nil, nil, "", fmt.Errorf("reading the namespaces after listing %s", t.resource)
 		}

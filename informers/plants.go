@@ -36,6 +36,11 @@ var (
 	// plantedGainShowsWhileListing: a gain shows the namespaces it
 	// loaded once their lists are in, even while the trunk lists.
 	plantedGainShowsWhileListing bool
+	// plantedRelistReadsNamespaces: a trunk whose kind keeps by
+	// partition reads the namespaces before and after it lists again,
+	// as a trunk naming its namespaces does, instead of listing every
+	// namespace at once.
+	plantedRelistReadsNamespaces bool
 	// plantedReadyByPartitionOnly: a namespace is held back from its
 	// handlers while a trunk lists or a source has it joining only in a
 	// kind that keeps its partition by partition.
