@@ -30,7 +30,10 @@ import (
 // those the list may have missed.
 func (lw *ownedListWatch) listSource(ctx context.Context, t *listWatchTarget, src *source, first bool) (items []runtime.Object, versions map[string]string, readAfter bool, err error) {
 	lw.mu.Lock()
-	byPartition := src.feeds == nil && !first && lw.keepsByPartition() && !plantedRelistReadsNamespaces
+	// Only where it would list cluster-wide anyway: a shard selector can
+	// name only namespaces known before the list.
+	byPartition := src.feeds == nil && !first && lw.keepsByPartition() && len(lw.partitions) > 0 &&
+		!(lw.sharded && len(src.namespaces) <= lw.maxTerms) && !plantedRelistReadsNamespaces
 	lw.mu.Unlock()
 	if src.feeds == nil && !first && !byPartition && !lw.takeUncarried(ctx, src, false) {
 		return nil, nil, false, fmt.Errorf("reading the namespaces before listing %s", t.resource)
@@ -81,41 +84,35 @@ func (lw *ownedListWatch) listSource(ctx context.Context, t *listWatchTarget, sr
 // gain. A namespace loaded during the list (a feeder's) is left to its
 // own list.
 func (lw *ownedListWatch) listByPartition(ctx context.Context, t *listWatchTarget, src *source, namespaces []string) ([]runtime.Object, string, error) {
-	all, version, err := lw.listRequest(ctx, t, nil, everyNamespace, "")
-	if err != nil {
-		return nil, "", err
-	}
 	carried := make(map[string]bool, len(namespaces))
 	for _, ns := range namespaces {
 		carried[ns] = true
 	}
-	lw.mu.Lock()
-	defer lw.mu.Unlock()
-	var out []runtime.Object
-	for _, item := range all {
-		m, err := meta.Accessor(item)
-		if err != nil {
-			continue
-		}
-		ns := m.GetNamespace()
-		if !carried[ns] && !lw.loaded[ns] {
-			// A leaving partition's are taken by letGoEverywhere.
-			p := lw.partitionOf(ns)
-			switch phase, ok := lw.partitions[p]; {
-			case !ok:
-			case phase == partitionNaming:
-				lw.note(p, ns)
-			case phase == partitionKept:
-				lw.loaded[ns] = true
-				src.insert(ns)
-				carried[ns] = true
+	// Decided page by page, as the page arrives, so that no more than a
+	// page of other namespaces' objects is held.
+	keep := func(pageNamespaces []string) func(ns string) bool {
+		lw.mu.Lock()
+		defer lw.mu.Unlock()
+		for _, ns := range pageNamespaces {
+			if !carried[ns] && !lw.loaded[ns] && lw.partitionOf != nil {
+				p := lw.partitionOf(ns)
+				switch phase, ok := lw.partitions[p]; {
+				case !ok:
+				case phase == partitionNaming:
+					lw.note(p, ns)
+				default:
+					// Kept, or leaving, whose namespaces the trunk
+					// takes at their first event (takesAtFirstEvent):
+					// letGoEverywhere, finding it taken, leaves it.
+					lw.loaded[ns] = true
+					src.insert(ns)
+					carried[ns] = true
+				}
 			}
 		}
-		if carried[ns] {
-			out = append(out, item)
-		}
+		return func(ns string) bool { return carried[ns] }
 	}
-	return out, version, nil
+	return lw.listPages(ctx, t, keep)
 }
 
 // listNamespaces lists the objects of namespaces as a feeder does, as
@@ -186,7 +183,6 @@ func (lw *ownedListWatch) listRequest(ctx context.Context, t *listWatchTarget, n
 	for _, ns := range namespaces {
 		want[ns] = true
 	}
-	var out []runtime.Object
 	options := sinceTrunk(metav1.ListOptions{Limit: 500, FieldSelector: t.fieldSelector}, since)
 	switch kind {
 	case selectorList:
@@ -194,10 +190,24 @@ func (lw *ownedListWatch) listRequest(ctx context.Context, t *listWatchTarget, n
 	case versionOnly:
 		options.Limit = 1
 	}
+	keep := func([]string) func(string) bool { return func(ns string) bool { return want[ns] } }
+	return lw.pagedList(ctx, t, options, kind, keep)
+}
+
+// listPages makes one paged cluster-wide list of t, every page's
+// namespaces handed to keep before its objects are kept.
+func (lw *ownedListWatch) listPages(ctx context.Context, t *listWatchTarget, keep func(pageNamespaces []string) func(ns string) bool) ([]runtime.Object, string, error) {
+	return lw.pagedList(ctx, t, metav1.ListOptions{Limit: 500, FieldSelector: t.fieldSelector}, wideList, keep)
+}
+
+// pagedList lists t with options, page after page; it keeps the objects
+// whose namespaces keep (given each page's) says yes to.
+func (lw *ownedListWatch) pagedList(ctx context.Context, t *listWatchTarget, options metav1.ListOptions, kind listKind, keep func(pageNamespaces []string) func(ns string) bool) ([]runtime.Object, string, error) {
+	var out []runtime.Object
 	for {
 		list, err := t.client.Get().Resource(t.resource).VersionedParams(&options, scheme.ParameterCodec).Do(ctx).Get()
 		if err != nil {
-			return nil, "", fmt.Errorf("listing %s in %d namespaces: %w", t.resource, len(namespaces), err)
+			return nil, "", fmt.Errorf("listing %s: %w", t.resource, err)
 		}
 		listMeta, err := meta.ListAccessor(list)
 		if err != nil {
@@ -210,8 +220,17 @@ func (lw *ownedListWatch) listRequest(ctx context.Context, t *listWatchTarget, n
 		if err != nil {
 			return nil, "", fmt.Errorf("listing %s: %w", t.resource, err)
 		}
-		for _, item := range items {
-			if m, err := meta.Accessor(item); err == nil && (kind == everyNamespace || want[m.GetNamespace()]) {
+		namespaces := make([]string, 0, len(items))
+		accessors := make([]metav1.Object, len(items))
+		for i, item := range items {
+			if m, err := meta.Accessor(item); err == nil {
+				accessors[i] = m
+				namespaces = append(namespaces, m.GetNamespace())
+			}
+		}
+		kept := keep(namespaces)
+		for i, item := range items {
+			if accessors[i] != nil && kept(accessors[i].GetNamespace()) {
 				out = append(out, item)
 			}
 		}
