@@ -93,22 +93,19 @@ func (lw *ownedListWatch) listByPartition(ctx context.Context, t *listWatchTarge
 	keep := func(pageNamespaces []string) func(ns string) bool {
 		lw.mu.Lock()
 		defer lw.mu.Unlock()
+		var uncarried []string
 		for _, ns := range pageNamespaces {
-			if !carried[ns] && !lw.loaded[ns] && lw.partitionOf != nil {
-				p := lw.partitionOf(ns)
-				switch phase, ok := lw.partitions[p]; {
-				case !ok:
-				case phase == partitionNaming:
-					lw.note(p, ns)
-				default:
-					// Kept, or leaving, whose namespaces the trunk
-					// takes at their first event (takesAtFirstEvent):
-					// letGoEverywhere, finding it taken, leaves it.
-					lw.loaded[ns] = true
-					src.insert(ns)
-					carried[ns] = true
-				}
+			if !carried[ns] {
+				uncarried = append(uncarried, ns)
 			}
+		}
+		// Kept or leaving partitions' namespaces, which the trunk takes
+		// at their first event too: letGoEverywhere, finding one taken,
+		// leaves it.
+		for _, ns := range lw.stillUncarried(uncarried) {
+			lw.loaded[ns] = true
+			src.insert(ns)
+			carried[ns] = true
 		}
 		return func(ns string) bool { return carried[ns] }
 	}
