@@ -109,7 +109,7 @@ func (lw *ownedListWatch) listByPartition(ctx context.Context, t *listWatchTarge
 		}
 		return func(ns string) bool { return carried[ns] }
 	}
-	return lw.listPages(ctx, t, keep)
+	return lw.pagedList(ctx, t, metav1.ListOptions{Limit: 500, FieldSelector: t.fieldSelector}, wideList, keep)
 }
 
 // listNamespaces lists the objects of namespaces as a feeder does, as
@@ -166,10 +166,9 @@ func (lw *ownedListWatch) listNamespaces(ctx context.Context, t *listWatchTarget
 type listKind int
 
 const (
-	wideList       listKind = iota // every namespace, keeping only namespaces'
-	selectorList                   // a shard selector naming namespaces
-	versionOnly                    // only the current version
-	everyNamespace                 // cluster-wide, every namespace's objects kept
+	wideList     listKind = iota // every namespace, keeping only namespaces'
+	selectorList                 // a shard selector naming namespaces
+	versionOnly                  // only the current version
 )
 
 // listRequest makes one paged cluster-wide list of t and returns the
@@ -189,12 +188,6 @@ func (lw *ownedListWatch) listRequest(ctx context.Context, t *listWatchTarget, n
 	}
 	keep := func([]string) func(string) bool { return func(ns string) bool { return want[ns] } }
 	return lw.pagedList(ctx, t, options, kind, keep)
-}
-
-// listPages makes one paged cluster-wide list of t, every page's
-// namespaces handed to keep before its objects are kept.
-func (lw *ownedListWatch) listPages(ctx context.Context, t *listWatchTarget, keep func(pageNamespaces []string) func(ns string) bool) ([]runtime.Object, string, error) {
-	return lw.pagedList(ctx, t, metav1.ListOptions{Limit: 500, FieldSelector: t.fieldSelector}, wideList, keep)
 }
 
 // pagedList lists t with options, page after page; it keeps the objects
