@@ -297,13 +297,6 @@ func (f *PieceFactory) Shutdown() {
 	f.Shared.Release(f)
 }
 
-// Handlers is how many handlers the piece holds on shared informers (tests).
-func (f *PieceFactory) Handlers() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.handlers)
-}
-
 // WaitForCacheSync waits for the piece's informers (those it asked for,
 // not every shared one).
 func (f *PieceFactory) WaitForCacheSync(stopCh <-chan struct{}) map[reflect.Type]bool {

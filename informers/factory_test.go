@@ -199,3 +199,10 @@ func (m MapperScopes) ClusterScopedResource(gvr schema.GroupVersionResource) (bo
 	}
 	return m.ClusterScoped(gvk)
 }
+
+// Handlers is how many handlers the piece holds on shared informers (tests).
+func (f *PieceFactory) Handlers() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.handlers)
+}

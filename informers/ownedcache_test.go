@@ -28,3 +28,18 @@ func TestOwnedCacheRefusesEmptyFieldSelectors(t *testing.T) {
 		})
 	}
 }
+
+// Sources counts each informer's requests, by resource (tests).
+func (o *OwnedCache) Sources() map[string]int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := map[string]int{}
+	for _, i := range o.informers {
+		if t, err := i.lw.target(); err == nil {
+			i.lw.mu.Lock()
+			out[t.resource] = len(i.lw.sources)
+			i.lw.mu.Unlock()
+		}
+	}
+	return out
+}

@@ -18,21 +18,6 @@ func (o *OwnedCache) Partitions() []int {
 	return slices.Sorted(maps.Keys(o.partitions))
 }
 
-// Sources counts each informer's requests, by resource (tests, debug).
-func (o *OwnedCache) Sources() map[string]int {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	out := map[string]int{}
-	for _, i := range o.informers {
-		if t, err := i.lw.target(); err == nil {
-			i.lw.mu.Lock()
-			out[t.resource] = len(i.lw.sources)
-			i.lw.mu.Unlock()
-		}
-	}
-	return out
-}
-
 // Everywhere lists the resources held in every namespace now
 // (HoldEverywhere), sorted (tests, debug).
 func (o *OwnedCache) Everywhere() []string {

@@ -189,7 +189,7 @@ func (o *OwnedCache) settleGain(g *gain) []string {
 		}
 	}
 	for _, i := range g.informers {
-		i.lw.loadUnkept(arrived, false)
+		i.lw.load(arrived, true, false)
 	}
 	return arrived
 }

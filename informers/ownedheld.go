@@ -53,9 +53,9 @@ func (o *OwnedCache) join() {
 	var lws []*ownedListWatch
 	for _, i := range o.informers {
 		// A kind kept by partition has kept it from its first event.
-		i.lw.loadUnkept(namespaces, true)
+		i.lw.load(namespaces, true, true)
 		if i.everywhere > 0 {
-			i.lw.load(o.created, false)
+			i.lw.load(o.created, false, false)
 		}
 		lws = append(lws, i.lw)
 	}

@@ -74,7 +74,7 @@ func (lw *ownedListWatch) keepGain(partitions map[int]bool, namespaces []string,
 		}
 		names := sets.List(batch)
 		lw.mu.Unlock()
-		unlisted = append(unlisted, lw.load(names, await)...)
+		unlisted = append(unlisted, lw.load(names, await, false)...)
 		lw.mu.Lock()
 		loading = append(loading, names...)
 		batch = sets.New[string]()
@@ -245,25 +245,6 @@ func (lw *ownedListWatch) ready(ns string) bool {
 		}
 	}
 	return true
-}
-
-// loadUnkept loads, awaited, the namespaces whose partitions the kind
-// does not keep (naming ones included: the trunk drops their events
-// until the gain naming them is done): they need a list to join the
-// trunk. created: they were created in partitions the replica had
-// loaded.
-func (lw *ownedListWatch) loadUnkept(namespaces []string, created bool) {
-	var unkept []string
-	lw.mu.Lock()
-	for _, ns := range namespaces {
-		if !lw.kept(ns) {
-			unkept = append(unkept, ns)
-		}
-	}
-	lw.mu.Unlock()
-	if len(unkept) > 0 {
-		lw.loadFrom(unkept, true, created)
-	}
 }
 
 // kept says whether ns's partition is kept by partition. Called with mu

@@ -1,8 +1,10 @@
 package informers
 
 import (
+	"maps"
+	"slices"
+
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/scheme"
 )
@@ -44,18 +46,8 @@ func (lw *ownedListWatch) unload(namespaces []string) {
 		}
 	}
 	lw.countSources()
-	indexer := lw.indexer()
-	var deletions []watch.Event
+	deletions := lw.deletionsAbsent(slices.Sorted(maps.Keys(gone)), nil)
 	for ns := range gone {
-		for name := range lw.ledger[ns] {
-			obj, exists, err := indexer.GetByKey(ns + "/" + name)
-			if err != nil || !exists {
-				obj = lw.placeholder(ns, name)
-			}
-			if obj != nil {
-				deletions = append(deletions, watch.Event{Type: watch.Deleted, Object: obj.(runtime.Object)})
-			}
-		}
 		delete(lw.ledger, ns)
 	}
 	stream := lw.stream

@@ -319,18 +319,15 @@ func (lw *ownedListWatch) namespaces() []string {
 	return out
 }
 
-// load adds namespaces; with await, loaded reports when the informer
-// holds what their lists handed over. It returns the namespaces no list
-// of this load reads: those loaded already (held everywhere for a
-// singleton, or joining) and those of kept partitions, taken at their
-// first event.
-func (lw *ownedListWatch) load(namespaces []string, await bool) (unlisted []string) {
-	return lw.loadFrom(namespaces, await, false)
-}
-
-// loadFrom is load; created says that namespaces were created in
-// partitions the replica had loaded (source.created).
-func (lw *ownedListWatch) loadFrom(namespaces []string, await, created bool) (unlisted []string) {
+// load adds namespaces, each listed unless it is loaded already (held
+// everywhere for a singleton, or joining) or its partition is kept (taken
+// at its first event); naming partitions' namespaces are listed, as the
+// trunk drops their events until the gain naming them is done. With
+// await, loaded reports when the informer holds what their lists handed
+// over; created says that they were created in partitions the replica had
+// loaded (source.created). It returns the namespaces no list of this load
+// reads.
+func (lw *ownedListWatch) load(namespaces []string, await, created bool) (unlisted []string) {
 	lw.sendMu.Lock()
 	defer lw.sendMu.Unlock()
 	lw.mu.Lock()

@@ -208,26 +208,3 @@ func (s *Scope) removeHandler(h *scopedHandler) error {
 	}
 	return d.informer.RemoveEventHandler(d.registration)
 }
-
-// Handlers is how many handlers the scope delivers to (tests, metrics).
-func (s *Scope) Handlers() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var n int
-	for _, d := range s.dispatchers {
-		d.mu.Lock()
-		n += len(d.handlers)
-		d.mu.Unlock()
-	}
-	return n
-}
-
-// namespaceOfKey is the namespace a store key places its object in; for
-// Namespaces (byName) the key is the namespace.
-func namespaceOfKey(key string, byName bool) string {
-	if byName {
-		return key
-	}
-	ns, _, _ := cache.SplitMetaNamespaceKey(key)
-	return ns
-}

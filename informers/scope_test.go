@@ -446,3 +446,26 @@ func equal(a, b []string) bool {
 	}
 	return true
 }
+
+// Handlers is how many handlers the scope delivers to (tests).
+func (s *Scope) Handlers() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var n int
+	for _, d := range s.dispatchers {
+		d.mu.Lock()
+		n += len(d.handlers)
+		d.mu.Unlock()
+	}
+	return n
+}
+
+// namespaceOfKey is the namespace a store key places its object in; for
+// Namespaces (byName) the key is the namespace.
+func namespaceOfKey(key string, byName bool) string {
+	if byName {
+		return key
+	}
+	ns, _, _ := cache.SplitMetaNamespaceKey(key)
+	return ns
+}
