@@ -169,20 +169,22 @@ func (lw *ownedListWatch) ListWithContext(ctx context.Context, _ metav1.ListOpti
 	}
 	sort.Strings(namespaces)
 	lw.sources = map[*source]struct{}{}
-	sources := lw.newSources(namespaces)
+	trunk := lw.newSources(namespaces)[0]
 	lw.countSources()
 	lw.mu.Unlock()
 
-	all, listed, highest, err := lw.listSources(ctx, t, sources, lw.highest == "")
+	all, version, err := lw.listTrunk(ctx, t, trunk, lw.highest == "")
 	if err != nil {
 		return nil, err
 	}
+	highest := "0"
+	if newerVersion(version, highest) {
+		highest = version
+	}
 	ledger := map[string]map[string]struct{}{}
 	lw.mu.Lock()
-	for s, version := range listed {
-		s.version = version
-		lw.feedJoining(s)
-	}
+	trunk.version = version
+	lw.feedJoining(trunk)
 	var kept []runtime.Object
 	for _, item := range all {
 		m, err := meta.Accessor(item)
@@ -204,36 +206,19 @@ func (lw *ownedListWatch) ListWithContext(ctx context.Context, _ metav1.ListOpti
 	return t.newList(kept, highest)
 }
 
-// listSources lists sources, each at its own version, then makes the
-// namespaces created in kept partitions meanwhile join them
-// (takeUncarried); it returns their objects, each one's version and the
-// newest.
-func (lw *ownedListWatch) listSources(ctx context.Context, t *listWatchTarget, sources []*source, first bool) ([]runtime.Object, map[*source]string, string, error) {
-	var all []runtime.Object
-	highest := "0"
-	listed := map[*source]string{}
-	var readAfter []*source
-	for _, s := range sources {
-		items, versions, read, err := lw.listSource(ctx, t, s, first)
-		if err != nil {
-			return nil, nil, "", err
-		}
-		version := versions[""]
-		all = append(all, items...)
-		listed[s] = version
-		if read {
-			readAfter = append(readAfter, s)
-		}
-		if newerVersion(version, highest) {
-			highest = version
-		}
+// listTrunk lists the trunk (the one source after a relist) at its
+// version, then makes the namespaces created in kept partitions meanwhile
+// join it (takeUncarried) where its list was read around; it returns its
+// objects and version.
+func (lw *ownedListWatch) listTrunk(ctx context.Context, t *listWatchTarget, trunk *source, first bool) ([]runtime.Object, string, error) {
+	items, versions, readAfter, err := lw.listSource(ctx, t, trunk, first)
+	if err != nil {
+		return nil, "", err
 	}
-	for _, s := range readAfter {
-		if !lw.takeUncarried(ctx, s, true) {
-			return nil, nil, "", fmt.Errorf("reading the namespaces after listing %s", t.resource)
-		}
+	if readAfter && !lw.takeUncarried(ctx, trunk, true) {
+		return nil, "", fmt.Errorf("reading the namespaces after listing %s", t.resource)
 	}
-	return all, listed, highest, nil
+	return items, versions[""], nil
 }
 
 func record(ledger map[string]map[string]struct{}, ns, name string) {
