@@ -44,10 +44,14 @@ import (
 // So a deal moves only while a member is above its fair count: a
 // cluster that creates no namespace deals nothing, and namespaces created
 // one at a time, further apart than YoungWindow, move nothing. A
-// partition a deal moved stays where it is for YoungWindow when the
-// keeper balances by the hold: the hold balances what partitions hold,
-// and a namespace in its first minute holds little of the work it
-// brings.
+// partition a deal placed, moved or left where it ran, stays where it is
+// for YoungWindow when the keeper balances by the hold: the hold balances
+// what partitions hold, and a namespace in its first minute holds little
+// of the work it brings, so moving one the deal left in place undoes the
+// deal's count (bench (i) with five replicas: in two of three runs the
+// hold, adopted half a minute after the deals, moved the partition of one
+// of the 20 new namespaces, which the deal had left in place, to a
+// replica holding four, and the scale-up found five there).
 
 // FreshNamespaces are what a keeper deals from (Manager.NewNamespaces).
 type FreshNamespaces struct {
@@ -74,8 +78,9 @@ type dealer struct {
 	// step, neither dealt nor counted: where they run was decided before
 	// (by the keeper before it, or by the ring).
 	before map[string]bool
-	// young: when each partition a deal moved within YoungWindow was
-	// moved; the hold's balancing leaves them where they are (fixed).
+	// young: when each partition a deal placed (moved, or left where it
+	// ran) within YoungWindow was placed; the hold's balancing leaves them
+	// where they are (fixed).
 	young map[int]time.Time
 	// moved: how many partitions the last deal moved.
 	moved int
@@ -197,8 +202,10 @@ func heavyKey(units map[string]uint64) string {
 
 // countFresh counts the new namespaces of each partition (those there at
 // the first step left out; a heavy one as its units) and lists the
-// partitions holding one not dealt yet, recording those as dealt now;
-// one in a settling partition is dealt once that partition settles.
+// partitions holding one not dealt yet, recording those as dealt now and
+// their partitions as fixed for the hold, whether the deal moves them or
+// leaves them where they run; one in a settling partition is dealt once
+// that partition settles.
 func (d *dealer) countFresh(now time.Time, partitions int, fresh map[string]int, settling map[int]bool, units map[string]uint64) (map[int]uint64, []int) {
 	count := map[int]uint64{}
 	var dealing []int
@@ -211,7 +218,11 @@ func (d *dealer) countFresh(now time.Time, partitions int, fresh map[string]int,
 			if d.dealt == nil {
 				d.dealt = map[string]time.Time{}
 			}
+			if d.young == nil {
+				d.young = map[int]time.Time{}
+			}
 			d.dealt[ns] = now
+			d.young[p] = now
 			if !slices.Contains(dealing, p) {
 				dealing = append(dealing, p)
 			}
@@ -363,7 +374,8 @@ func (r *dealRound) bestMove(from string, movable []int) (int, string) {
 
 // movesTable is the moves table that places the movable partitions by
 // owner, over current's, with weights' codes; false if the deal moved
-// nothing. The partitions it moved are fixed for YoungWindow.
+// nothing. The partitions it moved are fixed for YoungWindow, as are
+// those it dealt and left (countFresh).
 func (d *dealer) movesTable(now time.Time, current string, partitions int, running, base []string, owner map[int]string, movable []int, weights map[int]uint64) (string, bool) {
 	_, moves, err := DecodeMovesTable(current, partitions)
 	if err != nil {
@@ -410,7 +422,7 @@ func dealtLoad(n uint64, capacity float64) float64 {
 	return float64(n) / capacity
 }
 
-// fixed says whether a deal moved partition p within YoungWindow.
+// fixed says whether a deal placed partition p within YoungWindow.
 func (d *dealer) fixed(p int) bool {
 	_, ok := d.young[p]
 	return ok
