@@ -28,7 +28,7 @@ func (r *Runtime) startPartitionControllers(gainCtx context.Context, gained []in
 	}
 	factory, err := informers.NewPieceFactory(informers.PieceConfig{
 		Shared: r.shared, SharedStop: r.sharedStop, Owned: r.owned,
-		Mapper: r.restMapper, Scopes: r.kindScopes, Scope: r.table.scope, Resync: cc.ResyncPeriod(), Transform: trimManagedFields, Logger: klog.FromContext(ctx),
+		Mapper: r.restMapper, Scopes: r.kindScopes, Scope: r.table.scope, Logger: klog.FromContext(ctx),
 	})
 	if err != nil {
 		return fmt.Errorf("informers of the partition controllers: %w", err)

@@ -112,7 +112,7 @@ func (r *Runtime) runSingleton(ctx context.Context, piece shard.Piece, gate *wri
 	defer r.releaseEverywhere(held)
 	factory, err := informers.NewPieceFactory(informers.PieceConfig{
 		Shared: r.shared, SharedStop: r.sharedStop, PieceStop: ctx.Done(), Mapper: r.restMapper, Scopes: r.kindScopes, Held: held,
-		Resync: kcmapp.ResyncPeriod(r.config)(), Transform: trimManagedFields, Logger: klog.FromContext(ctx),
+		Logger: klog.FromContext(ctx),
 	})
 	if err != nil {
 		return fmt.Errorf("informers of %s: %w", piece, err)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"reflect"
 	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -66,9 +65,7 @@ type PieceConfig struct {
 	Owned *OwnedCache
 	// Held: informers of the owned cache a singleton reads instead of the
 	// pool's, by object type (OwnedCache.HoldEverywhere).
-	Held      map[reflect.Type]cache.SharedIndexInformer
-	Resync    time.Duration
-	Transform cache.TransformFunc
+	Held map[reflect.Type]cache.SharedIndexInformer
 	// Logger is the piece's (default: klog.Background()).
 	Logger klog.Logger
 }
@@ -249,11 +246,7 @@ func (f *PieceFactory) Start(<-chan struct{}) {
 	if f.Owned != nil {
 		f.Owned.Start(f.SharedStop)
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if !f.live && !f.stopped {
-		f.goLive()
-	}
+	f.goLiveOnce()
 }
 
 // goLiveOnce puts pending handlers live unless that happened or the piece

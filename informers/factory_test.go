@@ -206,3 +206,13 @@ func (f *PieceFactory) Handlers() int {
 	defer f.mu.Unlock()
 	return len(f.handlers)
 }
+
+// namespaceOf is the namespace of an object or of a deletion tombstone.
+func namespaceOf(obj any) string {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		return ""
+	}
+	ns, _, _ := cache.SplitMetaNamespaceKey(key)
+	return ns
+}

@@ -178,9 +178,11 @@ func (o *OwnedCache) scheduleJoin() {
 // listsToJoin says whether some informer lists namespace ns to hold it:
 // one that does not keep its partition. Called with mu held.
 func (o *OwnedCache) listsToJoin(ns string) bool {
-	p := o.config.PartitionOf(ns)
 	for _, i := range o.informers {
-		if !i.lw.keeps(p) {
+		i.lw.mu.Lock()
+		phase, ok := i.lw.phaseOf(ns)
+		i.lw.mu.Unlock()
+		if !ok || phase != partitionKept {
 			return true
 		}
 	}
@@ -242,20 +244,7 @@ func (o *OwnedCache) ReleaseEverywhere(obj runtime.Object) {
 	if i.everywhere > 0 {
 		return
 	}
-	// Forgotten first: a namespace the trunk takes meanwhile is unloaded
-	// with the rest.
-	for p := range o.config.Partitions {
-		if !o.partitions[p] {
-			i.lw.forget(p)
-		}
-	}
-	var gone []string
-	for _, ns := range i.lw.namespaces() {
-		if !o.partitions[o.config.PartitionOf(ns)] {
-			gone = append(gone, ns)
-		}
-	}
-	i.lw.unload(gone)
+	i.lw.drop(func(p int) bool { return !o.partitions[p] }, o.config.Partitions, true)
 	gen, leaving := i.lw.leaveEverywhere()
 	if !leaving {
 		return
@@ -395,22 +384,9 @@ func (o *OwnedCache) unload(p int) (dropped []string) {
 	unloaded := 0
 	for _, i := range o.informers {
 		// A kind held everywhere keeps the partition loaded for its
-		// singletons until the last ReleaseEverywhere. Any other forgets
-		// it first: a namespace it takes meanwhile is unloaded with the
-		// rest.
-		if i.everywhere == 0 {
-			i.lw.forget(p)
-		}
-		var namespaces []string
-		for _, ns := range i.lw.namespaces() {
-			if o.config.PartitionOf(ns) == p {
-				namespaces = append(namespaces, ns)
-			}
-		}
-		unloaded = max(unloaded, len(namespaces))
-		if i.everywhere == 0 {
-			i.lw.unload(namespaces)
-		}
+		// singletons until the last ReleaseEverywhere.
+		n := i.lw.drop(func(q int) bool { return q == p }, o.config.Partitions, i.everywhere == 0)
+		unloaded = max(unloaded, n)
 	}
 	ownedNamespaces.Add(-float64(unloaded))
 	ownedPartitions.Dec()

@@ -74,12 +74,12 @@ func (lw *ownedListWatch) catchUp(ctx context.Context, namespaces []string, sync
 		// order, where a list would fold it (a ConfigMap created and
 		// deleted meanwhile would never be told, and the root-CA
 		// publisher, whose ConfigMap a user deleted, never hears of it).
-		lw.wakeCarriers(behind)
+		lw.wakeCarrier(behind)
 		if len(behind) > 0 && !relisted && time.Since(start) >= catchUpRelistAfter {
 			relisted = true
 			catchUpRelists.WithLabelValues(t.resource).Inc()
 			logger.Info("The owned cache is still behind the server for namespaces gained; its source lists them again", "behind", len(behind), "waited", time.Since(start).Round(time.Millisecond))
-			lw.relistCarriers(behind)
+			lw.relistCarrier(behind)
 		}
 		return len(behind) == 0, nil
 	})
@@ -160,16 +160,21 @@ func (lw *ownedListWatch) caughtUp(ns string, listed []keyVersion, version strin
 // objects, since; created again, it joins through a list. Called with
 // sendMu and mu held.
 func (lw *ownedListWatch) deliveredPast(ns, version string) (passed, gone bool) {
-	unclaimed := !lw.loaded[ns] && lw.takesAtFirstEvent(ns)
+	unclaimed := lw.unclaimed(ns)
 	if !lw.loaded[ns] && !unclaimed {
 		return false, true
 	}
-	for s := range lw.sources {
-		if s.feeds == nil && s.version != "" && (s.has(ns) || unclaimed) && s.joining[ns] == nil {
-			passed = !newerVersion(version, s.delivered(ns))
-		}
+	if t := lw.trunk(); t != nil && t.version != "" && (t.has(ns) || unclaimed) && t.joining[ns] == nil {
+		passed = !newerVersion(version, t.delivered(ns))
 	}
 	return passed, false
+}
+
+// unclaimed says whether ns is no source's yet but the trunk's to take at
+// its first event: its partition is kept or leaving. Called with mu held.
+func (lw *ownedListWatch) unclaimed(ns string) bool {
+	phase, ok := lw.phaseOf(ns)
+	return !lw.loaded[ns] && ok && phase != partitionNaming
 }
 
 // noteBehind counts a catch-up waiting for namespaces (delta 1) or done
@@ -184,42 +189,37 @@ func (lw *ownedListWatch) noteBehind(namespaces []string, delta int) {
 	}
 }
 
-// wakeCarriers cuts short the wait of the watching sources carrying
-// namespaces after a watch closed early (sleepUnlessWoken).
-func (lw *ownedListWatch) wakeCarriers(namespaces []string) {
+// wakeCarrier cuts short the trunk's wait after a watch closed early,
+// if it carries one of namespaces (sleep).
+func (lw *ownedListWatch) wakeCarrier(namespaces []string) {
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
-	for _, s := range lw.carriers(namespaces) {
+	if t := lw.carrier(namespaces); t != nil {
 		select {
-		case s.wakeChan() <- struct{}{}:
+		case t.wakeChan() <- struct{}{}:
 		default:
 		}
 	}
 }
 
-// relistCarriers makes the sources carrying namespaces list them again
-// now, their open watches superseded: what they have not delivered is
-// read at once rather than when their watches resume.
-func (lw *ownedListWatch) relistCarriers(namespaces []string) {
+// relistCarrier makes the trunk, if it carries one of namespaces, list
+// again now, its open watch superseded: what it has not delivered is read
+// at once rather than when its watch resumes.
+func (lw *ownedListWatch) relistCarrier(namespaces []string) {
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
-	for _, s := range lw.carriers(namespaces) {
-		s.version = ""
-		s.supersedeWatch()
+	if t := lw.carrier(namespaces); t != nil {
+		t.version = ""
+		t.supersedeWatch()
 	}
 }
 
-// carriers are the watching sources that have listed and carry one of
-// namespaces. Called with mu held.
-func (lw *ownedListWatch) carriers(namespaces []string) []*source {
-	// A namespace of a kept partition no source carries yet is the
-	// trunk's to take.
-	unclaimed := slices.ContainsFunc(namespaces, func(ns string) bool { return !lw.loaded[ns] && lw.takesAtFirstEvent(ns) })
-	var out []*source
-	for s := range lw.sources {
-		if s.feeds == nil && s.version != "" && (slices.ContainsFunc(namespaces, s.has) || unclaimed) {
-			out = append(out, s)
-		}
+// carrier is the trunk if it has listed and carries one of namespaces
+// (or will take one at its first event), else nil. Called with mu held.
+func (lw *ownedListWatch) carrier(namespaces []string) *source {
+	t := lw.trunk()
+	if t == nil || t.version == "" || !slices.ContainsFunc(namespaces, t.has) && !slices.ContainsFunc(namespaces, lw.unclaimed) {
+		return nil
 	}
-	return out
+	return t
 }

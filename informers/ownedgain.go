@@ -27,7 +27,11 @@ func (o *OwnedCache) load(ctx context.Context, partitions []int, await bool) err
 	if len(g.adding) == 0 {
 		return nil
 	}
-	defer o.endNaming(g)
+	defer func() {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		o.stopNaming(g) // if settleGain did not
+	}()
 	namespaces, err := o.gainedNamespaces(ctx, g)
 	if err != nil {
 		return fmt.Errorf("loading partitions %v: %w", partitions, err)
@@ -45,7 +49,7 @@ func (o *OwnedCache) load(ctx context.Context, partitions []int, await bool) err
 		// flight would fold what happens to them meanwhile, a ConfigMap
 		// their handlers are told of being created and deleted.
 		err := heldPoll.DelayFunc().Until(ctx, true, false, func(context.Context) (bool, error) {
-			return loadedInto(g.lws, shown) && (plantedGainShowsWhileListing || readyIn(g.lws, shown)), nil
+			return allHold(g.lws, shown, !plantedGainShowsWhileListing), nil
 		})
 		if err != nil {
 			return fmt.Errorf("loading partitions %v: %w", partitions, err)
@@ -158,7 +162,7 @@ func (o *OwnedCache) awaitGain(ctx context.Context, g *gain, catchUps []func() e
 	}
 	if await {
 		err := wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) {
-			return loadedInto(g.lws, g.loading), nil
+			return allHold(g.lws, g.loading, false), nil
 		})
 		if err != nil {
 			return err
@@ -192,13 +196,6 @@ func (o *OwnedCache) settleGain(g *gain) []string {
 		i.lw.load(arrived, true, false)
 	}
 	return arrived
-}
-
-// endNaming ends g's naming if settleGain did not.
-func (o *OwnedCache) endNaming(g *gain) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.stopNaming(g)
 }
 
 // stopNaming: join may take g's namespaces from now on. Called with mu

@@ -3,6 +3,7 @@ package informers
 import (
 	"context"
 	"math"
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -72,7 +73,7 @@ func (o *OwnedCache) join() {
 	waitCtx, cancelWait := context.WithTimeout(ctx, heldWaitMax)
 	defer cancelWait()
 	err := heldPoll.DelayFunc().Until(waitCtx, true, false, func(context.Context) (bool, error) {
-		return loadedInto(lws, namespaces) && readyIn(lws, namespaces), nil
+		return allHold(lws, namespaces, true), nil
 	})
 	if ctx.Err() != nil {
 		return // the cache stops
@@ -126,24 +127,11 @@ func (o *OwnedCache) markHeld(namespaces []string) []string {
 	return added
 }
 
-// readyIn says whether every one of lws is ready to show namespaces
-// (ownedListWatch.ready).
-func readyIn(lws []*ownedListWatch, namespaces []string) bool {
+// allHold says whether every one of lws holds the first list of
+// namespaces and, with ready, can show them (ownedListWatch.ready).
+func allHold(lws []*ownedListWatch, namespaces []string, ready bool) bool {
 	for _, lw := range lws {
-		for _, ns := range namespaces {
-			if !lw.ready(ns) {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-// loadedInto says whether every one of lws holds the first list of
-// namespaces.
-func loadedInto(lws []*ownedListWatch, namespaces []string) bool {
-	for _, lw := range lws {
-		if !lw.loadedInto(namespaces) {
+		if !lw.loadedInto(namespaces) || ready && slices.ContainsFunc(namespaces, func(ns string) bool { return !lw.ready(ns) }) {
 			return false
 		}
 	}

@@ -25,10 +25,10 @@ import (
 // once and takes the namespaces of kept partitions its list shows. Any
 // other trunk listing again first takes the namespaces created in kept
 // partitions since it last watched (takeUncarried); at the informer's
-// first list (first) none was taken at an event yet. readAfter: the
-// caller reads the namespaces after the list (takeUncarried), joining
-// those the list may have missed.
-func (lw *ownedListWatch) listSource(ctx context.Context, t *listWatchTarget, src *source, first bool) (items []runtime.Object, versions map[string]string, readAfter bool, err error) {
+// first list (first) none was taken at an event yet. After it, but for
+// byPartition, the namespaces are read again (takeUncarried), and those
+// the list may have missed join src.
+func (lw *ownedListWatch) listSource(ctx context.Context, t *listWatchTarget, src *source, first bool) (items []runtime.Object, versions map[string]string, err error) {
 	lw.mu.Lock()
 	// Only where it would list cluster-wide anyway: a shard selector can
 	// name only namespaces known before the list.
@@ -36,7 +36,7 @@ func (lw *ownedListWatch) listSource(ctx context.Context, t *listWatchTarget, sr
 		!(lw.sharded && len(src.namespaces) <= lw.maxTerms) && !plantedRelistReadsNamespaces
 	lw.mu.Unlock()
 	if src.feeds == nil && !first && !byPartition && !lw.takeUncarried(ctx, src, false) {
-		return nil, nil, false, fmt.Errorf("reading the namespaces before listing %s", t.resource)
+		return nil, nil, fmt.Errorf("reading the namespaces before listing %s", t.resource)
 	}
 	lw.mu.Lock()
 	namespaces := slices.Clone(src.namespaces)
@@ -46,8 +46,7 @@ func (lw *ownedListWatch) listSource(ctx context.Context, t *listWatchTarget, sr
 	}
 	lw.mu.Unlock()
 	if src.feeds != nil {
-		items, versions, err := lw.listNamespaces(ctx, t, namespaces, since)
-		return items, versions, false, err
+		return lw.listNamespaces(ctx, t, namespaces, since)
 	}
 	kind := wideList
 	switch {
@@ -64,13 +63,16 @@ func (lw *ownedListWatch) listSource(ctx context.Context, t *listWatchTarget, sr
 		items, version, err = lw.listRequest(ctx, t, namespaces, kind, "")
 	}
 	if err != nil {
-		return nil, nil, false, err
+		return nil, nil, err
+	}
+	if !byPartition && !lw.takeUncarried(ctx, src, true) {
+		return nil, nil, fmt.Errorf("reading the namespaces after listing %s", t.resource)
 	}
 	versions = map[string]string{"": version}
 	for _, ns := range namespaces {
 		versions[ns] = version
 	}
-	return items, versions, !byPartition, nil
+	return items, versions, nil
 }
 
 // listByPartition lists the trunk src again cluster-wide, as a plain
@@ -102,10 +104,12 @@ func (lw *ownedListWatch) listByPartition(ctx context.Context, t *listWatchTarge
 		// Kept or leaving partitions' namespaces, which the trunk takes
 		// at their first event too: letGoEverywhere, finding one taken,
 		// leaves it.
-		for _, ns := range lw.stillUncarried(uncarried) {
-			lw.loaded[ns] = true
-			src.insert(ns)
-			carried[ns] = true
+		for _, ns := range uncarried {
+			if !lw.loaded[ns] && lw.claims(ns) {
+				lw.loaded[ns] = true
+				src.insert(ns)
+				carried[ns] = true
+			}
 		}
 		return func(ns string) bool { return carried[ns] }
 	}

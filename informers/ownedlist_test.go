@@ -51,7 +51,7 @@ func TestFeederListsSinceTrunk(t *testing.T) {
 			lw := newOwnedListWatch(func() (*listWatchTarget, error) { return target, nil }, tc.sharded, 3, 0)
 			trunk := &source{namespaces: []string{"a", "b"}, version: "42"}
 			feeder := &source{namespaces: []string{"b"}, feeds: trunk, created: tc.created}
-			if _, versions, _, err := lw.listSource(context.Background(), target, feeder, false); err != nil {
+			if _, versions, err := lw.listSource(context.Background(), target, feeder, false); err != nil {
 				t.Fatal(err)
 			} else if versions["b"] != "50" {
 				t.Errorf("namespace b read at %q, want the list's version 50", versions["b"])

@@ -105,27 +105,25 @@ func (lw *ownedListWatch) forget(p int) {
 	delete(lw.noted, p)
 }
 
-// takeByPartition says whether the trunk src takes ns, not loaded, at
-// this event: ns is in a kept partition. A naming partition's namespace
-// is noted for its gain. Called with mu held.
-func (lw *ownedListWatch) takeByPartition(src *source, ns string) bool {
-	if src.feeds != nil || lw.partitionOf == nil || ns == "" {
-		return false
+// phaseOf is the phase of ns's partition; false if the trunk does not
+// keep it by partition. Called with mu held.
+func (lw *ownedListWatch) phaseOf(ns string) (partitionPhase, bool) {
+	if len(lw.partitions) == 0 {
+		return 0, false
 	}
-	p := lw.partitionOf(ns)
-	phase, ok := lw.partitions[p]
-	switch {
-	case !ok:
-		return false
-	case phase == partitionNaming:
-		if !plantedNoNote {
-			lw.note(p, ns)
-		}
-		return false
+	phase, ok := lw.partitions[lw.partitionOf(ns)]
+	return phase, ok
+}
+
+// claims says whether the trunk takes ns, not loaded, when an event or a
+// read shows it: its partition is kept or leaving. A naming partition's
+// namespace is noted for its gain instead. Called with mu held.
+func (lw *ownedListWatch) claims(ns string) bool {
+	phase, ok := lw.phaseOf(ns)
+	if ok && phase == partitionNaming && !plantedNoNote {
+		lw.note(lw.partitionOf(ns), ns)
 	}
-	lw.loaded[ns] = true
-	src.insert(ns)
-	return true
+	return ok && phase != partitionNaming
 }
 
 // note records that the trunk dropped an event of ns, of naming
@@ -152,16 +150,6 @@ func (lw *ownedListWatch) ensureTrunk() {
 	lw.countSources()
 }
 
-// partitionDecoded says whether the trunk decodes the events of ns for
-// its partition. Called with mu held.
-func (lw *ownedListWatch) partitionDecoded(ns string) bool {
-	if lw.partitionOf == nil || len(lw.partitions) == 0 {
-		return false
-	}
-	_, ok := lw.partitions[lw.partitionOf(ns)]
-	return ok
-}
-
 // takeUncarried reads the namespaces around a list of the trunk src and
 // makes it take those of kept partitions no source carries; those of
 // naming partitions are noted. Before the list (join false) src carries
@@ -180,11 +168,14 @@ func (lw *ownedListWatch) takeUncarried(ctx context.Context, src *source, join b
 	}
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
-	taken := lw.stillUncarried(names)
-	for _, ns := range taken {
-		lw.loaded[ns] = true
-		if !join {
-			src.insert(ns)
+	var taken []string
+	for _, ns := range names {
+		if !lw.loaded[ns] && lw.claims(ns) {
+			taken = append(taken, ns)
+			lw.loaded[ns] = true
+			if !join {
+				src.insert(ns)
+			}
 		}
 	}
 	if join && len(taken) > 0 {
@@ -193,37 +184,17 @@ func (lw *ownedListWatch) takeUncarried(ctx context.Context, src *source, join b
 	return true
 }
 
-// uncarried reads every namespace for the trunk src; nil when src is a
-// feeder, the kind does not keep by partition or no partition is kept.
+// uncarried reads every namespace for the trunk src; nil when no
+// partition is kept.
 func (lw *ownedListWatch) uncarried(ctx context.Context, src *source) ([]string, bool) {
 	lw.mu.Lock()
-	skip := src.feeds != nil || len(lw.partitions) == 0 || lw.listNamespaceNames == nil || plantedNoReadAfterList
+	skip := len(lw.partitions) == 0 || lw.listNamespaceNames == nil || plantedNoReadAfterList
 	lw.mu.Unlock()
 	if skip {
 		return nil, true
 	}
 	names, err := lw.listNamespaceNames(ctx)
 	return names, err == nil
-}
-
-// stillUncarried keeps the namespaces of kept partitions that no source
-// carries, and notes those of naming partitions. Called with mu held.
-func (lw *ownedListWatch) stillUncarried(names []string) []string {
-	var out []string
-	for _, ns := range names {
-		if lw.loaded[ns] || lw.partitionOf == nil {
-			continue
-		}
-		p := lw.partitionOf(ns)
-		switch phase, ok := lw.partitions[p]; {
-		case !ok:
-		case phase == partitionNaming:
-			lw.note(p, ns)
-		default:
-			out = append(out, ns)
-		}
-	}
-	return out
 }
 
 // ready says whether ns can be shown to handlers: no trunk lists (its
@@ -236,7 +207,7 @@ func (lw *ownedListWatch) stillUncarried(names []string) []string {
 func (lw *ownedListWatch) ready(ns string) bool {
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
-	if plantedReadyByPartitionOnly && !lw.partitionDecoded(ns) {
+	if _, ok := lw.phaseOf(ns); plantedReadyByPartitionOnly && !ok {
 		return true
 	}
 	for s := range lw.sources {
@@ -245,34 +216,6 @@ func (lw *ownedListWatch) ready(ns string) bool {
 		}
 	}
 	return true
-}
-
-// kept says whether ns's partition is kept by partition. Called with mu
-// held.
-func (lw *ownedListWatch) kept(ns string) bool {
-	if lw.partitionOf == nil || len(lw.partitions) == 0 {
-		return false
-	}
-	phase, ok := lw.partitions[lw.partitionOf(ns)]
-	return ok && phase == partitionKept
-}
-
-// takesAtFirstEvent says whether the trunk takes ns at its first event:
-// its partition is kept or leaving. Called with mu held.
-func (lw *ownedListWatch) takesAtFirstEvent(ns string) bool {
-	if lw.partitionOf == nil {
-		return false
-	}
-	phase, ok := lw.partitions[lw.partitionOf(ns)]
-	return ok && (phase == partitionKept || phase == partitionLeaving)
-}
-
-// keeps says whether the kind keeps partition p by partition.
-func (lw *ownedListWatch) keeps(p int) bool {
-	lw.mu.Lock()
-	defer lw.mu.Unlock()
-	phase, ok := lw.partitions[p]
-	return ok && phase == partitionKept
 }
 
 // partitionsDescribed lists the partitions kept by partition, each with

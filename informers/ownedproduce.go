@@ -94,7 +94,7 @@ func (p *producer) round(ctx context.Context) roundEnd {
 	}
 	if wait := reopenInterval - time.Since(p.opened); wait > 0 {
 		// Namespaces joining meanwhile share the next watch.
-		if !p.sleep(ctx, wait) {
+		if !p.sleep(ctx, wait, nil) {
 			return roundDone
 		}
 	}
@@ -125,24 +125,17 @@ func (p *producer) listIfUnversioned(ctx context.Context) roundEnd {
 	if version != "" {
 		return roundGoOn
 	}
-	items, versions, readAfter, err := lw.listSource(ctx, p.target, p.src, false)
+	items, versions, err := lw.listSource(ctx, p.target, p.src, false)
 	if err != nil {
 		if ctx.Err() == nil {
 			p.logger.Error(err, "Listing a source of the owned cache; retrying")
-			p.sleep(ctx, p.backoff.Step())
+			p.sleep(ctx, p.backoff.Step(), nil)
 		}
 		return roundAgain
 	}
 	if p.src.feeds != nil {
 		p.feed(ctx, p.src, items, versions)
 		return roundDone
-	}
-	if readAfter && !lw.takeUncarried(ctx, p.src, true) {
-		if ctx.Err() == nil {
-			p.logger.Error(nil, "Reading the namespaces after a list of the owned cache failed; listing again")
-			p.sleep(ctx, p.backoff.Step())
-		}
-		return roundAgain
 	}
 	events := make([]watch.Event, 0, len(items))
 	for _, item := range items {
@@ -221,9 +214,12 @@ func (p *producer) watchEnded(ctx context.Context, expired, superseded bool) rou
 		if lw.closedWaitForTest > 0 {
 			pause = lw.closedWaitForTest
 		}
+		// A gain waiting for the source cuts the wait short
+		// (wakeCarrier).
+		woken := p.src.wakeChan()
 		lw.mu.Unlock()
 		p.logger.V(2).Info("A watch of the owned cache was closed early; resuming after a wait", "lasted", lasted.Round(time.Millisecond), "wait", pause.Round(time.Millisecond))
-		if !p.sleepUnlessWoken(ctx, pause) {
+		if !p.sleep(ctx, pause, woken) {
 			return roundDone
 		}
 	default:
@@ -232,22 +228,8 @@ func (p *producer) watchEnded(ctx context.Context, expired, superseded bool) rou
 	return roundAgain
 }
 
-// sleep waits d; false if ctx ended first.
-func (p *producer) sleep(ctx context.Context, d time.Duration) bool {
-	select {
-	case <-time.After(d):
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-// sleepUnlessWoken waits d, or until a gain waiting for the source wakes
-// it (wakeCarriers); false if ctx ended first.
-func (p *producer) sleepUnlessWoken(ctx context.Context, d time.Duration) bool {
-	p.lw.mu.Lock()
-	woken := p.src.wakeChan()
-	p.lw.mu.Unlock()
+// sleep waits d, or until woken (nil: never); false if ctx ended first.
+func (p *producer) sleep(ctx context.Context, d time.Duration, woken <-chan struct{}) bool {
 	select {
 	case <-time.After(d):
 		return true

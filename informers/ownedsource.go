@@ -161,22 +161,15 @@ func (s *source) has(ns string) bool {
 // loaded, and once it has listed, a feeder lists the ones it did not
 // cover (emit). Called with mu held.
 func (lw *ownedListWatch) newSources(namespaces []string) []*source {
-	if t := lw.trunk(); t != nil {
-		return lw.joinTrunk(t, namespaces)
-	}
-	s := &source{namespaces: slices.Clone(namespaces)}
-	lw.sources[s] = struct{}{}
-	return []*source{s}
-}
-
-// joinTrunk makes namespaces join trunk t through a new feeder (none
-// while t has not listed: its list covers them, or a feeder lists those
-// it did not after it, emit). Called with mu held.
-func (lw *ownedListWatch) joinTrunk(t *source, namespaces []string) []*source {
-	if len(namespaces) == 0 {
+	t := lw.trunk()
+	switch {
+	case t == nil:
+		s := &source{namespaces: slices.Clone(namespaces)}
+		lw.sources[s] = struct{}{}
+		return []*source{s}
+	case len(namespaces) == 0:
 		return nil
-	}
-	if t.version == "" {
+	case t.version == "":
 		t.join(namespaces, nil)
 		return nil
 	}

@@ -198,6 +198,8 @@ func (s *ownedStream) decide(src *source, e watch.Event, m metav1.Object, relist
 	if joining && loaded && !relist {
 		j.backlog = append(j.backlog, e)
 	}
+	// The ledger changes only under sendMu, which the caller holds.
+	_, sent := lw.ledger[ns][m.GetName()]
 	lw.mu.Unlock()
 	if !loaded || !src.has(ns) || joining {
 		return eventDropped
@@ -206,7 +208,7 @@ func (s *ownedStream) decide(src *source, e watch.Event, m metav1.Object, relist
 		if floor, ok := src.floors[ns]; ok && !newerVersion(m.GetResourceVersion(), floor) {
 			return eventDropped
 		}
-		if e.Type == watch.Deleted && !lw.sent(ns, m.GetName()) {
+		if e.Type == watch.Deleted && !sent {
 			// The deletion of an object the informer was never
 			// handed: a trunk that resumed from before a namespace
 			// was unloaded replays it, and takes the namespace of a
@@ -215,7 +217,7 @@ func (s *ownedStream) decide(src *source, e watch.Event, m metav1.Object, relist
 			// object they never saw.
 			return eventDropped
 		}
-	} else if e.Type == watch.Added && lw.holds(ns, m.GetName(), m.GetResourceVersion()) {
+	} else if e.Type == watch.Added && sent && lw.stores(ns, m.GetName(), m.GetResourceVersion()) {
 		// Unchanged since it was sent: sending it again would only
 		// make the informer call every handler's OnUpdate with the
 		// same object.
@@ -243,7 +245,11 @@ func (s *ownedStream) emitted(src *source, version string, relist bool, covered 
 	}
 	if relist {
 		lw.noteListed(covered, added)
-		lw.feedUncovered(s, src)
+		// Namespaces joining src while its list was on its way, which
+		// it did not cover, get their own feeder.
+		if f := lw.feedJoining(src); f != nil {
+			s.start(f)
+		}
 	}
 	lw.mu.Unlock()
 	if version != "" && newerVersion(version, lw.highest) {
@@ -302,31 +308,16 @@ func (lw *ownedListWatch) deletionsAbsent(namespaces []string, events []watch.Ev
 	return deletions
 }
 
-// holds says whether ns/name was sent and not deleted since (the ledger:
-// an unloaded namespace's deletions may still be on their way to the
-// store) and the informer's store has it at version.
-func (lw *ownedListWatch) holds(ns, name, version string) bool {
-	lw.mu.Lock()
-	_, sent := lw.ledger[ns][name]
-	lw.mu.Unlock()
-	if !sent {
-		return false
-	}
+// stores says whether the informer's store has ns/name at version; only
+// meaningful for an object in the ledger (an unloaded namespace's
+// deletions may still be on their way to the store).
+func (lw *ownedListWatch) stores(ns, name, version string) bool {
 	obj, exists, err := lw.indexer().GetByKey(ns + "/" + name)
 	if err != nil || !exists {
 		return false
 	}
 	m, err := meta.Accessor(obj)
 	return err == nil && m.GetResourceVersion() == version
-}
-
-// sent says whether the ledger has ns/name: its last event sent was not a
-// deletion.
-func (lw *ownedListWatch) sent(ns, name string) bool {
-	lw.mu.Lock()
-	defer lw.mu.Unlock()
-	_, ok := lw.ledger[ns][name]
-	return ok
 }
 
 // recordSent records a sent event in the ledger.
@@ -340,22 +331,10 @@ func (lw *ownedListWatch) recordSent(e watch.Event, ns, name string) {
 	}
 }
 
-// feedUncovered gives a feeder to the namespaces joining the trunk that
-// no feeder lists (they joined while the trunk's own list was on its
-// way, and it did not cover them). Called with mu held.
-func (lw *ownedListWatch) feedUncovered(s *ownedStream, trunk *source) {
-	if f := lw.feedJoining(trunk); f != nil {
-		s.start(f)
-	}
-}
-
 // feedJoining makes the feeder of the namespaces joining trunk that no
 // feeder lists, if there are any; the stream starts it. Called with mu
 // held.
 func (lw *ownedListWatch) feedJoining(trunk *source) *source {
-	if trunk.feeds != nil {
-		return nil
-	}
 	var namespaces []string
 	for ns, j := range trunk.joining {
 		if j.feeder == nil {

@@ -12,6 +12,30 @@ import (
 // How an ownedListWatch lets namespaces go: their objects deleted from
 // the informer, their events dropped, no request changed.
 
+// drop counts the loaded namespaces of the partitions gone picks (of
+// 0..partitions-1) and, with unload, forgets those partitions, then
+// unloads the namespaces: forgotten first, so that a namespace the trunk
+// takes meanwhile is unloaded with the rest.
+func (lw *ownedListWatch) drop(gone func(p int) bool, partitions int, unload bool) int {
+	if unload {
+		for p := range partitions {
+			if gone(p) {
+				lw.forget(p)
+			}
+		}
+	}
+	var namespaces []string
+	for _, ns := range lw.namespaces() {
+		if gone(lw.partitionOf(ns)) {
+			namespaces = append(namespaces, ns)
+		}
+	}
+	if unload {
+		lw.unload(namespaces)
+	}
+	return len(namespaces)
+}
+
 // unload removes namespaces: their sources stop or narrow (resuming from
 // their own version, a subset of the same stream), then every object the
 // informer holds of them is deleted from it.

@@ -2,7 +2,6 @@ package informers
 
 import (
 	"context"
-	"fmt"
 	"sort"
 	"sync"
 	"time"
@@ -173,10 +172,11 @@ func (lw *ownedListWatch) ListWithContext(ctx context.Context, _ metav1.ListOpti
 	lw.countSources()
 	lw.mu.Unlock()
 
-	all, version, err := lw.listTrunk(ctx, t, trunk, lw.highest == "")
+	all, versions, err := lw.listSource(ctx, t, trunk, lw.highest == "")
 	if err != nil {
 		return nil, err
 	}
+	version := versions[""]
 	highest := "0"
 	if newerVersion(version, highest) {
 		highest = version
@@ -204,21 +204,6 @@ func (lw *ownedListWatch) ListWithContext(ctx context.Context, _ metav1.ListOpti
 	// The store's version is the list's (Replace).
 	lw.highest, lw.stored = highest, highest
 	return t.newList(kept, highest)
-}
-
-// listTrunk lists the trunk (the one source after a relist) at its
-// version, then makes the namespaces created in kept partitions meanwhile
-// join it (takeUncarried) where its list was read around; it returns its
-// objects and version.
-func (lw *ownedListWatch) listTrunk(ctx context.Context, t *listWatchTarget, trunk *source, first bool) ([]runtime.Object, string, error) {
-	items, versions, readAfter, err := lw.listSource(ctx, t, trunk, first)
-	if err != nil {
-		return nil, "", err
-	}
-	if readAfter && !lw.takeUncarried(ctx, trunk, true) {
-		return nil, "", fmt.Errorf("reading the namespaces after listing %s", t.resource)
-	}
-	return items, versions[""], nil
 }
 
 func record(ledger map[string]map[string]struct{}, ns, name string) {
@@ -260,7 +245,12 @@ func (lw *ownedListWatch) carries(src *source, ns string) bool {
 	if lw.loaded[ns] {
 		return true
 	}
-	return lw.partitionDecoded(ns) && lw.takeByPartition(src, ns)
+	if ns == "" || !lw.claims(ns) {
+		return false
+	}
+	lw.loaded[ns] = true
+	src.insert(ns)
+	return true
 }
 
 // decodes says whether the trunk decodes an event of namespace: one it
@@ -270,7 +260,8 @@ func (lw *ownedListWatch) carries(src *source, ns string) bool {
 func (lw *ownedListWatch) decodes(namespace string) bool {
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
-	return lw.loaded[namespace] || lw.partitionDecoded(namespace)
+	_, ok := lw.phaseOf(namespace)
+	return lw.loaded[namespace] || ok
 }
 
 // noNamespace selects nothing a namespaced kind has: the FNV-1a hash of
@@ -284,7 +275,7 @@ var noNamespace = namespaceSelector([]string{""})
 // one, and only while it names at most MaxSelectorTerms namespaces and
 // the kind is not held everywhere. Called with mu held.
 func (lw *ownedListWatch) watchSelector(t *listWatchTarget, src *source) string {
-	if !lw.sharded || !t.selectWatch || lw.everywhere || lw.leaving() || src.feeds != nil || len(src.namespaces) > MaxSelectorTerms {
+	if !lw.sharded || !t.selectWatch || lw.everywhere || lw.leaving() || len(src.namespaces) > MaxSelectorTerms {
 		return ""
 	}
 	if len(src.namespaces) == 0 {
@@ -323,7 +314,7 @@ func (lw *ownedListWatch) load(namespaces []string, await, created bool) (unlist
 			unlisted = append(unlisted, ns)
 			continue
 		}
-		if lw.kept(ns) {
+		if phase, ok := lw.phaseOf(ns); ok && phase == partitionKept {
 			// Not carried yet: created after the keepers' streams
 			// began, it is taken at its first event. A hold of every
 			// namespace catches it up with the server (catchUp).

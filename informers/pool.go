@@ -247,14 +247,3 @@ func (p *Pool) remove(key poolKey, e *poolEntry) {
 		}
 	}()
 }
-
-// Running lists the informers running or made, by name (tests, debug).
-func (p *Pool) Running() []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	out := make([]string, 0, len(p.entries))
-	for key := range p.entries {
-		out = append(out, key.String())
-	}
-	return out
-}

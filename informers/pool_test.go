@@ -186,3 +186,14 @@ func mapValues[K comparable](m map[K]bool) []bool {
 	}
 	return out
 }
+
+// Running lists the informers running or made, by name.
+func (p *Pool) Running() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]string, 0, len(p.entries))
+	for key := range p.entries {
+		out = append(out, key.String())
+	}
+	return out
+}

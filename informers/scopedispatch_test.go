@@ -249,3 +249,10 @@ func TestScopeChangeWaitsForHandlers(t *testing.T) {
 		})
 	}
 }
+
+// idle says whether nothing is queued or being handled.
+func (h *scopedHandler) idle() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.pending) == 0 && !h.busy
+}

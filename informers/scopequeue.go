@@ -156,13 +156,6 @@ func (h *scopedHandler) isStopped() bool {
 	return h.stopped
 }
 
-// idle says whether nothing is queued or being handled (tests).
-func (h *scopedHandler) idle() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.pending) == 0 && !h.busy
-}
-
 // awaitSync tells the tracker the dispatcher has synced, once parent
 // is done: after the dispatcher queued its initial list, as Start needs.
 func (h *scopedHandler) awaitSync(parent cache.DoneChecker) {

@@ -18,11 +18,9 @@ import (
 type sharedView struct {
 	cache.SharedIndexInformer
 	factory *PieceFactory
-	// inPiece filters by namespace; nil for cluster-scoped kinds and
-	// cluster-wide views.
-	inPiece func(namespace string) bool
-	// scope: handlers are added through the Scope's dispatcher
-	// (scopedispatch.go).
+	// scope: the namespaces the view shows, its handlers added through
+	// the Scope's dispatcher (scopedispatch.go); nil for cluster-scoped
+	// kinds and cluster-wide views.
 	scope *Scope
 	// byName: the objects are Namespaces, placed by their own name.
 	byName bool
@@ -31,19 +29,7 @@ type sharedView struct {
 // view is the factory's view of a shared informer of a namespaced kind
 // (byName: of Namespaces).
 func (f *PieceFactory) view(informer cache.SharedIndexInformer, byName bool) *sharedView {
-	v := &sharedView{SharedIndexInformer: informer, factory: f, byName: byName}
-	if f.Scope != nil {
-		v.scope, v.inPiece = f.Scope, f.Scope.HasNamespace
-	}
-	return v
-}
-
-func (v *sharedView) keep(obj any) bool {
-	if v.byName {
-		key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
-		return err == nil && v.inPiece(key)
-	}
-	return v.inPiece(namespaceOf(obj))
+	return &sharedView{SharedIndexInformer: informer, factory: f, byName: byName, scope: f.Scope}
 }
 
 func (v *sharedView) AddEventHandler(h cache.ResourceEventHandler) (cache.ResourceEventHandlerRegistration, error) {
@@ -176,10 +162,10 @@ func (v *sharedView) SetTransform(cache.TransformFunc) error {
 func (v *sharedView) GetStore() cache.Store { return v.GetIndexer() }
 
 func (v *sharedView) GetIndexer() cache.Indexer {
-	if v.inPiece == nil {
+	if v.scope == nil {
 		return sharedIndexer{v.SharedIndexInformer.GetIndexer()}
 	}
-	return &pieceIndexer{Indexer: v.SharedIndexInformer.GetIndexer(), inPiece: v.inPiece, byName: v.byName}
+	return &pieceIndexer{Indexer: v.SharedIndexInformer.GetIndexer(), inPiece: v.scope.HasNamespace, byName: v.byName}
 }
 
 // sharedIndexer is a cluster-wide view's indexer: the shared one, whose
@@ -213,16 +199,6 @@ func addMissingIndexers(indexer cache.Indexer, indexers cache.Indexers) error {
 		return nil
 	}
 	return indexer.AddIndexers(missing)
-}
-
-// namespaceOf is the namespace of an object or of a deletion tombstone.
-func namespaceOf(obj any) string {
-	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
-	if err != nil {
-		return ""
-	}
-	ns, _, _ := cache.SplitMetaNamespaceKey(key)
-	return ns
 }
 
 // errReadOnly: a piece's view of a shared store is read-only, as informer
