@@ -19,6 +19,7 @@ import (
 	restclient "k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/component-base/metrics/prometheus/controllers"
 	"k8s.io/controller-manager/pkg/clientbuilder"
@@ -141,6 +142,30 @@ type runtimeClients struct {
 	discovery  discovery.CachedDiscoveryInterface
 }
 
+// ownedCacheBurst is the burst of the owned cache's client budget: a gain
+// lists every kind the cache holds at once (a consistent read of the
+// namespaces, a list per kind, a catch-up list per kind held everywhere),
+// where KCM's informers list each kind once, at start. Behind the
+// informers' budget (kube-api-qps 20, burst 30) the lists of one gain went
+// out 50 ms apart, and a namespace created as its partition moved waited
+// 0.4-0.7 s for its default ServiceAccount (TestNamespaceFirstMoments, a
+// fleet of three, --v=4: "client-side throttling" waits of 85 to 535 ms
+// before the gain's lists). 200 is the burst KCM gives its discovery
+// clients, whose requests also come many at once, and rarely.
+const ownedCacheBurst = 200
+
+// ownedCacheLimiter is the owned cache's client budget: the informers'
+// QPS (0: client-go's default; negative: no limit) with ownedCacheBurst.
+func ownedCacheLimiter(qps float32) flowcontrol.RateLimiter {
+	switch {
+	case qps < 0:
+		return flowcontrol.NewFakeAlwaysRateLimiter()
+	case qps == 0:
+		qps = restclient.DefaultQPS
+	}
+	return flowcontrol.NewTokenBucketRateLimiter(qps, ownedCacheBurst)
+}
+
 // newRuntimeClients builds client builders whose clients share one rate
 // limiter per controller across all pieces (so a fleet of one spends
 // exactly what kube-controller-manager spends), and the informers' and
@@ -157,10 +182,11 @@ func newRuntimeClients(logger klog.Logger, cfg RuntimeConfig) (*runtimeClients, 
 		return nil, fmt.Errorf("client for informers: %w", err)
 	}
 	// The owned cache's requests name it in their user agent, so that the
-	// apiserver's audit log tells them from the pool's; it shares the
-	// informers' client budget.
+	// apiserver's audit log tells them from the pool's, and have a budget
+	// of their own (ownedCacheLimiter).
 	clients.ownedCache = restclient.CopyConfig(informerConfig)
 	clients.ownedCache.UserAgent = membership.UserAgent(cfg.Identity, "owned-cache")
+	clients.ownedCache.RateLimiter = ownedCacheLimiter(informerConfig.QPS)
 	if clients.plain, err = kubernetes.NewForConfig(informerConfig); err != nil {
 		return nil, fmt.Errorf("client for informers: %w", err)
 	}
