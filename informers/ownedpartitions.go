@@ -156,13 +156,13 @@ func (lw *ownedListWatch) ensureTrunk() {
 // them, so that its list covers them: a trunk that lists again (its
 // version expired) missed their events since it last watched, and its
 // list folds no more of them than a plain informer's relist would. After
-// it (join true) they join src through a feeder (feedUncovered): created
+// it (join true) they join src through a feeder (feedJoining): created
 // while the list was on its way, their events older than its version may
 // be in neither it nor src's watch; those created after the read are
 // newer than the list and reach src's watch. False if the read failed
 // (list again).
 func (lw *ownedListWatch) takeUncarried(ctx context.Context, src *source, join bool) bool {
-	names, ok := lw.uncarried(ctx, src)
+	names, ok := lw.uncarried(ctx)
 	if !ok {
 		return false
 	}
@@ -184,9 +184,9 @@ func (lw *ownedListWatch) takeUncarried(ctx context.Context, src *source, join b
 	return true
 }
 
-// uncarried reads every namespace for the trunk src; nil when no
-// partition is kept.
-func (lw *ownedListWatch) uncarried(ctx context.Context, src *source) ([]string, bool) {
+// uncarried reads every namespace for the trunk; nil when no partition is
+// kept.
+func (lw *ownedListWatch) uncarried(ctx context.Context) ([]string, bool) {
 	lw.mu.Lock()
 	skip := len(lw.partitions) == 0 || lw.listNamespaceNames == nil || plantedNoReadAfterList
 	lw.mu.Unlock()
@@ -304,7 +304,7 @@ func (lw *ownedListWatch) letGoEverywhere(gen uint64, names []string) {
 				// Listing: its list may have been asked for without ns
 				// and, handed over, would move it past ns's first
 				// events. Joining, ns is covered by that list or listed
-				// by a feeder after it, as joinTrunk does.
+				// by a feeder after it, as newSources does.
 				trunk.join([]string{ns}, nil)
 			} else {
 				trunk.insert(ns)

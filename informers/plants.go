@@ -19,46 +19,19 @@ var plantedStuckLoad bool
 // holds.
 const stuckLoadPrefix = "stuck-load-"
 
-// The rules of keeping namespaces by partition (ownedpartitions.go),
-// each planted out by the owned-cache simulation (-ownedsim.plant) to
-// show a schedule that breaks without it. Every build leaves them false.
+// The rules of keeping namespaces by partition, each planted out by the
+// owned-cache simulation (-ownedsim.plant=NAME) to show a schedule that
+// breaks without it; doc.go says what each guards. Every build leaves
+// them false.
 var (
-	// plantedGainNamesFromInformer: a gain reads its partitions'
-	// namespaces from the Namespaces informer, which lags, instead of a
-	// consistent list issued after they were named.
-	plantedGainNamesFromInformer bool
-	// plantedNoNote: the trunk drops a naming partition's events without
-	// noting their namespaces for the gain.
-	plantedNoNote bool
-	// plantedNoReadAfterList: a trunk's list is not followed by a read
-	// of the namespaces it did not carry.
-	plantedNoReadAfterList bool
-	// plantedGainShowsWhileListing: a gain shows the namespaces it
-	// loaded once their lists are in, even while the trunk lists.
-	plantedGainShowsWhileListing bool
-	// plantedRelistReadsNamespaces: a trunk whose kind keeps by
-	// partition reads the namespaces before and after it lists again,
-	// as a trunk naming its namespaces does, instead of listing every
-	// namespace at once.
-	plantedRelistReadsNamespaces bool
-	// plantedReadyByPartitionOnly: a namespace is held back from its
-	// handlers while a trunk lists or a source has it joining only in a
-	// kind that keeps its partition by partition.
-	plantedReadyByPartitionOnly bool
-	// plantedHoldKeepsSelector: holding every namespace of a selected
-	// kind names its partitions while the trunk's open watch still
-	// carries its selector.
-	plantedHoldKeepsSelector bool
-	// plantedLetGoFromInformer: letting go every namespace of a selected
-	// kind takes at once the namespaces the Namespaces informer shows,
-	// with no leaving partitions and no consistent read.
-	plantedLetGoFromInformer bool
-	// plantedLetGoInsertsWhileListing: letting go every namespace of a
-	// selected kind inserts a leaving partition's namespace into a trunk
-	// that is listing, instead of joining it.
-	plantedLetGoInsertsWhileListing bool
-	// plantedRevealFromStore: a scope's reveal reads the informer's
-	// store, which runs ahead of its dispatched events, instead of what
-	// those events told the dispatcher.
-	plantedRevealFromStore bool
+	plantedGainNamesFromInformer    bool // informer-names
+	plantedNoNote                   bool // no-note
+	plantedNoReadAfterList          bool // no-read-after-list
+	plantedGainShowsWhileListing    bool // gain-shows-while-listing
+	plantedRelistReadsNamespaces    bool // relist-reads-namespaces
+	plantedReadyByPartitionOnly     bool // ready-by-partition-only
+	plantedHoldKeepsSelector        bool // hold-keeps-selector
+	plantedLetGoFromInformer        bool // let-go-from-informer
+	plantedLetGoInsertsWhileListing bool // let-go-while-listing
+	plantedRevealFromStore          bool // reveal-from-store
 )
