@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -217,8 +218,8 @@ func checkOwnership(t *testing.T, auditLog string, logs map[string]string, names
 func ownershipViolations(t *testing.T, auditLog string, runs map[string][]pieceRun, replicas map[string]bool, namespaces []string) ([]ownershipViolation, judgedWrites) {
 	t.Helper()
 	type write struct {
-		replica, text string
-		received, at  time.Time
+		replica, text      string
+		received, at, made time.Time
 	}
 	inNamespaces := map[string]bool{}
 	for _, ns := range namespaces {
@@ -263,7 +264,7 @@ func ownershipViolations(t *testing.T, auditLog string, runs map[string][]pieceR
 		default:
 			judged.singleton++
 		}
-		writesIn[piece] = append(writesIn[piece], write{a.replica, text, e.RequestReceivedTimestamp, e.StageTimestamp})
+		writesIn[piece] = append(writesIn[piece], write{a.replica, text, e.RequestReceivedTimestamp, e.StageTimestamp, eventMadeAt(e)})
 	})
 
 	if len(unread) > 0 {
@@ -297,7 +298,7 @@ func ownershipViolations(t *testing.T, auditLog string, runs map[string][]pieceR
 	for piece, ws := range writesIn {
 		rs := runs[piece]
 		for _, w := range ws {
-			if why := judgeWrite(rs, w.replica, w.received, w.at); why != "" {
+			if why := judgeWrite(rs, w.replica, w.received, w.at, w.made); why != "" {
 				out = append(out, ownershipViolation{piece: piece, replicas: []string{w.replica}, what: why, writes: []string{w.text}, around: runsAround(rs, w.received)})
 			}
 		}
@@ -341,12 +342,24 @@ func checkRunsAgainstAudit(t *testing.T, auditLog string, logs map[string]string
 // write sent just before the run ended, answered just after, is fine: the
 // replica's authority ends a renew deadline after its last renewal and no
 // one can take the piece before a lease duration.
-func judgeWrite(runs []pieceRun, replica string, received, answered time.Time) string {
+//
+// made, when known (an Event's name carries when its recorder made it),
+// rules out a run that ended more than madeAfterEnd before it: a write
+// received inside the grace of a run that lost its authority, and inside
+// the replica's next run of the piece, is the next run's if it was made
+// after the first ended (the chaos soak's fault 16 of seed 1796386618:
+// fcm-c, cut off, lost the node-lifecycle-controller at 53.079, fcm-a ran
+// it 53.438-53.441, fcm-c again from 53.462; the checker laid an Event
+// made at 54.267 and received at 54.269 at the first run's door).
+func judgeWrite(runs []pieceRun, replica string, received, answered, made time.Time) string {
 	var own *pieceRun
 	for i, r := range runs {
 		until := r.end
 		if !r.writesUntil.IsZero() {
 			until = r.writesUntil
+		}
+		if !made.IsZero() && made.After(r.end.Add(madeAfterEnd)) {
+			continue
 		}
 		if r.replica == replica && !received.Before(r.start) && !received.After(until) {
 			own = &runs[i]
@@ -362,6 +375,30 @@ func judgeWrite(runs []pieceRun, replica string, received, answered time.Time) s
 		}
 	}
 	return ""
+}
+
+// madeAfterEnd is how long after its run ended a write's object can have
+// been made: a gate shut for a move admits the Events reporting its last
+// writes for its report tail (250 ms, controllers/writegate.go), a gate
+// shut for lost authority nothing.
+const madeAfterEnd = time.Second
+
+// eventMadeAt is when the recorder made the Event a create writes, read
+// from its name (client-go's record and events packages name an Event
+// <object>.<UnixNano in hex>), or zero for any other write.
+func eventMadeAt(e auditEvent) time.Time {
+	if e.Verb != "create" || e.ObjectRef == nil || e.ObjectRef.Resource != "events" {
+		return time.Time{}
+	}
+	i := strings.LastIndexByte(e.ObjectRef.Name, '.')
+	if i < 0 {
+		return time.Time{}
+	}
+	ns, err := strconv.ParseInt(e.ObjectRef.Name[i+1:], 16, 64)
+	if err != nil || ns <= 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
 }
 
 // TestJudgeWrite: runs read from replicas' log lines (parsePieceRuns),
@@ -394,6 +431,10 @@ func TestJudgeWrite(t *testing.T) {
 		line("06:07:19.400000", "Stopping piece", ` authority=false leaving=false`),
 		line("06:07:25.000000", "Piece stopped", ` ran="2m25s"`)}
 	next := []string{line("06:07:35.000000", "Starting piece", ` view="y" epoch=4`)}
+	lostThenAgain := append(append([]string{}, lost...), line("06:07:19.900000", "Starting piece", ` view="w" epoch=5`))
+	brief := []string{line("06:07:19.800000", "Starting piece", ` view="v" epoch=4`),
+		line("06:07:19.840000", "Stopping piece", ` authority=true authorityUntil="`+utc("06:07:29.000000")+`" leaving=false`),
+		line("06:07:19.850000", "Piece stopped", ` ran="50ms"`)}
 	for _, tc := range []struct {
 		name               string
 		logs               map[string][]string
@@ -402,25 +443,32 @@ func TestJudgeWrite(t *testing.T) {
 		replica            string
 		received, answered string
 		ok                 bool
+		made               string // "": unknown
 	}{
-		{"inside its run", map[string][]string{"b": lost}, nil, nil, "b", "06:06:00.000000", "06:06:00.100000", true},
-		{"received before its run began", map[string][]string{"b": lost}, nil, nil, "b", "06:04:59.000000", "06:05:00.100000", false},
-		{"by a replica that never ran it", map[string][]string{"b": lost}, nil, nil, "a", "06:06:00.000000", "06:06:00.100000", false},
+		{"inside its run", map[string][]string{"b": lost}, nil, nil, "b", "06:06:00.000000", "06:06:00.100000", true, ""},
+		{"received before its run began", map[string][]string{"b": lost}, nil, nil, "b", "06:04:59.000000", "06:05:00.100000", false, ""},
+		{"by a replica that never ran it", map[string][]string{"b": lost}, nil, nil, "a", "06:06:00.000000", "06:06:00.100000", false, ""},
 		// The soak's failure: sent before the deadline, received 26 ms
 		// after the logged stop.
-		{"authority lost: received just after the logged stop", map[string][]string{"b": lost}, nil, nil, "b", "06:07:19.426351", "06:07:19.426400", true},
-		{"authority lost: received within the grace of the deadline", map[string][]string{"b": lost}, nil, nil, "b", "06:07:21.300000", "06:07:21.300100", true},
-		{"authority lost: received past the grace of the deadline", map[string][]string{"b": lost}, nil, nil, "b", "06:07:21.500000", "06:07:21.500100", false},
-		{"authority lost, no deadline logged: within the stop's grace", map[string][]string{"b": noDeadline}, nil, nil, "b", "06:07:21.300000", "06:07:21.300100", true},
-		{"authority lost, no deadline logged: past the stop's grace", map[string][]string{"b": noDeadline}, nil, nil, "b", "06:07:21.500000", "06:07:21.500100", false},
-		{"moved: received before the piece stopped", map[string][]string{"a": moved}, nil, nil, "a", "06:07:10.005000", "06:07:10.006000", true},
-		{"moved: received after the piece stopped", map[string][]string{"a": moved}, nil, nil, "a", "06:07:10.020000", "06:07:10.021000", false},
-		{"answered after another replica started the piece", map[string][]string{"b": lost, "c": next}, nil, nil, "b", "06:07:19.426351", "06:07:35.100000", false},
-		{"the new owner's write", map[string][]string{"b": lost, "c": next}, nil, nil, "c", "06:07:36.000000", "06:07:36.100000", true},
-		{"killed: within the grace", map[string][]string{"b": {started}}, map[int]time.Time{pid: at("06:06:00.000000")}, nil, "b", "06:06:01.500000", "06:06:01.600000", true},
-		{"killed: past the grace", map[string][]string{"b": {started}}, map[int]time.Time{pid: at("06:06:00.000000")}, nil, "b", "06:06:02.500000", "06:06:02.600000", false},
-		{"paused past the renew deadline: after it", map[string][]string{"b": {started}}, nil, map[int][][2]time.Time{pid: {{at("06:06:00.000000"), at("06:06:15.000000")}}}, "b", "06:06:16.000000", "06:06:16.100000", false},
-		{"paused briefly: after it", map[string][]string{"b": {started}}, nil, map[int][][2]time.Time{pid: {{at("06:06:00.000000"), at("06:06:03.000000")}}}, "b", "06:06:04.000000", "06:06:04.100000", true},
+		{"authority lost: received just after the logged stop", map[string][]string{"b": lost}, nil, nil, "b", "06:07:19.426351", "06:07:19.426400", true, ""},
+		{"authority lost: received within the grace of the deadline", map[string][]string{"b": lost}, nil, nil, "b", "06:07:21.300000", "06:07:21.300100", true, ""},
+		{"authority lost: received past the grace of the deadline", map[string][]string{"b": lost}, nil, nil, "b", "06:07:21.500000", "06:07:21.500100", false, ""},
+		{"authority lost, no deadline logged: within the stop's grace", map[string][]string{"b": noDeadline}, nil, nil, "b", "06:07:21.300000", "06:07:21.300100", true, ""},
+		{"authority lost, no deadline logged: past the stop's grace", map[string][]string{"b": noDeadline}, nil, nil, "b", "06:07:21.500000", "06:07:21.500100", false, ""},
+		{"moved: received before the piece stopped", map[string][]string{"a": moved}, nil, nil, "a", "06:07:10.005000", "06:07:10.006000", true, ""},
+		{"moved: received after the piece stopped", map[string][]string{"a": moved}, nil, nil, "a", "06:07:10.020000", "06:07:10.021000", false, ""},
+		{"answered after another replica started the piece", map[string][]string{"b": lost, "c": next}, nil, nil, "b", "06:07:19.426351", "06:07:35.100000", false, ""},
+		{"the new owner's write", map[string][]string{"b": lost, "c": next}, nil, nil, "c", "06:07:36.000000", "06:07:36.100000", true, ""},
+		{"killed: within the grace", map[string][]string{"b": {started}}, map[int]time.Time{pid: at("06:06:00.000000")}, nil, "b", "06:06:01.500000", "06:06:01.600000", true, ""},
+		{"killed: past the grace", map[string][]string{"b": {started}}, map[int]time.Time{pid: at("06:06:00.000000")}, nil, "b", "06:06:02.500000", "06:06:02.600000", false, ""},
+		{"paused past the renew deadline: after it", map[string][]string{"b": {started}}, nil, map[int][][2]time.Time{pid: {{at("06:06:00.000000"), at("06:06:15.000000")}}}, "b", "06:06:16.000000", "06:06:16.100000", false, ""},
+		{"paused briefly: after it", map[string][]string{"b": {started}}, nil, map[int][][2]time.Time{pid: {{at("06:06:00.000000"), at("06:06:03.000000")}}}, "b", "06:06:04.000000", "06:06:04.100000", true, ""},
+		// The chaos soak's fault: b cut off loses the piece, c runs it
+		// for 40 ms, b runs it again; b's Event is received within the
+		// grace of its first run.
+		{"lost, then run again: an Event made in the next run", map[string][]string{"b": lostThenAgain, "c": brief}, nil, nil, "b", "06:07:20.500000", "06:07:20.501000", true, "06:07:20.490000"},
+		{"lost, then run again: a write not known to be made later is the first run's", map[string][]string{"b": lostThenAgain, "c": brief}, nil, nil, "b", "06:07:20.500000", "06:07:20.501000", false, ""},
+		{"lost, then run again: an Event made before the first run ended", map[string][]string{"b": lostThenAgain, "c": brief}, nil, nil, "b", "06:07:20.500000", "06:07:20.501000", false, "06:07:19.380000"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var runs []pieceRun
@@ -432,7 +480,11 @@ func TestJudgeWrite(t *testing.T) {
 				runs = append(runs, parsed["partition/31"]...)
 			}
 			sort.Slice(runs, func(i, j int) bool { return runs[i].start.Before(runs[j].start) })
-			why := judgeWrite(runs, tc.replica, at(tc.received), at(tc.answered))
+			var made time.Time
+			if tc.made != "" {
+				made = at(tc.made)
+			}
+			why := judgeWrite(runs, tc.replica, at(tc.received), at(tc.answered), made)
 			if (why == "") != tc.ok {
 				t.Errorf("judgeWrite = %q, want ok=%v; runs: %v", why, tc.ok, runs)
 			}
