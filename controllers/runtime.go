@@ -19,7 +19,6 @@ import (
 	restclient "k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/component-base/metrics/prometheus/controllers"
 	"k8s.io/controller-manager/pkg/clientbuilder"
@@ -154,18 +153,6 @@ type runtimeClients struct {
 // clients, whose requests also come many at once, and rarely.
 const ownedCacheBurst = 200
 
-// ownedCacheLimiter is the owned cache's client budget: the informers'
-// QPS (0: client-go's default; negative: no limit) with ownedCacheBurst.
-func ownedCacheLimiter(qps float32) flowcontrol.RateLimiter {
-	switch {
-	case qps < 0:
-		return flowcontrol.NewFakeAlwaysRateLimiter()
-	case qps == 0:
-		qps = restclient.DefaultQPS
-	}
-	return flowcontrol.NewTokenBucketRateLimiter(qps, ownedCacheBurst)
-}
-
 // newRuntimeClients builds client builders whose clients share one rate
 // limiter per controller across all pieces (so a fleet of one spends
 // exactly what kube-controller-manager spends), and the informers' and
@@ -183,10 +170,10 @@ func newRuntimeClients(logger klog.Logger, cfg RuntimeConfig) (*runtimeClients, 
 	}
 	// The owned cache's requests name it in their user agent, so that the
 	// apiserver's audit log tells them from the pool's, and have a budget
-	// of their own (ownedCacheLimiter).
+	// of their own: the informers' QPS with ownedCacheBurst.
 	clients.ownedCache = restclient.CopyConfig(informerConfig)
 	clients.ownedCache.UserAgent = membership.UserAgent(cfg.Identity, "owned-cache")
-	clients.ownedCache.RateLimiter = ownedCacheLimiter(informerConfig.QPS)
+	clients.ownedCache.RateLimiter = root.limiter("owned-cache", informerConfig.QPS, ownedCacheBurst)
 	if clients.plain, err = kubernetes.NewForConfig(informerConfig); err != nil {
 		return nil, fmt.Errorf("client for informers: %w", err)
 	}
