@@ -204,7 +204,7 @@ func createJob(ctx context.Context, client kubernetes.Interface, ns string, i in
 }
 
 // waitMovingWorkload: the Deployment has replicas available and up to
-// date, jobs Jobs have succeeded, and the Service's EndpointSlices list
+// date, jobs Jobs are complete, and the Service's EndpointSlices list
 // exactly the Deployment's pods.
 func waitMovingWorkload(ctx context.Context, t *testing.T, client kubernetes.Interface, ns string, replicas int32, jobs int, timeout time.Duration) {
 	t.Helper()
@@ -216,7 +216,7 @@ func waitMovingWorkload(ctx context.Context, t *testing.T, client kubernetes.Int
 
 // movingWorkloadMissing says what of ns's workload is not yet as asked
 // ("" when nothing): Deployment "web" available and up to date at
-// replicas, jobs Jobs succeeded, and the Service's EndpointSlices listing
+// replicas, jobs Jobs complete, and the Service's EndpointSlices listing
 // exactly the Deployment's ready pods.
 func movingWorkloadMissing(ctx context.Context, client kubernetes.Interface, ns string, replicas int32, jobs int) string {
 	d, err := client.AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
@@ -232,12 +232,12 @@ func movingWorkloadMissing(ctx context.Context, client kubernetes.Interface, ns 
 	}
 	succeeded := 0
 	for _, j := range list.Items {
-		if j.Status.Succeeded == 1 {
+		if jobComplete(&j) {
 			succeeded++
 		}
 	}
 	if succeeded != jobs {
-		return fmt.Sprintf("%s: %d of %d jobs succeeded", ns, succeeded, jobs)
+		return fmt.Sprintf("%s: %d of %d jobs complete", ns, succeeded, jobs)
 	}
 	slices, err := client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=web"})
 	if err != nil {
@@ -255,6 +255,19 @@ func movingWorkloadMissing(ctx context.Context, client kubernetes.Interface, ns 
 		return fmt.Sprintf("%s: %d ready endpoints, want %d", ns, endpoints, replicas)
 	}
 	return ""
+}
+
+// jobComplete reports the Job's Complete condition. Its succeeded count is
+// not the test: a create whose reply a network fault lost is retried, as
+// KCM's job controller does, and both Pods count (Succeeded 2 of
+// completions 1).
+func jobComplete(j *batchv1.Job) bool {
+	for _, c := range j.Status.Conditions {
+		if c.Type == batchv1.JobComplete && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
 }
 
 func deploymentDone(d *appsv1.Deployment, replicas int32) bool {
@@ -421,4 +434,25 @@ func podCluster(ctx context.Context, t *testing.T) (*localcluster.Cluster, kuber
 		t.Fatal(err)
 	}
 	return cluster, client, filepath.Join(binDir(t), "fleet-controller-manager")
+}
+
+func TestJobComplete(t *testing.T) {
+	cases := []struct {
+		name   string
+		status batchv1.JobStatus
+		want   bool
+	}{
+		{name: "complete", status: batchv1.JobStatus{Succeeded: 1, Conditions: []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}}, want: true},
+		{name: "complete with a retried create's Pod counted", status: batchv1.JobStatus{Succeeded: 2, Conditions: []batchv1.JobCondition{{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue}, {Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}}, want: true},
+		{name: "succeeded, not yet complete", status: batchv1.JobStatus{Succeeded: 1, Conditions: []batchv1.JobCondition{{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue}}}, want: false},
+		{name: "failed", status: batchv1.JobStatus{Failed: 1, Conditions: []batchv1.JobCondition{{Type: batchv1.JobFailed, Status: corev1.ConditionTrue}}}, want: false},
+		{name: "running", status: batchv1.JobStatus{Active: 1}, want: false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := jobComplete(&batchv1.Job{Status: tc.status}); got != tc.want {
+				t.Errorf("jobComplete = %v, want %v", got, tc.want)
+			}
+		})
+	}
 }
