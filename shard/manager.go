@@ -248,6 +248,9 @@ func (m *Manager) step(ctx context.Context, leaving bool) {
 	m.weights.hold, m.weights.newNamespaces = m.WeightHold, m.NewNamespaces
 	m.weights.young = youngWeights(m.local.Confirmed, peers)
 	followWeightTable(&m.local, peers, func(current string, view Plan) string {
+		if m.weights.waitsForSettle(now, current, unsettled(view, m.local, peers, &m.rings)) {
+			return current
+		}
 		next := m.weights.next(now, current, view, measuredWeights(m.local.Confirmed, peers))
 		switch {
 		case next != current && m.weights.dealt:

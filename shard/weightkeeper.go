@@ -36,6 +36,11 @@ const weightHold = 60 * time.Second
 // than this fraction, or moving partitions is not worth its handovers.
 const weightGain = 0.05
 
+// tableSettleMax bounds how long the keeper holds a new table back while
+// the fleet has not settled on the current one (waitsForSettle): a member
+// that never starts its share must not stop the dealing of new namespaces.
+const tableSettleMax = 2 * time.Second
+
 // weightKeeper is the keeper's memory between steps.
 type weightKeeper struct {
 	// hold: weightHold unless set (Manager.WeightHold).
@@ -65,6 +70,26 @@ type weightKeeper struct {
 	// young: what the participants publish of their young namespaces
 	// (youngWeights), set each step.
 	young map[string]uint64
+	// table is the current table as the keeper last saw it, since when.
+	table      string
+	tableSince time.Time
+}
+
+// waitsForSettle says whether the keeper keeps the current table this
+// step because the fleet has not settled on it (unsettled is why, "" when
+// it has), for at most tableSettleMax after it was adopted.
+//
+// A table adopted while the last one is still being handed over chains
+// the handovers: rule 3 starts a piece only once every participant has
+// applied the newest view, so a partition the first table moved waits for
+// the stops of the second as well (each up to the write gate's report
+// tail). Namespaces created one after another are dealt a table each, and
+// the first moments of a dealt namespace waited out two tails.
+func (k *weightKeeper) waitsForSettle(now time.Time, current, unsettled string) bool {
+	if current != k.table || k.tableSince.IsZero() {
+		k.table, k.tableSince = current, now
+	}
+	return unsettled != "" && now.Sub(k.tableSince) < tableSettleMax
 }
 
 // movesTable is movesTable's answer for the weights, kept while the

@@ -139,3 +139,50 @@ func TestFollowWeightTable(t *testing.T) {
 		t.Errorf("a table without placement by weight: %q", local.WeightTable)
 	}
 }
+
+func TestWaitsForSettle(t *testing.T) {
+	start := time.Unix(1000, 0)
+	type step struct {
+		after     time.Duration
+		table     string
+		unsettled string
+		want      bool
+	}
+	cases := []struct {
+		name  string
+		steps []step
+	}{
+		{name: "settled: a new table may come at once", steps: []step{
+			{after: 0, table: "t1", want: false},
+			{after: 10 * time.Millisecond, table: "t1", want: false},
+		}},
+		{name: "unsettled: held while the current table is young", steps: []step{
+			{after: 0, table: "t1", unsettled: "b does not run partition/3", want: true},
+			{after: tableSettleMax - time.Millisecond, table: "t1", unsettled: "b does not run partition/3", want: true},
+		}},
+		{name: "unsettled past the bound: no longer held", steps: []step{
+			{after: 0, table: "t1", unsettled: "b has not applied the view", want: true},
+			{after: tableSettleMax, table: "t1", unsettled: "b has not applied the view", want: false},
+		}},
+		{name: "a new table starts the bound again", steps: []step{
+			{after: 0, table: "t1", unsettled: "c does not run partition/0", want: true},
+			{after: tableSettleMax, table: "t2", unsettled: "c does not run partition/0", want: true},
+			{after: 2*tableSettleMax - time.Millisecond, table: "t2", unsettled: "c does not run partition/0", want: true},
+			{after: 2 * tableSettleMax, table: "t2", unsettled: "c does not run partition/0", want: false},
+		}},
+		{name: "settling ends the hold before the bound", steps: []step{
+			{after: 0, table: "t1", unsettled: "a does not run partition/1", want: true},
+			{after: 300 * time.Millisecond, table: "t1", want: false},
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var k weightKeeper
+			for i, s := range tc.steps {
+				if got := k.waitsForSettle(start.Add(s.after), s.table, s.unsettled); got != s.want {
+					t.Errorf("step %d (+%v, table %q, unsettled %q): waitsForSettle = %v, want %v", i, s.after, s.table, s.unsettled, got, s.want)
+				}
+			}
+		})
+	}
+}
