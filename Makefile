@@ -334,8 +334,9 @@ test-node: tools build node-tools image-host
 # more than a long schedule (46 s seen) and its check's own 90-s wait for
 # quiescence, so a stuck wait fails naming what it waits for instead of
 # being killed as hung.
-# Prints every seed that failed or hung, with its replay command, and the
-# count of each outcome; fails if any did. SWEEP_REPEAT=<seed> runs one
+# Prints every seed that failed or hung, with its replay command, the
+# moves of every kind the schedules made, summed, and the count of each
+# outcome; fails if any did. SWEEP_REPEAT=<seed> runs one
 # seed that many times instead (SWEEP_SEEDS of them);
 # SWEEP_ARGS='-ownedsim.plant=<rule>' plants a rule out, to show some seed
 # catches it.
@@ -344,11 +345,12 @@ SWEEP_PROCS ?= 12
 sim-sweep:
 	@mkdir -p build/sim-sweep
 	$(GO) test -c -o build/sim-sweep/informers.test ./informers
-	@cd informers && rm -f ../build/sim-sweep/results && \
+	@cd informers && rm -f ../build/sim-sweep/results ../build/sim-sweep/*.log && \
 	  for i in $$(seq $(SWEEP_SEEDS)); do \
 	    if [ -n "$(SWEEP_REPEAT)" ]; then echo $(SWEEP_REPEAT); else echo $$(( $$(od -An -N7 -tu8 /dev/urandom) + 1 )); fi; \
 	  done | xargs -P $(SWEEP_PROCS) -I{} sh -c \
-	    'timeout -s QUIT 200 ../build/sim-sweep/informers.test -test.run "^TestOwnedCacheSimulation$$" -test.timeout 3m -ownedsim.seed={} $(SWEEP_ARGS) > ../build/sim-sweep/{}.$$$$.log 2>&1; echo "{} $$?" >> ../build/sim-sweep/results'
+	    'timeout -s QUIT 200 ../build/sim-sweep/informers.test -test.run "^TestOwnedCacheSimulation$$" -test.v -test.timeout 3m -ownedsim.seed={} $(SWEEP_ARGS) > ../build/sim-sweep/{}.$$$$.log 2>&1; echo "{} $$?" >> ../build/sim-sweep/results'
+	@cat build/sim-sweep/*.log | sed -n 's/.* schedules: //p' | tr ',' '\n' | awk 'NF >= 2 { c = $$NF; $$NF = ""; sub(/^ +/, ""); sub(/ +$$/, ""); n[$$0] += c } END { for (k in n) print k, n[k] }' | sort | paste -sd, - | sed 's/,/, /g; s/^/moves: /'
 	@awk '$$2 != 0 { print "seed " $$1 (($$2 == 124 || $$2 == 131) ? " hung" : " failed") ": go test ./informers -run ^TestOwnedCacheSimulation$$ -args -ownedsim.seed=" $$1 }' build/sim-sweep/results
 	@awk '{ n[$$2 == 0 ? "passed" : ($$2 == 124 || $$2 == 131) ? "hung" : "failed"]++ } END { printf "%d passed, %d failed, %d hung\n", n["passed"], n["failed"], n["hung"]; exit (n["failed"] + n["hung"] > 0) }' build/sim-sweep/results
 
