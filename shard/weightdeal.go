@@ -82,8 +82,11 @@ type dealer struct {
 	// ran) within YoungWindow was placed; the hold's balancing leaves them
 	// where they are (fixed).
 	young map[int]time.Time
-	// moved: how many partitions the last deal moved.
+	// moved: how many partitions the last deal moved; loads: the new
+	// namespaces each member counts after it (a heavy one as its units),
+	// for the keeper's log line.
 	moved int
+	loads map[string]uint64
 	// weights: the last weight each new namespace's member published of
 	// it (kept while it moves, when nobody publishes it); weighed: the
 	// heavy ones' counts the last deal dealt by (heavyKey).
@@ -138,6 +141,7 @@ func (d *dealer) deal(now time.Time, current string, view Plan, namespaces Fresh
 	round := newDealRound(view, running.owners, base, inRing, count)
 	movable := slices.DeleteFunc(round.movable(dealing), func(p int) bool { return namespaces.Settling[p] })
 	round.spread(movable, len(movable)*len(inRing))
+	d.loads = round.load
 	return d.movesTable(now, current, view.Ring.Partitions, running.owners, base.owners, round.owner, movable, weights)
 }
 
