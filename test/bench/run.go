@@ -299,7 +299,7 @@ func (b *bench) startSystem() error {
 	// controller manager: a fleet placing by weight deals the namespaces
 	// created while it runs (shard's weightdeal.go), and the probes are
 	// not the workload's.
-	probes := probeNamespaces(shard.DefaultRingConfig)
+	probes := probeNamespaces(b.ring())
 	for _, ns := range probes {
 		if err := b.createNamespace(ns); err != nil {
 			return err
@@ -331,8 +331,8 @@ func (b *bench) startSystem() error {
 // (their informers synced), as one probe shows it for KCM. With a single
 // probe a fleet's other partitions were still listing when the workload
 // began, and the workload's time counted the fleet's start-up. The ring is
-// the replicas' default: -fleet-args that change --partitions or the
-// namespace hash leave some partitions unprobed (a weaker wait, no error).
+// the replicas' (bench.ring, after -fleet-args), and KCM's cluster holds
+// the same probes, so every system starts from one cluster.
 func probeNamespaces(ring shard.RingConfig) []string {
 	byPartition := map[int]string{}
 	for i := 0; len(byPartition) < ring.Partitions; i++ {
@@ -351,7 +351,7 @@ func probeNamespaces(ring shard.RingConfig) []string {
 
 func (b *bench) waitFleetSettled(members int) error {
 	return wait.PollUntilContextTimeout(b.ctx, 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		st, err := shard.ReadFleet(ctx, membership.NewLeaseStore(b.client), "kube-system", "fleet-controller-manager", shard.DefaultRingConfig.Partitions)
+		st, err := shard.ReadFleet(ctx, membership.NewLeaseStore(b.client), "kube-system", "fleet-controller-manager", b.ring().Partitions)
 		if err != nil {
 			return false, nil
 		}
