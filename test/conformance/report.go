@@ -17,6 +17,10 @@ type testOutcome struct {
 	status string // passed, failed, skipped
 	took   time.Duration
 	note   string
+	// failure: ginkgo's message for a test that did not pass, printed
+	// under the table so that a run that fails says why (CI keeps only
+	// the output, not the e2e logs).
+	failure string
 }
 
 // readJUnit reads ginkgo's JUnit report: the specs that ran or were
@@ -35,6 +39,7 @@ func readJUnit(path string) ([]testOutcome, error) {
 				Skipped *struct{} `xml:"skipped"`
 				Failure *struct {
 					Message string `xml:"message,attr"`
+					Text    string `xml:",chardata"`
 				} `xml:"failure"`
 			} `xml:"testcase"`
 		} `xml:"testsuite"`
@@ -50,6 +55,9 @@ func readJUnit(path string) ([]testOutcome, error) {
 			}
 			name := withoutLabels(strings.TrimPrefix(c.Name, "[It] "))
 			o := testOutcome{name: name, status: c.Status, took: time.Duration(c.Time * float64(time.Second))}
+			if c.Failure != nil {
+				o.failure = strings.TrimSpace(c.Failure.Message + "\n" + c.Failure.Text)
+			}
 			if o.status == "" {
 				o.status = "passed"
 				if c.Failure != nil {
@@ -148,6 +156,13 @@ func report(w io.Writer, systems []controllerManager, results map[string][]testO
 			}
 		}
 		fmt.Fprintf(w, "%s: %d passed, %d failed, %d timed out or aborted, %d skipped\n", s.name, c["passed"], c["failed"], other, c["skipped"])
+	}
+	for _, n := range names {
+		for _, s := range systems {
+			if o, ok := byTest[n][s.name]; ok && failing(o.status) && o.failure != "" {
+				fmt.Fprintf(w, "\n%s under the %s (%s):\n%s\n", n, s.name, o.status, o.failure)
+			}
+		}
 	}
 	if len(regressions) > 0 {
 		return fmt.Errorf("%d tests do not pass under a fleet that pass under kube-controller-manager (or with no kube-controller-manager beside it): %s", len(regressions), strings.Join(regressions, "; "))

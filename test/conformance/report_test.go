@@ -40,7 +40,7 @@ func TestReportFailsOnRegression(t *testing.T) {
 				results[kcm.name] = []testOutcome{{name: "[sig-x] a test", status: tc.kcm}}
 			}
 			if tc.fleet != "" {
-				results[fleet.name] = []testOutcome{{name: "[sig-x] a test", status: tc.fleet}}
+				results[fleet.name] = []testOutcome{{name: "[sig-x] a test", status: tc.fleet, failure: "Unexpected address with IP: 10.0.0.1"}}
 			}
 			var out bytes.Buffer
 			err := report(&out, tc.systems, results, []string{"[sig-x] a test"})
@@ -49,6 +49,9 @@ func TestReportFailsOnRegression(t *testing.T) {
 			}
 			if !strings.Contains(out.String(), "[sig-x] a test") {
 				t.Errorf("the table does not name the test:\n%s", out.String())
+			}
+			if says := strings.Contains(out.String(), "Unexpected address with IP"); says != (tc.fleet != "" && failing(tc.fleet)) {
+				t.Errorf("the report prints the fleet's failure message: %v, want %v:\n%s", says, !says, out.String())
 			}
 		})
 	}
