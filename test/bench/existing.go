@@ -108,7 +108,7 @@ func (b *bench) recordBusiest(key string) error {
 	if !b.system.Fleet {
 		return nil
 	}
-	st, err := shard.ReadFleet(b.ctx, membership.NewLeaseStore(b.client), "kube-system", "fleet-controller-manager", b.ring().Partitions)
+	st, err := shard.ReadFleet(b.ctx, membership.NewLeaseStore(b.client), "kube-system", "fleet-controller-manager", b.ring.Partitions)
 	if err != nil {
 		return err
 	}
@@ -127,11 +127,11 @@ func (b *bench) recordNamespaceSpread(key string, namespaces []string) error {
 	if !b.system.Fleet || len(namespaces) == 0 {
 		return nil
 	}
-	st, err := shard.ReadFleet(b.ctx, membership.NewLeaseStore(b.client), "kube-system", "fleet-controller-manager", b.ring().Partitions)
+	st, err := shard.ReadFleet(b.ctx, membership.NewLeaseStore(b.client), "kube-system", "fleet-controller-manager", b.ring.Partitions)
 	if err != nil {
 		return err
 	}
-	busiest := busiestNamespaceCount(namespaces, st.PartitionOwners(), b.ring().NamespacePartition)
+	busiest := busiestNamespaceCount(namespaces, st.PartitionOwners(), b.ring.NamespacePartition)
 	if busiest == 0 {
 		return fmt.Errorf("no replica runs any of %d namespaces", len(namespaces))
 	}

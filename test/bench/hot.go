@@ -100,11 +100,11 @@ func (b *bench) servingProcesses(namespace string) ([]int, error) {
 		}
 		return all, nil
 	}
-	st, err := shard.ReadFleet(b.ctx, membership.NewLeaseStore(b.client), "kube-system", "fleet-controller-manager", b.ring().Partitions)
+	st, err := shard.ReadFleet(b.ctx, membership.NewLeaseStore(b.client), "kube-system", "fleet-controller-manager", b.ring.Partitions)
 	if err != nil {
 		return nil, err
 	}
-	p := b.ring().NamespacePartition(namespace)
+	p := b.ring.NamespacePartition(namespace)
 	for _, m := range st.Members {
 		for _, owned := range m.Partitions {
 			if owned != p {
@@ -129,11 +129,11 @@ func (b *bench) recordNeighbours(others []string) error {
 	if !b.system.Fleet {
 		return nil
 	}
-	st, err := shard.ReadFleet(b.ctx, membership.NewLeaseStore(b.client), "kube-system", "fleet-controller-manager", b.ring().Partitions)
+	st, err := shard.ReadFleet(b.ctx, membership.NewLeaseStore(b.client), "kube-system", "fleet-controller-manager", b.ring.Partitions)
 	if err != nil {
 		return err
 	}
-	b.figures["h_neighbours"] = float64(neighbourCount(hotNamespace, others, st.PartitionOwners(), b.ring().NamespacePartition))
+	b.figures["h_neighbours"] = float64(neighbourCount(hotNamespace, others, st.PartitionOwners(), b.ring.NamespacePartition))
 	return nil
 }
 

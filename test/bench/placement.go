@@ -264,7 +264,7 @@ func (b *bench) followPlacement(start time.Time, phase string, span time.Duratio
 		if span > 0 {
 			return time.Since(begun) >= span, nil
 		}
-		return len(s.Owners) == b.ring().Partitions && s.Tables == 1 && s.At-out.lastChange >= placementQuiet, nil
+		return len(s.Owners) == b.ring.Partitions && s.Tables == 1 && s.At-out.lastChange >= placementQuiet, nil
 	})
 	if err != nil {
 		return out, fmt.Errorf("following the placement (%s): %w", phase, err)
@@ -278,7 +278,7 @@ func (b *bench) followPlacement(start time.Time, phase string, span time.Duratio
 
 // readPlacement reads the fleet's Leases: shares, owners, weights, tables.
 func (b *bench) readPlacement(ctx context.Context) (placementSample, error) {
-	st, err := shard.ReadFleet(ctx, membership.NewLeaseStore(b.client), "kube-system", "fleet-controller-manager", b.ring().Partitions)
+	st, err := shard.ReadFleet(ctx, membership.NewLeaseStore(b.client), "kube-system", "fleet-controller-manager", b.ring.Partitions)
 	if err != nil {
 		return placementSample{}, err
 	}
@@ -345,12 +345,13 @@ func (b *bench) colocatedShare() float64 {
 	return share
 }
 
-// ring is the ring the fleet's replicas place by: the default, with
-// --partitions and --namespace-hash as the fleet's flags set them, so
-// that the figures that place namespaces follow an experiment's ring.
-func (b *bench) ring() shard.RingConfig {
+// ringOf is the ring the fleet's replicas place by: the default, with
+// --partitions and --namespace-hash as the fleet's flags (fleetArgs) set
+// them, so that the figures that place namespaces follow an experiment's
+// ring.
+func ringOf(fleetArgs []string) shard.RingConfig {
 	ring := shard.DefaultRingConfig
-	for _, arg := range b.fleetArgs {
+	for _, arg := range fleetArgs {
 		if v, ok := strings.CutPrefix(arg, "--partitions="); ok {
 			if n, err := strconv.Atoi(v); err == nil {
 				ring.Partitions = n

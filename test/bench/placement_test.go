@@ -39,7 +39,7 @@ func TestBenchRing(t *testing.T) {
 		{"not a number", []string{"--partitions=many"}, shard.DefaultRingConfig.Partitions, shard.DefaultRingConfig.NamespaceHash},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ring := (&bench{fleetArgs: tc.fleetArgs}).ring()
+			ring := ringOf(tc.fleetArgs)
 			if ring.Partitions != tc.partitions || ring.NamespaceHash != tc.hash {
 				t.Errorf("ring: %d partitions by %s, want %d by %s", ring.Partitions, ring.NamespaceHash, tc.partitions, tc.hash)
 			}

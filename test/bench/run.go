@@ -181,7 +181,7 @@ func newBench(ctx context.Context, binDir string, s system, l limits, cfg config
 		return nil, err
 	}
 	return &bench{ctx: ctx, cluster: cluster, client: client, system: s, limits: l, binDir: binDir, size: cfg.size,
-		figures: map[string]float64{}, ports: map[int]int{}, profileDir: cfg.profile, profileSpan: cfg.profileSpan, fleetArgs: cfg.fleetArgs, extraPodWatchers: cfg.extraPodWatchers, busyCPUs: cfg.cpus.controlPlaneCPUs(), cmCPUs: cfg.cpus.controllerManagerCPUs(),
+		figures: map[string]float64{}, ports: map[int]int{}, profileDir: cfg.profile, profileSpan: cfg.profileSpan, fleetArgs: cfg.fleetArgs, ring: ringOf(cfg.fleetArgs), extraPodWatchers: cfg.extraPodWatchers, busyCPUs: cfg.cpus.controlPlaneCPUs(), cmCPUs: cfg.cpus.controllerManagerCPUs(),
 		out: cfg.out, placementSteady: cfg.placementSteady}, nil
 }
 
@@ -199,6 +199,8 @@ type bench struct {
 	killedCPU float64
 	rssPeaks  map[string]float64
 	fleetArgs []string
+	// ring: what the fleet's replicas place namespaces by (ringOf).
+	ring shard.RingConfig
 	// extraPodWatchers: cluster-wide Pod watches opened once the system is up.
 	extraPodWatchers int
 	// profileDir: where (a) writes the replicas' CPU profiles ("": none).
@@ -299,7 +301,7 @@ func (b *bench) startSystem() error {
 	// controller manager: a fleet placing by weight deals the namespaces
 	// created while it runs (shard's weightdeal.go), and the probes are
 	// not the workload's.
-	probes := probeNamespaces(b.ring())
+	probes := probeNamespaces(b.ring)
 	for _, ns := range probes {
 		if err := b.createNamespace(ns); err != nil {
 			return err
@@ -331,7 +333,7 @@ func (b *bench) startSystem() error {
 // (their informers synced), as one probe shows it for KCM. With a single
 // probe a fleet's other partitions were still listing when the workload
 // began, and the workload's time counted the fleet's start-up. The ring is
-// the replicas' (bench.ring, after -fleet-args), and KCM's cluster holds
+// the replicas' (ringOf -fleet-args), and KCM's cluster holds
 // the same probes, so every system starts from one cluster.
 func probeNamespaces(ring shard.RingConfig) []string {
 	byPartition := map[int]string{}
@@ -351,7 +353,7 @@ func probeNamespaces(ring shard.RingConfig) []string {
 
 func (b *bench) waitFleetSettled(members int) error {
 	return wait.PollUntilContextTimeout(b.ctx, 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		st, err := shard.ReadFleet(ctx, membership.NewLeaseStore(b.client), "kube-system", "fleet-controller-manager", b.ring().Partitions)
+		st, err := shard.ReadFleet(ctx, membership.NewLeaseStore(b.client), "kube-system", "fleet-controller-manager", b.ring.Partitions)
 		if err != nil {
 			return false, nil
 		}

@@ -84,7 +84,7 @@ func (sc *scaleCell) victim() (int, []string, error) {
 // ownedBy is the namespaces of the partitions fleet replica i runs, as
 // its Lease says.
 func (sc *scaleCell) ownedBy(i int) ([]string, error) {
-	st, err := shard.ReadFleet(sc.ctx, membership.NewLeaseStore(sc.client), "kube-system", "fleet-controller-manager", sc.ring().Partitions)
+	st, err := shard.ReadFleet(sc.ctx, membership.NewLeaseStore(sc.client), "kube-system", "fleet-controller-manager", sc.ring.Partitions)
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +98,7 @@ func (sc *scaleCell) ownedBy(i int) ([]string, error) {
 	}
 	var owned []string
 	for _, ns := range sc.namespaces {
-		if parts[sc.ring().NamespacePartition(ns)] {
+		if parts[sc.ring.NamespacePartition(ns)] {
 			owned = append(owned, ns)
 		}
 	}
@@ -136,7 +136,7 @@ func (sc *scaleCell) ownerBack(victim int) (func() (time.Time, error), error) {
 		}, nil
 	}
 	name := sc.procs[victim].Name
-	st, err := shard.ReadFleet(sc.ctx, membership.NewLeaseStore(sc.client), "kube-system", "fleet-controller-manager", sc.ring().Partitions)
+	st, err := shard.ReadFleet(sc.ctx, membership.NewLeaseStore(sc.client), "kube-system", "fleet-controller-manager", sc.ring.Partitions)
 	if err != nil {
 		return nil, err
 	}
@@ -149,7 +149,7 @@ func (sc *scaleCell) ownerBack(victim int) (func() (time.Time, error), error) {
 	return func() (time.Time, error) {
 		var at time.Time
 		err := wait.PollUntilContextTimeout(sc.ctx, 100*time.Millisecond, workloadTimeout, true, func(ctx context.Context) (bool, error) {
-			st, err := shard.ReadFleet(ctx, membership.NewLeaseStore(sc.client), "kube-system", "fleet-controller-manager", sc.ring().Partitions)
+			st, err := shard.ReadFleet(ctx, membership.NewLeaseStore(sc.client), "kube-system", "fleet-controller-manager", sc.ring.Partitions)
 			if err != nil {
 				return false, nil
 			}

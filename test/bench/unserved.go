@@ -41,7 +41,7 @@ func (b *bench) watchUnserved(victim int) (*unservedWatch, error) {
 	}
 	w := &unservedWatch{namespaces: map[int]int{}, total: len(list.Items), victim: b.procs[victim].Name}
 	for _, ns := range list.Items {
-		w.namespaces[b.ring().NamespacePartition(ns.Name)]++
+		w.namespaces[b.ring.NamespacePartition(ns.Name)]++
 	}
 	if !b.system.Fleet {
 		l, err := b.client.CoordinationV1().Leases("kube-system").Get(b.ctx, "kube-controller-manager", metav1.GetOptions{})
@@ -51,7 +51,7 @@ func (b *bench) watchUnserved(victim int) (*unservedWatch, error) {
 		w.kcmHolder = *l.Spec.HolderIdentity
 		return w, nil
 	}
-	st, err := shard.ReadFleet(b.ctx, membership.NewLeaseStore(b.client), "kube-system", "fleet-controller-manager", b.ring().Partitions)
+	st, err := shard.ReadFleet(b.ctx, membership.NewLeaseStore(b.client), "kube-system", "fleet-controller-manager", b.ring.Partitions)
 	if err != nil {
 		return nil, err
 	}
@@ -83,7 +83,7 @@ func (w *unservedWatch) finish(ctx context.Context, b *bench, killed time.Time) 
 			}
 			return len(servedAt) == 1, nil
 		}
-		st, err := shard.ReadFleet(ctx, membership.NewLeaseStore(b.client), "kube-system", "fleet-controller-manager", b.ring().Partitions)
+		st, err := shard.ReadFleet(ctx, membership.NewLeaseStore(b.client), "kube-system", "fleet-controller-manager", b.ring.Partitions)
 		if err != nil {
 			return false, nil
 		}

@@ -201,14 +201,14 @@ func (b *bench) failover() error {
 	owned, other := "", ""
 	if b.system.Fleet {
 		victim = len(b.procs) - 1
-		st, err := shard.ReadFleet(b.ctx, membership.NewLeaseStore(b.client), "kube-system", "fleet-controller-manager", b.ring().Partitions)
+		st, err := shard.ReadFleet(b.ctx, membership.NewLeaseStore(b.client), "kube-system", "fleet-controller-manager", b.ring.Partitions)
 		if err != nil {
 			return err
 		}
 		parts := st.PartitionOwners()
 		for i := 0; owned == "" || other == ""; i++ {
 			ns := fmt.Sprintf("failover-%d", i)
-			switch parts[b.ring().NamespacePartition(ns)] {
+			switch parts[b.ring.NamespacePartition(ns)] {
 			case b.procs[victim].Name:
 				if owned == "" {
 					owned = ns
@@ -367,7 +367,7 @@ func (g *ownershipGaps) watch() func() float64 {
 			now := time.Now()
 			var unowned []string
 			if g.b.system.Fleet {
-				st, err := shard.ReadFleet(ctx, membership.NewLeaseStore(g.b.client), "kube-system", "fleet-controller-manager", g.b.ring().Partitions)
+				st, err := shard.ReadFleet(ctx, membership.NewLeaseStore(g.b.client), "kube-system", "fleet-controller-manager", g.b.ring.Partitions)
 				if err != nil {
 					continue
 				}
