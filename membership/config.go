@@ -45,6 +45,10 @@ type Config struct {
 	// Supports is published in the Lease (SupportsAnnotation) for the
 	// others to agree on what all of them can run.
 	Supports Supports
+	// Partitions, when set, is published in the Lease
+	// (PartitionsAnnotation): the partition count this replica runs, which
+	// a replica joining without --partitions adopts.
+	Partitions int
 	// Clock is for tests; nil means the real clock.
 	Clock clock.WithTicker
 }
@@ -95,6 +99,9 @@ func (c Config) Validate() error {
 		if err := c.LeaderLease.Validate(); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if c.Partitions < 0 || c.Partitions > maxPartitions {
+		errs = append(errs, fmt.Errorf("partitions %d: not between 0 and %d", c.Partitions, maxPartitions))
 	}
 	if c.LeaseDuration > time.Hour {
 		errs = append(errs, fmt.Errorf("lease duration %v is over an hour", c.LeaseDuration))

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -187,6 +188,9 @@ func (m *Member) leaseObject(l *coordinationv1.Lease, value string, now time.Tim
 	l.Annotations[StateAnnotation] = value
 	if m.supports != "" {
 		l.Annotations[SupportsAnnotation] = m.supports
+	}
+	if m.cfg.Partitions > 0 {
+		l.Annotations[PartitionsAnnotation] = strconv.Itoa(m.cfg.Partitions)
 	}
 	l.Spec.HolderIdentity = ptr.To(m.cfg.Identity)
 	l.Spec.LeaseDurationSeconds = ptr.To(int32(m.cfg.LeaseDuration / time.Second))

@@ -72,7 +72,7 @@ const (
 // (TestRingBalanceAndMovement guards both); fewer partitions balance worse
 // or reshuffle more when P/N is small, and more make each handover's lists
 // and the Lease state larger.
-var DefaultRingConfig = RingConfig{Partitions: 64, ReplicationFactor: 64, Load: 1.25, NamespaceHash: HashXX, ColocatedShare: DefaultColocatedShare, ColocatedShareByWeight: 1, Placement: PlacementColocatedShare}
+var DefaultRingConfig = RingConfig{Partitions: 256, ReplicationFactor: 64, Load: 1.25, NamespaceHash: HashXX, ColocatedShare: DefaultColocatedShare, ColocatedShareByWeight: 1, Placement: PlacementColocatedShare}
 
 // DefaultColocatedShare: the colocated singletons cache every Pod and
 // every resource's metadata, about as much as half a share of partitions

@@ -163,7 +163,8 @@ func (s FleetStatus) StuckLoads() []string {
 	return out
 }
 
-// ReadFleet lists the fleet's Leases and summarises them. One read has no
+// ReadFleet lists the fleet's Leases and summarises them, for a fleet of
+// partitions (0: what the Leases say, FleetPartitions). One read has no
 // history to judge expiry by the observer's clock, as membership does: a
 // member counts as expired once its writer's renew time is a lease
 // duration old, which clock skew between machines can shift.
@@ -174,7 +175,11 @@ func ReadFleet(ctx context.Context, store membership.LeaseStore, namespace, flee
 	if err != nil {
 		return FleetStatus{}, fmt.Errorf("listing the Leases of fleet %s in %s: %w", fleet, namespace, err)
 	}
-	return FleetStatusFromLeases(leases.Items, namespace, fleet, partitions, time.Now()), nil
+	now := time.Now()
+	if partitions == 0 {
+		partitions, _, _ = FleetPartitions(leases.Items, now)
+	}
+	return FleetStatusFromLeases(leases.Items, namespace, fleet, partitions, now), nil
 }
 
 // FleetStatusFromLeases summarises Leases as seen at now.

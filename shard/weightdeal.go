@@ -356,9 +356,11 @@ func (r *dealRound) spread(movable []int, steps int) {
 }
 
 // bestMove is the partition of from's to move, and where, that lowers the
-// larger of the two members' loads the most (-1: none lowers it).
+// larger of the two members' loads the most, to the lightest receiver
+// (-1: none lowers it).
 func (r *dealRound) bestMove(from string, movable []int) (int, string) {
 	after := dealtLoad(r.load[from], r.capacity(from))
+	var received float64
 	moving, to := -1, ""
 	for _, p := range movable {
 		if r.owner[p] != from || p == r.pinned {
@@ -368,8 +370,12 @@ func (r *dealRound) bestMove(from string, movable []int) (int, string) {
 			if m == from {
 				continue
 			}
-			if l := max(dealtLoad(r.load[m]+r.count[p], r.capacity(m)), dealtLoad(r.load[from]-r.count[p], r.capacity(from))); l < after {
-				moving, to, after = p, m, l
+			// Of the moves that lower the pair's larger load the most,
+			// the one to the lightest receiver: a receiver filled past
+			// its fair count first would have to give a partition back.
+			recv := dealtLoad(r.load[m]+r.count[p], r.capacity(m))
+			if l := max(recv, dealtLoad(r.load[from]-r.count[p], r.capacity(from))); l < after || (moving >= 0 && l == after && recv < received) {
+				moving, to, after, received = p, m, l, recv
 			}
 		}
 	}

@@ -134,12 +134,21 @@ func tableFor(t *testing.T, config RingConfig, members []string, weights map[int
 
 // improvement is a partition p of member top whose move (q < 0) or
 // exchange with partition q of another member lowers the larger of the
-// two members' loads, or -1.
+// two members' loads, or -1. Under the keeper's placements, a move or
+// exchange of less than minMoveGain of the mean is none.
 func improvement(r *Ring, weights []uint64, top string) (p, q int) {
 	load := loads(r, weights)
 	home := r.colocatedHome()
+	var minGain uint64
+	if byMoves(r.config.Placement) {
+		var total uint64
+		for _, l := range load {
+			total += l
+		}
+		minGain = uint64(minMoveGain * float64(total) / float64(len(r.members)))
+	}
 	for a, ma := range r.owners {
-		if ma != top || a == home || weights[a] == 0 {
+		if ma != top || a == home || weights[a] == 0 || weights[a] < minGain {
 			continue
 		}
 		for _, m := range r.members {
@@ -152,7 +161,7 @@ func improvement(r *Ring, weights []uint64, top string) (p, q int) {
 				continue
 			}
 			d := weights[a] - weights[b]
-			if max(load[top]-d, load[mb]+d) < load[top] {
+			if d >= minGain && max(load[top]-d, load[mb]+d) < load[top] {
 				return a, b
 			}
 		}

@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/fleet-controller-manager/fleet-controller-manager/membership"
+	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
 	"github.com/fleet-controller-manager/fleet-controller-manager/test/faultproxy"
 	"github.com/fleet-controller-manager/fleet-controller-manager/test/localcluster"
 )
@@ -293,7 +294,7 @@ func TestChaos(t *testing.T) {
 	for _, r := range c.replicas {
 		replicas[r.name] = true
 	}
-	violations, judged := ownershipViolations(t, cluster.AuditLog, runs, replicas, c.used)
+	violations, judged := ownershipViolations(t, cluster.AuditLog, runs, replicas, c.used, shard.DefaultRingConfig)
 	for i, v := range violations {
 		if i == 20 {
 			t.Errorf("... and %d more", len(violations)-20)

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
 )
 
 // faultWindow is one injected fault, from its injection until the
@@ -56,7 +58,7 @@ func writesPastAuthority(t *testing.T, auditLog string, runs map[string][]pieceR
 		if !ok || a.piece == legacyUnattributed || a.piece == "" {
 			return
 		}
-		piece, _ := pieceOfWrite(a, e)
+		piece, _ := pieceOfWrite(a, e, shard.DefaultRingConfig)
 		var last *pieceRun
 		for i, r := range runs[piece] {
 			if r.replica == a.replica && !r.start.After(e.RequestReceivedTimestamp) && (last == nil || r.start.After(last.start)) {

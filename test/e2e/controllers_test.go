@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
 	"github.com/fleet-controller-manager/fleet-controller-manager/test/localcluster"
 )
 
@@ -496,7 +497,7 @@ func TestFleetFailover(t *testing.T) {
 	for _, r := range replicas {
 		logs[r] = procs[r].LogPath
 	}
-	violations, judged := checkRunsAgainstAudit(t, cluster.AuditLog, logs, deaths, nil, namespaces)
+	violations, judged := checkRunsAgainstAudit(t, cluster.AuditLog, logs, deaths, nil, namespaces, shard.DefaultRingConfig)
 	for _, v := range violations {
 		t.Errorf("ownership checker: %v", v)
 	}

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -52,6 +53,9 @@ type fleet struct {
 	// kubeconfigs overrides kubeconfig for a member (one that reaches the
 	// apiserver through a fault proxy).
 	kubeconfigs map[string]string
+	// partitions, when set, is the fleet's partition count (else a new
+	// fleet's default).
+	partitions int
 }
 
 func newFleet(t *testing.T, extraArgs ...string) *fleet {
@@ -71,7 +75,7 @@ func newFleet(t *testing.T, extraArgs ...string) *fleet {
 		members: map[string]*localcluster.Process{}, killed: map[string][]int64{}, paused: map[string]bool{}, kubeconfigs: map[string]string{}}
 }
 
-func (f *fleet) start(name string) {
+func (f *fleet) start(name string, extraArgs ...string) {
 	f.t.Helper()
 	kubeconfig := f.kubeconfig
 	if k, ok := f.kubeconfigs[name]; ok {
@@ -85,7 +89,7 @@ func (f *fleet) start(name string) {
 		"--record-file=" + filepath.Join(f.dir, name+".jsonl"),
 		"--singletons=" + strings.Join(dummySingletons, ","),
 		"-v=2",
-	}, f.args...)
+	}, append(slices.Clone(f.args), extraArgs...)...)
 	p, err := f.cluster.StartProcess(name, filepath.Join(binDir(f.t), recordingReplica), args, nil)
 	if err != nil {
 		f.t.Fatalf("starting %s: %v", name, err)
@@ -246,8 +250,12 @@ func (f *fleet) owners() map[string][]string {
 // of members gives it.
 func (f *fleet) waitSettled(members []string, timeout time.Duration) time.Duration {
 	f.t.Helper()
-	ring := shard.NewRing(shard.DefaultRingConfig, members)
-	pieces := shard.AllPieces(shard.DefaultRingConfig.Partitions, dummySingletons)
+	config := shard.DefaultRingConfig
+	if f.partitions > 0 {
+		config.Partitions = f.partitions
+	}
+	ring := shard.NewRing(config, members)
+	pieces := shard.AllPieces(config.Partitions, dummySingletons)
 	start := time.Now()
 	var last string
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {

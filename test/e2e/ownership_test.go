@@ -101,12 +101,12 @@ func ownWrite(client string, e auditEvent) bool {
 // pieceOfWrite is the piece a fleet client's write belongs to: a singleton
 // client's piece, or the partition of the namespace a partition
 // controller writes into; "" with why when no piece can own it.
-func pieceOfWrite(a fleetAgent, e auditEvent) (piece, why string) {
+func pieceOfWrite(a fleetAgent, e auditEvent, ring shard.RingConfig) (piece, why string) {
 	switch {
 	case a.piece == membership.PartitionControllers && e.ObjectRef.Namespace == "":
 		return "", "a partition controller's write outside any namespace"
 	case a.piece == membership.PartitionControllers:
-		return string(shard.PartitionPiece(shard.DefaultRingConfig.NamespacePartition(e.ObjectRef.Namespace))), ""
+		return string(shard.PartitionPiece(ring.NamespacePartition(e.ObjectRef.Namespace))), ""
 	case a.piece != "":
 		return a.piece, ""
 	}
@@ -205,7 +205,7 @@ func runsAround(runs []pieceRun, at time.Time) []string {
 // of the write's piece (judgeWrite), or of no piece at all.
 func checkOwnership(t *testing.T, auditLog string, logs map[string]string, namespaces []string) []ownershipViolation {
 	t.Helper()
-	violations, _ := checkRunsAgainstAudit(t, auditLog, logs, nil, nil, namespaces)
+	violations, _ := checkRunsAgainstAudit(t, auditLog, logs, nil, nil, namespaces, shard.DefaultRingConfig)
 	return violations
 }
 
@@ -215,7 +215,7 @@ func checkOwnership(t *testing.T, auditLog string, logs map[string]string, names
 // (pieceOfWrite) and must fall in its replica's runs of it, including a
 // piece no replica ever logged running. Writes by other replicas (another
 // fleet's) are left to their own logs.
-func ownershipViolations(t *testing.T, auditLog string, runs map[string][]pieceRun, replicas map[string]bool, namespaces []string) ([]ownershipViolation, judgedWrites) {
+func ownershipViolations(t *testing.T, auditLog string, runs map[string][]pieceRun, replicas map[string]bool, namespaces []string, ring shard.RingConfig) ([]ownershipViolation, judgedWrites) {
 	t.Helper()
 	type write struct {
 		replica, text      string
@@ -250,7 +250,7 @@ func ownershipViolations(t *testing.T, auditLog string, runs map[string][]pieceR
 			unread = append(unread, text)
 			return
 		}
-		piece, why := pieceOfWrite(a, e)
+		piece, why := pieceOfWrite(a, e, ring)
 		if piece == "" {
 			out = append(out, ownershipViolation{replicas: []string{a.replica}, what: why, writes: []string{text}})
 			return
@@ -312,7 +312,7 @@ func ownershipViolations(t *testing.T, auditLog string, runs map[string][]pieceR
 // against each other and against every write of the replicas' clients
 // (ownershipViolations); it returns the breaches and the writes judged,
 // with those of the partition controllers into namespaces counted apart.
-func checkRunsAgainstAudit(t *testing.T, auditLog string, logs map[string]string, deaths map[int]time.Time, pauses map[int][][2]time.Time, namespaces []string) ([]ownershipViolation, judgedWrites) {
+func checkRunsAgainstAudit(t *testing.T, auditLog string, logs map[string]string, deaths map[int]time.Time, pauses map[int][][2]time.Time, namespaces []string, ring shard.RingConfig) ([]ownershipViolation, judgedWrites) {
 	t.Helper()
 	runs := map[string][]pieceRun{}
 	replicas := map[string]bool{}
@@ -330,7 +330,7 @@ func checkRunsAgainstAudit(t *testing.T, auditLog string, logs map[string]string
 			runs[piece] = append(runs[piece], rs...)
 		}
 	}
-	return ownershipViolations(t, auditLog, runs, replicas, namespaces)
+	return ownershipViolations(t, auditLog, runs, replicas, namespaces, ring)
 }
 
 // judgeWrite says what is wrong with a write by replica that the apiserver
@@ -539,7 +539,7 @@ func TestEveryFleetWriteJudged(t *testing.T) {
 			if err := os.WriteFile(path, []byte(line), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			found, _ := ownershipViolations(t, path, runs, map[string]bool{"fcm-a": true, "fcm-b": true, "fcm-c": true}, []string{ns})
+			found, _ := ownershipViolations(t, path, runs, map[string]bool{"fcm-a": true, "fcm-b": true, "fcm-c": true}, []string{ns}, shard.DefaultRingConfig)
 			switch {
 			case tc.wantViolation == "" && len(found) > 0:
 				t.Errorf("violations %v, want none", found)

@@ -37,7 +37,7 @@ func TestCheckerCatchesTwoOwners(t *testing.T) {
 	waitRunsPiece(ctx, t, client, owner, piece)
 	createMovingWorkload(ctx, t, client, ns)
 	logs := map[string]string{owner: ownerProc.LogPath}
-	if found, judged := checkRunsAgainstAudit(t, cluster.AuditLog, logs, nil, nil, []string{ns}); len(found) > 0 {
+	if found, judged := checkRunsAgainstAudit(t, cluster.AuditLog, logs, nil, nil, []string{ns}, shard.DefaultRingConfig); len(found) > 0 {
 		t.Fatalf("violations before the rogue started: %v", found)
 	} else {
 		t.Logf("before the rogue: %d partition controller writes into %s, %d singleton writes, no violation", judged.inNamespaces, ns, judged.singleton)

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/fleet-controller-manager/fleet-controller-manager/membership"
+	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
 	"github.com/fleet-controller-manager/fleet-controller-manager/test/localcluster"
 )
 
@@ -77,7 +78,7 @@ func TestStalledWatchTakesItsShare(t *testing.T) {
 		t.Errorf("%s never said its Lease watch was behind", stalled.name)
 	}
 	runs := c.pieceRuns()
-	violations, judged := ownershipViolations(t, cluster.AuditLog, runs, map[string]bool{"fcm-a": true, "fcm-b": true, "fcm-c": true}, nil)
+	violations, judged := ownershipViolations(t, cluster.AuditLog, runs, map[string]bool{"fcm-a": true, "fcm-b": true, "fcm-c": true}, nil, shard.DefaultRingConfig)
 	for _, v := range violations {
 		t.Errorf("ownership checker: %v", v)
 	}

@@ -92,6 +92,9 @@ func TestRollingUpgradeAndRollback(t *testing.T) {
 	from := time.Now()
 	upgraded := u.roll(old, []string{"new-0", "new-1", "new-2"}, current, thisRelease, &namespaces)
 	waitFleetRunning(ctx, t, client, upgraded)
+	// The new replicas run the old fleet's partition count, which its
+	// Leases do not say, not a new fleet's.
+	u.checkPartitions(upgraded, shard.LegacyPartitions)
 	// The new replicas placed pieces the old way while an old one took
 	// part (else they could not have agreed with it and turned ready).
 	u.checkPlacementUsed(upgraded[0], shard.PlacementColocatedShare)
@@ -135,7 +138,12 @@ func TestRollingUpgradeAndRollback(t *testing.T) {
 			t.Errorf("%s: %s had no owner for %v, more than 2 s", phase, gap.piece, gap.length.Round(time.Millisecond))
 		}
 	}
-	violations, judged := checkRunsAgainstAudit(t, cluster.AuditLog, u.logs, nil, nil, namespaces)
+	// The previous release's fleet runs the partition count of a release
+	// from before the count was published, and this release's replicas
+	// kept it throughout.
+	legacy := shard.DefaultRingConfig
+	legacy.Partitions = shard.LegacyPartitions
+	violations, judged := checkRunsAgainstAudit(t, cluster.AuditLog, u.logs, nil, nil, namespaces, legacy)
 	t.Logf("ownership: %d partition controller writes (%d into the workload's namespaces) and %d singleton writes checked against the runs of %d replicas; %d writes of the previous release's clients whose piece its user agents do not tell", judged.partition, judged.inNamespaces, judged.singleton, len(u.logs), judged.unattributed)
 	if judged.inNamespaces == 0 {
 		t.Error("no partition-controller write was checked")
@@ -299,6 +307,22 @@ func (u *upgrade) logSwitch(replicas []string, placement string) {
 		}
 	}
 	u.t.Logf("switch to %s: applied by all %d replicas within %v; %d pieces started under it", placement, len(replicas), last.Sub(first).Round(time.Millisecond), moved)
+}
+
+// checkPartitions: each of replicas logged that it runs the fleet's
+// partition count, partitions, read from the Leases.
+func (u *upgrade) checkPartitions(replicas []string, partitions int) {
+	u.t.Helper()
+	want := fmt.Sprintf(`"Running the fleet's partition count" partitions=%d `, partitions)
+	for _, name := range replicas {
+		data, err := os.ReadFile(u.logs[name])
+		if err != nil {
+			u.t.Fatal(err)
+		}
+		if !strings.Contains(string(data), want) {
+			u.t.Errorf("%s did not log %s", name, want)
+		}
+	}
 }
 
 // checkPlacement: the last view each of replicas applied used placement.

@@ -4,16 +4,18 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/fleet-controller-manager/fleet-controller-manager/membership"
+	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
 )
 
 // FleetSettled says, from the member Leases, whether replicas members have
-// joined and together run every one of the 64 partitions, no piece listed
-// by two; if not, why.
+// joined and together run every one of the fleet's partitions (as its
+// Leases say, shard.FleetPartitions), no piece listed by two; if not, why.
 func FleetSettled(ctx context.Context, client kubernetes.Interface, replicas int) (bool, string, error) {
 	leases, err := client.CoordinationV1().Leases("kube-system").List(ctx, metav1.ListOptions{LabelSelector: membership.FleetLabel})
 	if err != nil {
@@ -39,5 +41,6 @@ func FleetSettled(ctx context.Context, client kubernetes.Interface, replicas int
 			partitions++
 		}
 	}
-	return members == replicas && partitions == 64, fmt.Sprintf("%d of %d members, %d partitions running", members, replicas, partitions), nil
+	want, _, _ := shard.FleetPartitions(leases.Items, time.Now())
+	return members == replicas && partitions == want, fmt.Sprintf("%d of %d members, %d of %d partitions running", members, replicas, partitions, want), nil
 }

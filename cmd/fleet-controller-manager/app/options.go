@@ -66,7 +66,7 @@ func NewFleetOptions() *FleetOptions {
 		LeaseDuration: pflagDuration(membership.DefaultLeaseDuration),
 		RenewDeadline: pflagDuration(membership.DefaultRenewDeadline),
 		RetryPeriod:   pflagDuration(membership.DefaultRetryPeriod),
-		Ring:          shard.DefaultRingConfig,
+		Ring:          fleetRing(),
 		InformerMode:  informers.ModeAuto,
 		SelectorTerms: informers.DefaultSelectorTerms,
 
@@ -79,6 +79,14 @@ func NewFleetOptions() *FleetOptions {
 	}
 }
 
+// fleetRing is the default ring with the partition count left to the
+// fleet (0: read from its Leases when the replica starts).
+func fleetRing() shard.RingConfig {
+	ring := shard.DefaultRingConfig
+	ring.Partitions = 0
+	return ring
+}
+
 // AddFlags registers the fleet flags.
 func (o *FleetOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Name, "fleet-name", o.Name, "Name of the fleet: the value of the "+membership.FleetLabel+" label on every member's Lease.")
@@ -87,7 +95,7 @@ func (o *FleetOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.Var(&o.LeaseDuration, "lease-duration", "How long other replicas wait, from when they last saw this replica's Lease change, before taking over its pieces.")
 	fs.Var(&o.RenewDeadline, "renew-deadline", "How long this replica keeps acting after its last successful Lease renewal; it stops every piece when it runs out. Shorter than --lease-duration.")
 	fs.Var(&o.RetryPeriod, "retry-period", "Interval between Lease renewals.")
-	fs.IntVar(&o.Ring.Partitions, "partitions", o.Ring.Partitions, "Number of namespace partitions. Every replica of a fleet must use the same value.")
+	fs.IntVar(&o.Ring.Partitions, "partitions", o.Ring.Partitions, fmt.Sprintf("Number of namespace partitions: how finely namespaces spread over the replicas. Every replica of a fleet runs the same count. 0: the fleet's, as its members' Leases say (the oldest live member's; %d for a release that does not say), or %d for a new fleet. Set it when creating a fleet; a replica given another count than the fleet's starts nothing.", shard.LegacyPartitions, shard.DefaultRingConfig.Partitions))
 	fs.IntVar(&o.Ring.ReplicationFactor, "ring-replication-factor", o.Ring.ReplicationFactor, "Virtual nodes per replica on the consistent-hash ring. Same on every replica.")
 	fs.StringVar(&o.Ring.NamespaceHash, "namespace-hash", o.Ring.NamespaceHash, "Hash that places namespaces in partitions: xxhash (even spread) or fnv (the apiserver's shard hash; it puts names that differ only in their last characters in one partition). Same on every replica.")
 	fs.Float64Var(&o.Ring.Load, "ring-load", o.Ring.Load, "Bounded-load factor of the ring: no replica owns more than this times the average. Same on every replica.")
@@ -128,7 +136,12 @@ func (o *FleetOptions) Complete() error {
 // Validate reports every invalid fleet flag.
 func (o *FleetOptions) Validate() error {
 	var errs []error
-	if err := o.Ring.Validate(); err != nil {
+	ring := o.Ring
+	if ring.Partitions == 0 {
+		// The fleet's count, read at start (run.go): Validate checks the rest.
+		ring.Partitions = shard.DefaultRingConfig.Partitions
+	}
+	if err := ring.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if o.WeightHold < time.Second {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/client-go/kubernetes"
 	corev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -133,13 +134,51 @@ func newMember(ctx context.Context, c *kcmconfig.CompletedConfig, fleet *FleetOp
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := fleetPartitions(ctx, membership.NewLeaseStore(client), fleet); err != nil {
+		return nil, nil, err
+	}
 	member, err := membership.New(membership.Config{
 		Client: client, Namespace: fleet.Namespace, Fleet: fleet.Name, Identity: fleet.Identity,
 		LeaseDuration: fleet.LeaseDuration.D(), RenewDeadline: fleet.RenewDeadline.D(), RetryPeriod: fleet.RetryPeriod.D(),
 		LeaderLease: leaderLease,
 		Supports:    membership.Supports{Placements: fleet.Placements, StateVersions: fleet.StateVersions},
+		Partitions:  fleet.Ring.Partitions,
 	})
 	return member, leaderLease, err
+}
+
+// fleetPartitions sets the partition count to the fleet's
+// (shard.FleetPartitions) unless --partitions gave one, reading the
+// fleet's Leases until the apiserver answers. Given one that differs from
+// the fleet's, it says so: such a replica starts nothing until every
+// replica runs one count.
+func fleetPartitions(ctx context.Context, store membership.LeaseStore, fleet *FleetOptions) error {
+	logger := klog.FromContext(ctx)
+	var partitions int
+	var from string
+	var live bool
+	err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+		var err error
+		partitions, from, live, err = shard.ReadFleetPartitions(ctx, store, fleet.Namespace, fleet.Name)
+		if err != nil {
+			logger.Error(err, "Reading the fleet's partition count; retrying")
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("reading the fleet's partition count: %w", err)
+	}
+	switch {
+	case fleet.Ring.Partitions == 0:
+		fleet.Ring.Partitions = partitions
+		logger.Info("Running the fleet's partition count", "partitions", partitions, "from", from)
+	case fleet.Ring.Partitions != partitions && live:
+		logger.Error(nil, "--partitions differs from the fleet's: this replica starts nothing while a replica of the other count is live", "partitions", fleet.Ring.Partitions, "fleetPartitions", partitions, "from", from)
+	default:
+		logger.Info("Running the partition count of --partitions", "partitions", fleet.Ring.Partitions)
+	}
+	return nil
 }
 
 // RunnerBuilder builds what runs a replica's pieces, and names every

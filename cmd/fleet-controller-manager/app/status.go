@@ -18,7 +18,7 @@ import (
 // Leases show it, for an operator with kubectl access.
 func newStatusCommand() *cobra.Command {
 	var kubeconfig, fleetName, namespace, output, leaderNamespace, leaderName string
-	partitions := shard.DefaultRingConfig.Partitions
+	var partitions int
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Print the fleet's members, their health, and the controllers and namespace partitions each runs",
@@ -27,8 +27,8 @@ func newStatusCommand() *cobra.Command {
 			if output != "table" && output != "json" {
 				return fmt.Errorf("--output must be table or json, not %q", output)
 			}
-			if partitions < 1 {
-				return fmt.Errorf("--partitions must be at least 1, not %d", partitions)
+			if partitions < 0 {
+				return fmt.Errorf("--partitions must be 0 (the fleet's) or more, not %d", partitions)
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 			defer cancel()
@@ -60,7 +60,7 @@ func newStatusCommand() *cobra.Command {
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "Path to a kubeconfig (default: $KUBECONFIG, ~/.kube/config, or in-cluster).")
 	fs.StringVar(&fleetName, "fleet-name", defaults.Name, "Name of the fleet.")
 	fs.StringVar(&namespace, "fleet-namespace", defaults.Namespace, "Namespace of the members' Leases.")
-	fs.IntVar(&partitions, "partitions", partitions, "Number of namespace partitions the fleet runs with (to list partitions no member runs).")
+	fs.IntVar(&partitions, "partitions", partitions, "Number of namespace partitions the fleet runs with (to list partitions no member runs). 0: what the members' Leases say.")
 	fs.StringVarP(&output, "output", "o", "table", "Output format: table or json.")
 	fs.StringVar(&leaderNamespace, "leader-elect-resource-namespace", "kube-system", "Namespace of kube-controller-manager's leader Lease.")
 	fs.StringVar(&leaderName, "leader-elect-resource-name", "kube-controller-manager", "Name of kube-controller-manager's leader Lease (empty: do not read it).")

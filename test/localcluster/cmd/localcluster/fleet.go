@@ -69,7 +69,8 @@ func watchFleet(ctx context.Context, cluster *localcluster.Cluster) {
 	for {
 		leases, err := client.CoordinationV1().Leases("kube-system").List(ctx, metav1.ListOptions{LabelSelector: membership.FleetLabel})
 		if err == nil {
-			status := shard.FleetStatusFromLeases(leases.Items, "kube-system", "", shard.DefaultRingConfig.Partitions, time.Now())
+			partitions, _, _ := shard.FleetPartitions(leases.Items, time.Now())
+			status := shard.FleetStatusFromLeases(leases.Items, "kube-system", "", partitions, time.Now())
 			var b strings.Builder
 			w := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "MEMBER\tSTATE\tPARTITIONS\tSHARE OF THE OBJECTS\tSINGLETONS")
