@@ -59,7 +59,7 @@ func TestRingMoreMembersThanPartitions(t *testing.T) {
 // partitions one join or one leave moves compared with the ideal 1/N. It
 // asserts the bounds the default configuration is chosen for.
 func TestRingBalanceAndMovement(t *testing.T) {
-	for _, partitions := range []int{16, 32, 64} {
+	for _, partitions := range []int{16, 32, 64, 128, 256} {
 		cfg := DefaultRingConfig
 		cfg.Partitions = partitions
 		for n := 2; n <= 10; n++ {
