@@ -318,7 +318,7 @@ func (s FleetStatus) WriteTable(w io.Writer) error {
 			singletons = "-"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d: %s\t%s\t%s\n", m.Name, m.Health, renewed, m.Epoch,
-			len(m.Partitions), CompactRanges(m.Partitions), m.describeObjects(), singletons)
+			len(m.Partitions), shortRanges(m.Partitions, rangesWidth), m.describeObjects(), singletons)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -374,6 +374,25 @@ func (m MemberStatus) describeObjects() string {
 		out += fmt.Sprintf(", %d of %d partitions measured", m.Measured, len(m.Partitions))
 	}
 	return out
+}
+
+// rangesWidth: the most characters of partition ranges a table row shows.
+// A member's share of 256 partitions spans about 50 ranges, which would
+// push the other columns off a terminal; -o json and /debug/fleet list
+// them all.
+const rangesWidth = 40
+
+// shortRanges is CompactRanges cut after the range that reaches width
+// characters, marked "...".
+func shortRanges(sorted []int, width int) string {
+	all := CompactRanges(sorted)
+	if len(all) <= width {
+		return all
+	}
+	if i := strings.LastIndexByte(all[:width+1], ','); i > 0 {
+		return all[:i] + ",..."
+	}
+	return all[:width] + "..."
 }
 
 // CompactRanges writes sorted numbers as ranges: 0-3,7,9-10.

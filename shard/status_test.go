@@ -30,6 +30,27 @@ func TestCompactRanges(t *testing.T) {
 	}
 }
 
+// TestShortRanges: a table row shows whole ranges up to the width and
+// marks what it leaves out.
+func TestShortRanges(t *testing.T) {
+	for _, tc := range []struct {
+		in    []int
+		width int
+		want  string
+	}{
+		{[]int{0, 1, 2, 3, 7, 9, 10}, 40, "0-3,7,9-10"},
+		{[]int{0, 1, 2, 3, 7, 9, 10}, 10, "0-3,7,9-10"},
+		{[]int{0, 1, 2, 3, 7, 9, 10}, 9, "0-3,7,..."},
+		{[]int{0, 1, 2, 3, 7, 9, 10}, 5, "0-3,7,..."},
+		{[]int{0, 1, 2, 3, 7, 9, 10}, 4, "0-3,..."},
+		{[]int{100, 101, 102}, 3, "100..."},
+	} {
+		if got := shortRanges(tc.in, tc.width); got != tc.want {
+			t.Errorf("shortRanges(%v, %d) = %q, want %q", tc.in, tc.width, got, tc.want)
+		}
+	}
+}
+
 func TestFleetStatusFromLeases(t *testing.T) {
 	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 	lease := func(name string, renewedAgo time.Duration, st *membership.State, raw string) coordinationv1.Lease {

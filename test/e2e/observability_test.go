@@ -198,7 +198,7 @@ func TestFleetStatusMatchesMetrics(t *testing.T) {
 			}
 		}
 	}
-	if want := 64 + len(dummySingletons); total != want {
+	if want := shard.DefaultRingConfig.Partitions + len(dummySingletons); total != want {
 		t.Errorf("replicas run %d pieces in all, want %d", total, want)
 	}
 
@@ -377,8 +377,8 @@ func TestFleetPageInChromium(t *testing.T) {
 		}
 	}
 	owned := strings.Count(page, `data-partition=`) - strings.Count(page, `data-member=""`)
-	if cells := strings.Count(page, `data-partition=`); cells != 64 || owned != 64 {
-		t.Errorf("the page shows %d partition cells, %d with an owner; want 64 and 64", cells, owned)
+	if want, cells := shard.DefaultRingConfig.Partitions, strings.Count(page, `data-partition=`); cells != want || owned != want {
+		t.Errorf("the page shows %d partition cells, %d with an owner; want %d and %d", cells, owned, want, want)
 	}
 	if strings.Contains(page, "ZgotmplZ") {
 		t.Error("the page has values html/template refused (colours lost)")

@@ -104,5 +104,6 @@ func partitionsRunBy(ctx context.Context, client kubernetes.Interface, members .
 			}
 		}
 	}
-	return len(running) == 64, fmt.Sprintf("%d of 64 partitions running", len(running))
+	want := shard.DefaultRingConfig.Partitions
+	return len(running) == want, fmt.Sprintf("%d of %d partitions running", len(running), want)
 }
