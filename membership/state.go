@@ -30,8 +30,7 @@ const (
 //   - Version 2 writes the partitions among them ("partition/N") as a
 //     bitmap, field "parts": base64url without padding, bit N%8 of byte N/8.
 //     A replica running a third of --partitions=1024 writes a state of
-//     256 bytes at every renewal instead of 5,528 (412 and 96 bytes with
-//     the default 64 partitions).
+//     256 bytes at every renewal instead of 5,528.
 //
 //   - Version 3 adds the weights of the running partitions, field "w",
 //     and the weight table the member places by, field "table"

@@ -56,11 +56,7 @@ func FleetPartitions(leases []coordinationv1.Lease, now time.Time) (partitions i
 			count = LegacyPartitions
 		}
 		renewed := leaseTime(l.Spec.RenewTime)
-		var duration time.Duration
-		if l.Spec.LeaseDurationSeconds != nil {
-			duration = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
-		}
-		if !renewed.IsZero() && now.Sub(renewed) <= duration {
+		if leaseLive(l, now) {
 			if oldest == nil || acquiredBefore(l, oldest) {
 				oldest, liveCount = l, count
 			}
@@ -86,6 +82,18 @@ func acquiredBefore(a, b *coordinationv1.Lease) bool {
 		return ta.Before(tb)
 	}
 	return a.Name < b.Name
+}
+
+// leaseLive says whether l was renewed within its lease duration of now,
+// by its writer's renew time: one read has no history to judge by the
+// observer's clock, as membership does.
+func leaseLive(l *coordinationv1.Lease, now time.Time) bool {
+	renewed := leaseTime(l.Spec.RenewTime)
+	var duration time.Duration
+	if l.Spec.LeaseDurationSeconds != nil {
+		duration = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
+	}
+	return !renewed.IsZero() && now.Sub(renewed) <= duration
 }
 
 func leaseTime(t *metav1.MicroTime) time.Time {

@@ -66,12 +66,13 @@ const (
 	HashFNV = "fnv"
 )
 
-// DefaultRingConfig: for 2..10 members, bounded loads keep every member at
-// or under ceil(Load * floor(P/N)) partitions, and with 64 partitions a
-// join or leave moves at most twice the ideal 1/N of them
-// (TestRingBalanceAndMovement guards both); fewer partitions balance worse
-// or reshuffle more when P/N is small, and more make each handover's lists
-// and the Lease state larger.
+// DefaultRingConfig is a new fleet's (a fleet keeps the partition count
+// it was created with: FleetPartitions). For 2..10 members, bounded loads
+// keep every member at or under ceil(Load * floor(P/N)) partitions, and
+// with 256 partitions a join or leave moves at most twice the ideal 1/N
+// of them (TestRingBalanceAndMovement guards both); fewer partitions put
+// more namespaces together on one replica and balance worse, more make
+// the Lease state and the weight table larger.
 var DefaultRingConfig = RingConfig{Partitions: 256, ReplicationFactor: 64, Load: 1.25, NamespaceHash: HashXX, ColocatedShare: DefaultColocatedShare, ColocatedShareByWeight: 1, Placement: PlacementColocatedShare}
 
 // DefaultColocatedShare: the colocated singletons cache every Pod and

@@ -201,7 +201,7 @@ func FleetStatusFromLeases(leases []coordinationv1.Lease, namespace, fleet strin
 		switch {
 		case err != nil:
 			m.Health, m.Problem = MemberUnreadable, err.Error()
-		case m.Renewed.IsZero() || now.Sub(m.Renewed) > m.Lease:
+		case !leaseLive(&l, now):
 			m.Health = MemberExpired
 		case st.Leaving:
 			m.Health = MemberLeaving

@@ -147,6 +147,16 @@ func report(w io.Writer, systems []controllerManager, results map[string][]testO
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	writeSummary(w, systems, counts, byTest, names)
+	if len(regressions) > 0 {
+		return fmt.Errorf("%d tests do not pass under a fleet that pass under kube-controller-manager (or with no kube-controller-manager beside it): %s", len(regressions), strings.Join(regressions, "; "))
+	}
+	return nil
+}
+
+// writeSummary prints each system's counts under the table, then the
+// message of every test that did not pass, so a CI log says why.
+func writeSummary(w io.Writer, systems []controllerManager, counts map[string]map[string]int, byTest map[string]map[string]testOutcome, names []string) {
 	for _, s := range systems {
 		c := counts[s.name]
 		other := 0
@@ -164,10 +174,6 @@ func report(w io.Writer, systems []controllerManager, results map[string][]testO
 			}
 		}
 	}
-	if len(regressions) > 0 {
-		return fmt.Errorf("%d tests do not pass under a fleet that pass under kube-controller-manager (or with no kube-controller-manager beside it): %s", len(regressions), strings.Join(regressions, "; "))
-	}
-	return nil
 }
 
 // byTestName turns outcomes per system into outcomes per test, and the
