@@ -7,10 +7,15 @@ import (
 	"strconv"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/component-base/metrics"
 
+	"github.com/fleet-controller-manager/fleet-controller-manager/informers"
 	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
 )
 
@@ -20,8 +25,8 @@ import (
 // have stayed uneven for far longer.
 const weightInterval = 10 * time.Second
 
-// youngInterval is how often the replica measures what its young
-// namespaces hold: a renewal's period, so that the keeper deals a busy
+// youngInterval is how often the replica measures the work its young
+// namespaces have still to come: a renewal's period, so that the keeper deals a busy
 // new tenant's neighbours off its replica within seconds of its work
 // arriving (shard's weightdeal.go).
 const youngInterval = 2 * time.Second
@@ -55,16 +60,77 @@ func (r *Runtime) measureWeights(ctx context.Context, publish func(map[int]uint6
 	}, weightInterval)
 }
 
-// measureYoung hands publish what each young namespace (created within
-// shard.YoungWindow) of the loaded partitions holds, Pods left out, every
-// youngInterval until ctx ends. A namespace's Pods come as fast as its
-// replica's controllers make them, so they would weigh the replica's
-// progress; its Deployments, Jobs and the rest are the work it brings.
+// measureYoung hands publish the work each young namespace (created
+// within shard.YoungWindow) of the loaded partitions has still to come
+// (youngWork), every youngInterval until ctx ends.
 func (r *Runtime) measureYoung(ctx context.Context, publish func(map[string]uint64)) {
 	wait.UntilWithContext(ctx, func(context.Context) {
 		young := r.NewNamespaces(shard.YoungWindow).Fresh
-		publish(r.owned.NamespaceObjects(slices.Collect(maps.Keys(young)), &corev1.Pod{}))
+		publish(youngWork(r.owned, slices.Collect(maps.Keys(young))))
 	}, youngInterval)
+}
+
+// workKinds are the kinds whose objects ask for Pods.
+var workKinds = []runtime.Object{&appsv1.Deployment{}, &appsv1.ReplicaSet{}, &appsv1.StatefulSet{}, &batchv1.Job{}}
+
+// youngWork is, for each of namespaces in a loaded partition, the Pods
+// its workloads want and do not have available yet (podsToCome). That is
+// the work a young namespace brings and its replica has not done: a
+// tenant's replica that falls behind keeps it high, so the keeper deals
+// the tenant's neighbours off it, and a namespace whose work is done
+// counts for nothing, however new (shard's weightdeal.go). What a
+// namespace holds would say neither: its ReplicaSets come as fast as its
+// replica makes them, and a finished namespace holds the most.
+func youngWork(owned *informers.OwnedCache, namespaces []string) map[string]uint64 {
+	out := map[string]uint64{}
+	for _, kind := range workKinds {
+		for ns, items := range owned.NamespaceItems(kind, namespaces) {
+			var pods uint64
+			for _, item := range items {
+				pods += podsToCome(item)
+			}
+			out[ns] += pods
+		}
+	}
+	return out
+}
+
+// podsToCome is how many Pods obj wants and does not have available: a
+// Deployment's, a StatefulSet's or a ReplicaSet's no controller owns
+// (a Deployment's are its Deployment's) replicas short of available, a
+// Job's completions (its parallelism if unset) short of succeeded until
+// it has finished.
+func podsToCome(obj any) uint64 {
+	short := func(want *int32, have int32) uint64 {
+		w := int32(1)
+		if want != nil {
+			w = *want
+		}
+		return uint64(max(0, w-have))
+	}
+	switch o := obj.(type) {
+	case *appsv1.Deployment:
+		return short(o.Spec.Replicas, o.Status.AvailableReplicas)
+	case *appsv1.StatefulSet:
+		return short(o.Spec.Replicas, o.Status.AvailableReplicas)
+	case *appsv1.ReplicaSet:
+		if metav1.GetControllerOf(o) != nil {
+			return 0
+		}
+		return short(o.Spec.Replicas, o.Status.AvailableReplicas)
+	case *batchv1.Job:
+		for _, c := range o.Status.Conditions {
+			if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
+				return 0
+			}
+		}
+		want := o.Spec.Completions
+		if want == nil {
+			want = o.Spec.Parallelism
+		}
+		return short(want, o.Status.Succeeded)
+	}
+	return 0
 }
 
 // startMeasuring starts measuring what the owned cache holds for the

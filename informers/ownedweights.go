@@ -4,6 +4,7 @@ import (
 	"reflect"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/cache"
 )
 
 // PartitionObjects is what each loaded partition holds: the objects of
@@ -31,32 +32,26 @@ func (o *OwnedCache) PartitionObjects() map[int]uint64 {
 	return out
 }
 
-// NamespaceObjects is what each of namespaces holds, among those of the
-// loaded partitions, summed over the kinds but those of besides: the
-// young namespaces' weights the replica publishes promptly (a
-// namespace's first minute is when the work it brings is dealt).
-func (o *OwnedCache) NamespaceObjects(namespaces []string, besides ...runtime.Object) map[string]uint64 {
+// NamespaceItems is what the informer of obj's kind holds in each of
+// namespaces that is in a loaded partition: every such namespace is a
+// key, with no items when the cache has no informer of that kind. It is
+// what a replica reads its young namespaces' work to come from.
+func (o *OwnedCache) NamespaceItems(obj runtime.Object, namespaces []string) map[string][]any {
 	o.mu.Lock()
-	defer o.mu.Unlock()
-	out := make(map[string]uint64, len(namespaces))
+	out := make(map[string][]any, len(namespaces))
 	for _, ns := range namespaces {
 		if o.partitions[o.config.PartitionOf(ns)] {
-			out[ns] = 0
+			out[ns] = nil
 		}
 	}
-	skip := map[reflect.Type]bool{}
-	for _, obj := range besides {
-		skip[reflect.TypeOf(obj)] = true
+	i := o.informers[reflect.TypeOf(obj)]
+	o.mu.Unlock()
+	if i == nil {
+		return out
 	}
-	for t, i := range o.informers {
-		if skip[t] {
-			continue
-		}
-		i.lw.mu.Lock()
-		for ns := range out {
-			out[ns] += uint64(len(i.lw.ledger[ns]))
-		}
-		i.lw.mu.Unlock()
+	indexer := i.informer.GetIndexer()
+	for ns := range out {
+		out[ns], _ = indexer.ByIndex(cache.NamespaceIndex, ns)
 	}
 	return out
 }

@@ -12,7 +12,11 @@ import (
 // State writes them: a namespace created within the last minute brings
 // its work with it, long before the partitions' weights (measured every
 // 10 s) say so, and the member keeping the weight table deals young
-// namespaces by what they fill with (package shard).
+// namespaces by their work to come (package shard). A member publishes
+// the Pods each one's workloads want and do not have available yet
+// (package controllers); members of releases before it published what
+// each one held, which a keeper reads alike for the minute an upgrade
+// mixes them: it only places, never decides who runs a piece twice.
 //
 // Field "young" maps each such namespace to its weight's code
 // (WeightCode: 1 to 255, within 4.5%); it holds at most maxYoung, the

@@ -33,13 +33,22 @@ import (
 // hold little yet (a namespace landing beside an earlier one can leave a
 // member above its count with nothing else to move).
 //
-// A young namespace counts as one, unless what it holds (its members
-// publish it with each renewal, Pods left out: membership's young.go)
-// is over heavyYoung times the median young namespace's (of those past
-// emptyYoung): then it counts as that many namespaces' worth of work,
-// rounded, and a change in what the heavy ones count deals again. So a busy new tenant's replica sheds
-// its young neighbours within seconds of the tenant's work arriving,
-// while namespaces that fill alike count alike however far each got.
+// A young namespace counts as one, unless its members have published
+// its work to come (the Pods its workloads want and do not have
+// available yet: package controllers' youngWork) and either that work is
+// done (it published some, and now none): then it counts as nothing, so
+// namespaces created a minute ago and finished do not make a busy
+// tenant's replica look fair with neighbours; or the most it published
+// is over heavyYoung times the median's of those with work to come: then
+// it counts as that many namespaces' worth, rounded, never fewer while
+// its work lasts, and a change in what the heavy ones count deals again.
+// So a busy new tenant's replica sheds its young neighbours within
+// seconds of the tenant's work arriving, while namespaces of alike work
+// count alike however far each got (bench (h), a fleet of three: the
+// deal counted 20 finished namespaces of (a) beside the busy tenant's
+// and left four of its neighbours on its replica, which finished with
+// it). A namespace finishing deals nothing by itself: work stealing at
+// the end of a burst would cost a handover per namespace.
 //
 // So a deal moves only while a member is above its fair count: a
 // cluster that creates no namespace deals nothing, and namespaces created
@@ -87,23 +96,20 @@ type dealer struct {
 	// for the keeper's log line.
 	moved int
 	loads map[string]uint64
-	// weights: the last weight each new namespace's member published of
-	// it (kept while it moves, when nobody publishes it); weighed: the
-	// heavy ones' counts the last deal dealt by (heavyKey).
+	// weights: the last work to come each new namespace's member
+	// published of it (kept while it moves, when nobody publishes it);
+	// peaks: the most it published; heavy: what each heavy one counts,
+	// never lowered while its work lasts; weighed: the heavy ones'
+	// counts the last deal dealt by (heavyKey).
 	weights map[string]uint64
+	peaks   map[string]uint64
+	heavy   map[string]uint64
 	weighed string
 }
 
 // heavyYoung: a young namespace holding over this many times the median
 // young namespace counts as more than one.
 const heavyYoung = 2
-
-// emptyYoung is what a namespace holds before its work arrives (its
-// kube-root-ca.crt and default ServiceAccount): the median leaves such
-// namespaces out, so that namespaces created one after another with
-// their work, most of them still empty, do not make the first filled
-// look heavy.
-const emptyYoung = 2
 
 // deal is the moves table that deals the partitions of fresh, the
 // namespaces created within YoungWindow (by their partitions), and
@@ -129,7 +135,7 @@ func (d *dealer) deal(now time.Time, current string, view Plan, namespaces Fresh
 	d.forgetGone(now, fresh)
 	units := d.units(fresh, young)
 	count, dealing := d.countFresh(now, view.Ring.Partitions, fresh, namespaces.Settling, units)
-	weighed := heavyKey(units)
+	weighed := heavyKey(units, d.heavy)
 	if (len(dealing) == 0 && weighed == d.weighed) || len(view.Members) == 0 {
 		return "", false
 	}
@@ -158,54 +164,67 @@ func (d *dealer) forgetGone(now time.Time, fresh map[string]int) {
 			delete(d.dealt, ns)
 		}
 	}
-	for ns := range d.weights {
-		if _, ok := fresh[ns]; !ok {
-			delete(d.weights, ns)
+	for _, m := range []map[string]uint64{d.weights, d.peaks, d.heavy} {
+		for ns := range m {
+			if _, ok := fresh[ns]; !ok {
+				delete(m, ns)
+			}
 		}
 	}
 }
 
-// units is how many namespaces' worth each heavy new namespace counts
-// (heavyYoung); the others, absent, count one. young: what the members
-// publish now.
+// units is what each new namespace counts that does not count one: 0
+// for one whose work is done, and its units for a heavy one (heavyYoung).
+// young: what the members publish now.
 func (d *dealer) units(fresh map[string]int, young map[string]uint64) map[string]uint64 {
 	if d.weights == nil {
-		d.weights = map[string]uint64{}
+		d.weights, d.peaks, d.heavy = map[string]uint64{}, map[string]uint64{}, map[string]uint64{}
 	}
-	var ws []uint64
+	var working []uint64
+	units := map[string]uint64{}
 	for ns := range fresh {
 		if w, ok := young[ns]; ok {
 			d.weights[ns] = w
+			d.peaks[ns] = max(d.peaks[ns], w)
 		}
-		if w, ok := d.weights[ns]; ok && !d.before[ns] && w > emptyYoung {
-			ws = append(ws, w)
+		switch {
+		case d.before[ns] || d.peaks[ns] == 0:
+		case d.weights[ns] == 0:
+			units[ns] = 0
+		default:
+			working = append(working, d.peaks[ns])
 		}
 	}
-	units := map[string]uint64{}
-	if len(ws) == 0 {
-		return units
+	if len(working) > 0 {
+		slices.Sort(working)
+		median := max(1, working[len(working)/2])
+		for ns := range fresh {
+			if _, done := units[ns]; !done && !d.before[ns] && d.peaks[ns] > heavyYoung*median {
+				d.heavy[ns] = max(d.heavy[ns], uint64(math.Round(float64(d.peaks[ns])/float64(median))))
+			}
+		}
 	}
-	slices.Sort(ws)
-	median := max(1, ws[len(ws)/2])
-	for ns := range fresh {
-		if w := d.weights[ns]; !d.before[ns] && w > heavyYoung*median {
-			units[ns] = uint64(math.Round(float64(w) / float64(median)))
+	for ns, n := range d.heavy {
+		if _, done := units[ns]; !done {
+			units[ns] = n
 		}
 	}
 	return units
 }
 
-// heavyKey names the heavy namespaces' counts, to tell a change.
-func heavyKey(units map[string]uint64) string {
+// heavyKey names what the heavy namespaces count (0 once done), to tell
+// a change.
+func heavyKey(units, heavy map[string]uint64) string {
 	var b strings.Builder
-	for _, ns := range slices.Sorted(maps.Keys(units)) {
+	for _, ns := range slices.Sorted(maps.Keys(heavy)) {
 		fmt.Fprintf(&b, "%s=%d,", ns, units[ns])
 	}
 	return b.String()
 }
 
 // countFresh counts the new namespaces of each partition (those there at
-// the first step left out; a heavy one as its units) and lists the
+// the first step left out; a heavy one as its units, a finished one as
+// nothing) and lists the
 // partitions holding one not dealt yet, recording those as dealt now and
 // their partitions as fixed for the hold, whether the deal moves them or
 // leaves them where they run; one in a settling partition is dealt once
@@ -217,7 +236,11 @@ func (d *dealer) countFresh(now time.Time, partitions int, fresh map[string]int,
 		if p < 0 || p >= partitions || d.before[ns] {
 			continue
 		}
-		count[p] += max(1, units[ns])
+		n, ok := units[ns]
+		if !ok {
+			n = 1
+		}
+		count[p] += n
 		if _, ok := d.dealt[ns]; !ok && !settling[p] {
 			if d.dealt == nil {
 				d.dealt = map[string]time.Time{}

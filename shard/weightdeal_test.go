@@ -5,6 +5,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -279,43 +280,62 @@ func TestWeightKeeperDealMoves(t *testing.T) {
 	}
 }
 
-// TestWeightKeeperDealsABusyTenant: once the members publish what their
-// young namespaces hold, a busy new tenant (over heavyYoung times the
+// TestWeightKeeperDealsABusyTenant: once the members publish their young
+// namespaces' work to come, a busy new tenant (over heavyYoung times the
 // median) counts as that many namespaces, so the keeper deals its
 // neighbours off its member (all but those sharing its partition or the
 // colocated singletons'), and the other members share them within one
-// partition's worth; the same weights again deal nothing, and namespaces
-// that fill alike, however far each got, move nothing after the count.
+// partition's worth, also beside namespaces created a moment before
+// whose work is done (which count for nothing, and deal nothing as they
+// finish); the same weights again deal nothing, and namespaces of alike
+// work, however far each got, move nothing after the count.
 func TestWeightKeeperDealsABusyTenant(t *testing.T) {
 	const tenants = 20
 	for _, tc := range []struct {
 		name    string
 		members int
-		weight  func(i int) uint64 // what tenant-i holds
-		busy    bool
+		// finished: namespaces created just before the tenants, dealt,
+		// whose work is done when the tenants come.
+		finished int
+		weight   func(i int) uint64 // tenant-i's work to come
+		busy     bool
 	}{
-		{"3 members, a busy tenant", 3, func(i int) uint64 { return map[bool]uint64{true: 120, false: 8}[i == 0] }, true},
-		{"5 members, a busy tenant", 5, func(i int) uint64 { return map[bool]uint64{true: 120, false: 8}[i == 0] }, true},
-		{"3 members, tenants filling alike", 3, func(i int) uint64 { return uint64(5 + i%10) }, false},
-		{"3 members, the first tenants filled, the others still empty", 3, func(i int) uint64 { return map[bool]uint64{true: 12, false: 2}[i < 3] }, false},
+		{"3 members, a busy tenant", 3, 0, func(i int) uint64 { return map[bool]uint64{true: 120, false: 8}[i == 0] }, true},
+		{"5 members, a busy tenant", 5, 0, func(i int) uint64 { return map[bool]uint64{true: 120, false: 8}[i == 0] }, true},
+		{"3 members, a busy tenant beside 20 finished namespaces", 3, 20, func(i int) uint64 { return map[bool]uint64{true: 300, false: 25}[i == 0] }, true},
+		{"5 members, a busy tenant beside 20 finished namespaces", 5, 20, func(i int) uint64 { return map[bool]uint64{true: 300, false: 25}[i == 0] }, true},
+		{"3 members, tenants of alike work", 3, 0, func(i int) uint64 { return uint64(5 + i%10) }, false},
+		{"3 members, the first tenants' work arrived, the others' not yet", 3, 0, func(i int) uint64 { return map[bool]uint64{true: 12, false: 0}[i < 3] }, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			view, measured, fresh, k, start := startDealing(t, tc.members, 1)
 			config := view.Ring
+			at := start
+			table := ""
+			if tc.finished > 0 {
+				table = dealFinished(t, k, fresh, tc.members, tc.finished, &at)
+				view = dealView(tc.members, 1, table)
+			}
 			for i := range tenants {
 				ns := fmt.Sprintf("tenant-%d", i)
 				fresh[ns] = config.NamespacePartition(ns)
 			}
-			table := k.next(start.Add(time.Second), "", view, measured)
-			k.young = map[string]uint64{}
+			at = at.Add(time.Second)
+			if next := k.next(at, table, view, measured); next != "" {
+				table = next
+			}
+			if k.young == nil {
+				k.young = map[string]uint64{}
+			}
 			for i := range tenants {
 				k.young[fmt.Sprintf("tenant-%d", i)] = tc.weight(i)
 			}
 			view = dealView(tc.members, 1, table)
-			weighed := k.next(start.Add(3*time.Second), table, view, measured)
+			at = at.Add(2 * time.Second)
+			weighed := k.next(at, table, view, measured)
 			if !tc.busy {
 				if weighed != table {
-					t.Fatal("tenants filling alike dealt again")
+					t.Fatal("tenants of alike work dealt again")
 				}
 				return
 			}
@@ -327,6 +347,9 @@ func TestWeightKeeperDealsABusyTenant(t *testing.T) {
 			perMember := map[string]int{}
 			largest := map[int]int{}
 			for ns, p := range fresh {
+				if !strings.HasPrefix(ns, "tenant-") {
+					continue
+				}
 				largest[p]++
 				owner := r.PartitionOwner(p)
 				if ns == "tenant-0" {
@@ -345,11 +368,40 @@ func TestWeightKeeperDealsABusyTenant(t *testing.T) {
 				}
 			}
 			t.Logf("the busy tenant on %s; the other tenants per member: %v", busyOwner, perMember)
-			if next := k.next(start.Add(5*time.Second), weighed, view, measured); next != weighed {
+			if next := k.next(at.Add(2*time.Second), weighed, view, measured); next != weighed {
 				t.Error("the same weights dealt again")
 			}
 		})
 	}
+}
+
+// dealFinished adds n namespaces to fresh, has keeper k deal them, their
+// members publish their work and then its end, and fails if that end
+// deals anything; the table the keeper has then, with at its last step.
+func dealFinished(t *testing.T, k *weightKeeper, fresh map[string]int, members, n int, at *time.Time) string {
+	t.Helper()
+	config := dealView(members, 1, "").Ring
+	for i := range n {
+		ns := fmt.Sprintf("finished-%d", i)
+		fresh[ns] = config.NamespacePartition(ns)
+	}
+	measured := weighEvery(config.Partitions, 6)
+	*at = at.Add(time.Second)
+	table := k.next(*at, "", dealView(members, 1, ""), measured)
+	if table == "" {
+		t.Fatalf("%d new namespaces dealt nothing", n)
+	}
+	k.young = map[string]uint64{}
+	for _, work := range []uint64{50, 0} {
+		for i := range n {
+			k.young[fmt.Sprintf("finished-%d", i)] = work
+		}
+		*at = at.Add(2 * time.Second)
+		if next := k.next(*at, table, dealView(members, 1, table), measured); next != table {
+			t.Fatalf("namespaces of alike work dealt again as their work came to %d", work)
+		}
+	}
+	return table
 }
 
 // TestWeightKeeperLeavesSettlingPartitions: a deal moves no partition
