@@ -1,12 +1,14 @@
 package controllers
 
 import (
+	"maps"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 )
 
@@ -40,5 +42,47 @@ func TestPodsToCome(t *testing.T) {
 				t.Errorf("podsToCome = %d, want %d", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestYoungWork: a young namespace's work to come sums its workloads'
+// Pods to come; one whose workloads are all available is published as 0
+// (done), and one with no workload in the cache is left out (a partition
+// still loading holds none yet), whatever else it holds.
+func TestYoungWork(t *testing.T) {
+	deployment := func(ns string, want, available int32) *appsv1.Deployment {
+		return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns}, Spec: appsv1.DeploymentSpec{Replicas: ptr.To(want)}, Status: appsv1.DeploymentStatus{AvailableReplicas: available}}
+	}
+	held := map[string][]any{
+		"busy":    {deployment("busy", 10, 2), deployment("busy", 10, 0)},
+		"done":    {deployment("done", 10, 10)},
+		"loading": nil,
+		"jobs":    {&batchv1.Job{Spec: batchv1.JobSpec{Completions: ptr.To[int32](3)}}},
+		"configs": nil,
+		"mixed":   {deployment("mixed", 4, 1)},
+	}
+	jobs := map[string][]any{"jobs": held["jobs"], "mixed": {&batchv1.Job{Spec: batchv1.JobSpec{Parallelism: ptr.To[int32](2)}}}}
+	itemsOf := func(kind runtime.Object, namespaces []string) map[string][]any {
+		out := map[string][]any{}
+		for _, ns := range namespaces {
+			switch kind.(type) {
+			case *appsv1.Deployment:
+				for _, item := range held[ns] {
+					if _, ok := item.(*appsv1.Deployment); ok {
+						out[ns] = append(out[ns], item)
+					}
+				}
+			case *batchv1.Job:
+				out[ns] = jobs[ns]
+			default:
+				out[ns] = nil
+			}
+		}
+		return out
+	}
+	got := youngWork(itemsOf, []string{"busy", "done", "loading", "jobs", "configs", "mixed"})
+	want := map[string]uint64{"busy": 18, "done": 0, "jobs": 3, "mixed": 5}
+	if !maps.Equal(got, want) {
+		t.Errorf("youngWork = %v, want %v", got, want)
 	}
 }
