@@ -255,7 +255,7 @@ func (m *Manager) step(ctx context.Context, leaving bool) {
 		switch {
 		case next != current && m.weights.dealt:
 			weightTables.WithLabelValues("deal").Inc()
-			klog.FromContext(ctx).Info("Adopting a new partition weight table: dealing new namespaces", "moved", m.weights.dealer.moved, "newNamespacesByMember", m.weights.dealer.loads, "heavy", m.weights.dealer.weighed)
+			klog.FromContext(ctx).Info("Adopting a new partition weight table: dealing new namespaces", "moved", m.weights.dealer.moved, "newNamespacesByMember", m.weights.dealer.loads, "heavy", m.weights.dealer.weighed, "done", m.weights.dealer.done)
 		case next != current:
 			weightTables.WithLabelValues("hold").Inc()
 			a := m.weights.adopted

@@ -401,6 +401,11 @@ func dealFinished(t *testing.T, k *weightKeeper, fresh map[string]int, members, 
 			t.Fatalf("namespaces of alike work dealt again as their work came to %d", work)
 		}
 	}
+	// Their work stays done past doneQuiet, and still deals nothing.
+	*at = at.Add(doneQuiet)
+	if next := k.next(*at, table, dealView(members, 1, table), measured); next != table {
+		t.Fatal("namespaces whose work stayed done dealt again")
+	}
 	return table
 }
 
@@ -484,4 +489,29 @@ func TestWeightKeeperLeavesSettlingPartitions(t *testing.T) {
 		}
 	}
 	t.Logf("new namespaces per member: %v", count)
+}
+
+// TestDealCountsFinishedNamespacesOnceQuiet: a new namespace whose work
+// is done counts one until it has stayed done for doneQuiet (its replica
+// still reports the work), nothing after that, and one again once it has
+// work again; one never published, or published only empty, counts one.
+func TestDealCountsFinishedNamespacesOnceQuiet(t *testing.T) {
+	fresh := map[string]int{"finishing": 1, "working": 2, "unpublished": 3, "empty": 4}
+	start := time.Unix(1000, 0)
+	d := &dealer{before: map[string]bool{}}
+	for _, step := range []struct {
+		after time.Duration
+		young map[string]uint64
+		want  map[string]uint64 // the namespaces not counting one
+	}{
+		{0, map[string]uint64{"finishing": 50, "working": 50, "empty": 0}, map[string]uint64{}},
+		{2 * time.Second, map[string]uint64{"finishing": 0, "working": 40}, map[string]uint64{}},
+		{2*time.Second + doneQuiet - time.Millisecond, map[string]uint64{"finishing": 0, "working": 30}, map[string]uint64{}},
+		{2*time.Second + doneQuiet, map[string]uint64{"working": 20}, map[string]uint64{"finishing": 0}},
+		{3*time.Second + doneQuiet, map[string]uint64{"finishing": 10, "working": 20}, map[string]uint64{}},
+	} {
+		if got := d.units(start.Add(step.after), fresh, step.young); !maps.Equal(got, step.want) {
+			t.Errorf("after %v: units %v, want %v", step.after, got, step.want)
+		}
+	}
 }
