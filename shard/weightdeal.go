@@ -35,10 +35,11 @@ import (
 //
 // A young namespace counts as one, unless its members have published
 // its work to come (the Pods its workloads want and do not have
-// available yet: package controllers' youngWork) and either that work is
-// done (it published some, and now none): then it counts as nothing, so
-// namespaces created a minute ago and finished do not make a busy
-// tenant's replica look fair with neighbours; or the most it published
+// available yet: package controllers' youngWork) and either that work
+// has been done for doneQuiet (it published some, and since then none):
+// then it counts as nothing, so namespaces created a minute ago and
+// finished do not make a busy tenant's replica look fair with
+// neighbours; or the most it published
 // is over heavyYoung times the median's of those with work to come: then
 // it counts as that many namespaces' worth, rounded, never fewer while
 // its work lasts, and a change in what the heavy ones count deals again.
@@ -235,7 +236,9 @@ func (d *dealer) units(now time.Time, fresh map[string]int, young map[string]uin
 		slices.Sort(working)
 		median := max(1, working[len(working)/2])
 		for ns := range fresh {
-			if _, done := units[ns]; !done && !d.before[ns] && d.peaks[ns] > heavyYoung*median {
+			// Only a namespace with work to come now is weighed: one
+			// just done would be weighed by a peak from another burst.
+			if !d.before[ns] && d.weights[ns] > 0 && d.peaks[ns] > heavyYoung*median {
 				d.heavy[ns] = max(d.heavy[ns], uint64(math.Round(float64(d.peaks[ns])/float64(median))))
 			}
 		}

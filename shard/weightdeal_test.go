@@ -494,7 +494,9 @@ func TestWeightKeeperLeavesSettlingPartitions(t *testing.T) {
 // TestDealCountsFinishedNamespacesOnceQuiet: a new namespace whose work
 // is done counts one until it has stayed done for doneQuiet (its replica
 // still reports the work), nothing after that, and one again once it has
-// work again; one never published, or published only empty, counts one.
+// work again; one never published, or published only empty, counts one;
+// a heavy one is weighed only while it has work to come, by its peak, and
+// is never lowered while its work lasts.
 func TestDealCountsFinishedNamespacesOnceQuiet(t *testing.T) {
 	fresh := map[string]int{"finishing": 1, "working": 2, "unpublished": 3, "empty": 4}
 	start := time.Unix(1000, 0)
@@ -506,9 +508,12 @@ func TestDealCountsFinishedNamespacesOnceQuiet(t *testing.T) {
 	}{
 		{0, map[string]uint64{"finishing": 50, "working": 50, "empty": 0}, map[string]uint64{}},
 		{2 * time.Second, map[string]uint64{"finishing": 0, "working": 40}, map[string]uint64{}},
-		{2*time.Second + doneQuiet - time.Millisecond, map[string]uint64{"finishing": 0, "working": 30}, map[string]uint64{}},
-		{2*time.Second + doneQuiet, map[string]uint64{"working": 20}, map[string]uint64{"finishing": 0}},
-		{3*time.Second + doneQuiet, map[string]uint64{"finishing": 10, "working": 20}, map[string]uint64{}},
+		// A namespace of a later burst with less work: the one just
+		// done is not weighed by its peak against it.
+		{3 * time.Second, map[string]uint64{"finishing": 0, "working": 40, "empty": 5, "unpublished": 5}, map[string]uint64{"working": 10}},
+		{2*time.Second + doneQuiet - time.Millisecond, map[string]uint64{"finishing": 0, "working": 30}, map[string]uint64{"working": 10}},
+		{2*time.Second + doneQuiet, map[string]uint64{"working": 20}, map[string]uint64{"finishing": 0, "working": 10}},
+		{3*time.Second + doneQuiet, map[string]uint64{"finishing": 10, "working": 20}, map[string]uint64{"working": 10}},
 	} {
 		if got := d.units(start.Add(step.after), fresh, step.young); !maps.Equal(got, step.want) {
 			t.Errorf("after %v: units %v, want %v", step.after, got, step.want)
