@@ -49,7 +49,10 @@ import (
 // deal counted 20 finished namespaces of (a) beside the busy tenant's
 // and left four of its neighbours on its replica, which finished with
 // it). A namespace finishing deals nothing by itself: work stealing at
-// the end of a burst would cost a handover per namespace.
+// the end of a burst would cost a handover per namespace. Where a heavy
+// namespace's member is dealt more than it (its count short of the fair
+// count), the namespaces that share it are those whose work is done,
+// swapped for ones of the same count with work to come (seat).
 //
 // So a deal moves only while a member is above its fair count: a
 // cluster that creates no namespace deals nothing, and namespaces created
@@ -170,6 +173,8 @@ func (d *dealer) deal(now time.Time, current string, view Plan, namespaces Fresh
 	round := newDealRound(view, running.owners, base, inRing, count)
 	movable := slices.DeleteFunc(round.movable(dealing), func(p int) bool { return namespaces.Settling[p] })
 	round.spread(movable, len(movable)*len(inRing))
+	heavy, idle := d.seating(fresh, units)
+	round.seat(movable, heavy, idle)
 	d.loads = round.load
 	return d.movesTable(now, current, view.Ring.Partitions, running.owners, base.owners, round.owner, movable, weights)
 }
@@ -480,6 +485,62 @@ func (d *dealer) movesTable(now time.Time, current string, partitions int, runni
 		return "", false
 	}
 	return table, true
+}
+
+// seating sorts the partitions holding new namespaces for seat: heavy,
+// those holding a heavy namespace with work to come; idle, those whose
+// every new namespace has published its work done (quiet or not).
+func (d *dealer) seating(fresh map[string]int, units map[string]uint64) (heavy, idle map[int]bool) {
+	heavy, idle = map[int]bool{}, map[int]bool{}
+	working := map[int]bool{}
+	for ns, p := range fresh {
+		if d.before[ns] {
+			continue
+		}
+		if _, done := d.doneSince[ns]; done {
+			idle[p] = true
+			continue
+		}
+		working[p] = true
+		if d.heavy[ns] > 0 && units[ns] > 1 {
+			heavy[p] = true
+		}
+	}
+	for p := range working {
+		delete(idle, p)
+	}
+	return heavy, idle
+}
+
+// seat swaps partitions of the same count between a member holding a
+// heavy namespace and another: one with work to come leaves the heavy
+// namespace's member, one whose work is done takes its place. The loads
+// stay what spread made them; what changes is who shares the heavy
+// namespace's client budget and work queues, where a namespace with work
+// to come waits behind it and one whose work is done waits for nothing
+// (bench (h), a fleet of three: a deal counting the busy tenant as 17
+// namespaces' worth, 18 each member's fair count, left one tenant beside
+// it while other members held namespaces of (a) just done, and that
+// tenant took 34 s where the others took 17).
+func (r *dealRound) seat(movable []int, heavy, idle map[int]bool) {
+	heavyAt := map[string]bool{}
+	for p := range heavy {
+		heavyAt[r.owner[p]] = true
+	}
+	for _, p := range movable {
+		from := r.owner[p]
+		if !heavyAt[from] || heavy[p] || idle[p] || p == r.pinned {
+			continue
+		}
+		for _, q := range movable {
+			to := r.owner[q]
+			if heavyAt[to] || !idle[q] || r.count[q] != r.count[p] || q == r.pinned {
+				continue
+			}
+			r.owner[p], r.owner[q] = to, from
+			break
+		}
+	}
 }
 
 // dealtLoad is a member's new namespaces for its capacity; a member of

@@ -295,17 +295,24 @@ func TestWeightKeeperDealsABusyTenant(t *testing.T) {
 		name    string
 		members int
 		// finished: namespaces created just before the tenants, dealt,
-		// whose work is done when the tenants come.
+		// whose work is done when the tenants come: quiet (done for
+		// doneQuiet, counting nothing) or just done (counting one each).
 		finished int
+		quiet    bool
 		weight   func(i int) uint64 // tenant-i's work to come
 		busy     bool
 	}{
-		{"3 members, a busy tenant", 3, 0, func(i int) uint64 { return map[bool]uint64{true: 120, false: 8}[i == 0] }, true},
-		{"5 members, a busy tenant", 5, 0, func(i int) uint64 { return map[bool]uint64{true: 120, false: 8}[i == 0] }, true},
-		{"3 members, a busy tenant beside 20 finished namespaces", 3, 20, func(i int) uint64 { return map[bool]uint64{true: 300, false: 25}[i == 0] }, true},
-		{"5 members, a busy tenant beside 20 finished namespaces", 5, 20, func(i int) uint64 { return map[bool]uint64{true: 300, false: 25}[i == 0] }, true},
-		{"3 members, tenants of alike work", 3, 0, func(i int) uint64 { return uint64(5 + i%10) }, false},
-		{"3 members, the first tenants' work arrived, the others' not yet", 3, 0, func(i int) uint64 { return map[bool]uint64{true: 12, false: 0}[i < 3] }, false},
+		{"3 members, a busy tenant", 3, 0, true, func(i int) uint64 { return map[bool]uint64{true: 120, false: 8}[i == 0] }, true},
+		{"5 members, a busy tenant", 5, 0, true, func(i int) uint64 { return map[bool]uint64{true: 120, false: 8}[i == 0] }, true},
+		{"3 members, a busy tenant beside 20 finished namespaces", 3, 20, true, func(i int) uint64 { return map[bool]uint64{true: 300, false: 25}[i == 0] }, true},
+		{"5 members, a busy tenant beside 20 finished namespaces", 5, 20, true, func(i int) uint64 { return map[bool]uint64{true: 300, false: 25}[i == 0] }, true},
+		// The busy tenant counts short of a member's fair count (17 of
+		// 56 over three, 9 of 48 over five), so its member is dealt
+		// more: namespaces just done, not tenants with work to come.
+		{"3 members, a busy tenant short of a fair share beside 20 just done", 3, 20, false, func(i int) uint64 { return map[bool]uint64{true: 17 * 25, false: 25}[i == 0] }, true},
+		{"5 members, a busy tenant short of a fair share beside 20 just done", 5, 20, false, func(i int) uint64 { return map[bool]uint64{true: 9 * 25, false: 25}[i == 0] }, true},
+		{"3 members, tenants of alike work", 3, 0, true, func(i int) uint64 { return uint64(5 + i%10) }, false},
+		{"3 members, the first tenants' work arrived, the others' not yet", 3, 0, true, func(i int) uint64 { return map[bool]uint64{true: 12, false: 0}[i < 3] }, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			view, measured, fresh, k, start := startDealing(t, tc.members, 1)
@@ -313,7 +320,7 @@ func TestWeightKeeperDealsABusyTenant(t *testing.T) {
 			at := start
 			table := ""
 			if tc.finished > 0 {
-				table = dealFinished(t, k, fresh, tc.members, tc.finished, &at)
+				table = dealFinished(t, k, fresh, tc.members, tc.finished, tc.quiet, &at)
 				view = dealView(tc.members, 1, table)
 			}
 			for i := range tenants {
@@ -376,9 +383,10 @@ func TestWeightKeeperDealsABusyTenant(t *testing.T) {
 }
 
 // dealFinished adds n namespaces to fresh, has keeper k deal them, their
-// members publish their work and then its end, and fails if that end
-// deals anything; the table the keeper has then, with at its last step.
-func dealFinished(t *testing.T, k *weightKeeper, fresh map[string]int, members, n int, at *time.Time) string {
+// members publish their work and then its end (and, if quiet, it stays
+// done for doneQuiet), and fails if that end deals anything; the table
+// the keeper has then, with at its last step.
+func dealFinished(t *testing.T, k *weightKeeper, fresh map[string]int, members, n int, quiet bool, at *time.Time) string {
 	t.Helper()
 	config := dealView(members, 1, "").Ring
 	for i := range n {
@@ -400,6 +408,9 @@ func dealFinished(t *testing.T, k *weightKeeper, fresh map[string]int, members, 
 		if next := k.next(*at, table, dealView(members, 1, table), measured); next != table {
 			t.Fatalf("namespaces of alike work dealt again as their work came to %d", work)
 		}
+	}
+	if !quiet {
+		return table
 	}
 	// Their work stays done past doneQuiet, and still deals nothing.
 	*at = at.Add(doneQuiet)
