@@ -378,6 +378,14 @@ func TestWeightKeeperDealsABusyTenant(t *testing.T) {
 			if next := k.next(at.Add(2*time.Second), weighed, view, measured); next != weighed {
 				t.Error("the same weights dealt again")
 			}
+			// The busy tenant's work ends: nothing moves back onto its
+			// member, then or once it is quiet.
+			k.young["tenant-0"] = 0
+			for _, after := range []time.Duration{4 * time.Second, 4*time.Second + doneQuiet} {
+				if next := k.next(at.Add(after), weighed, view, measured); next != weighed {
+					t.Errorf("the busy tenant's work ending dealt again (%v after)", after)
+				}
+			}
 		})
 	}
 }
@@ -525,6 +533,29 @@ func TestDealCountsFinishedNamespacesOnceQuiet(t *testing.T) {
 		{2*time.Second + doneQuiet - time.Millisecond, map[string]uint64{"finishing": 0, "working": 30}, map[string]uint64{"working": 10}},
 		{2*time.Second + doneQuiet, map[string]uint64{"working": 20}, map[string]uint64{"finishing": 0, "working": 10}},
 		{3*time.Second + doneQuiet, map[string]uint64{"finishing": 10, "working": 20}, map[string]uint64{"working": 10}},
+	} {
+		if got := d.units(start.Add(step.after), fresh, step.young); !maps.Equal(got, step.want) {
+			t.Errorf("after %v: units %v, want %v", step.after, got, step.want)
+		}
+	}
+}
+
+// TestDealWeighsHeavyByWorkToComeNow: a namespace of an earlier burst,
+// a few Pods short of done, is not weighed heavy by that burst's peak
+// beside a later burst of smaller namespaces; the busy one of the later
+// burst is.
+func TestDealWeighsHeavyByWorkToComeNow(t *testing.T) {
+	fresh := map[string]int{"tail": 1, "busy": 2, "small-1": 3, "small-2": 4, "small-3": 5}
+	start := time.Unix(1000, 0)
+	d := &dealer{before: map[string]bool{}}
+	for _, step := range []struct {
+		after time.Duration
+		young map[string]uint64
+		want  map[string]uint64 // the namespaces not counting one
+	}{
+		{0, map[string]uint64{"tail": 50}, map[string]uint64{}},
+		{2 * time.Second, map[string]uint64{"tail": 4, "busy": 60, "small-1": 5, "small-2": 5, "small-3": 5}, map[string]uint64{"busy": 12}},
+		{4 * time.Second, map[string]uint64{"tail": 2, "busy": 40, "small-1": 3, "small-2": 3, "small-3": 3}, map[string]uint64{"busy": 12}},
 	} {
 		if got := d.units(start.Add(step.after), fresh, step.young); !maps.Equal(got, step.want) {
 			t.Errorf("after %v: units %v, want %v", step.after, got, step.want)
