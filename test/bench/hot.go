@@ -91,7 +91,11 @@ func (b *bench) hotTenant() error {
 // servingProcesses are the indexes of the processes that may serve
 // namespace: the fleet replica running its partition, or every KCM
 // instance (the leader does the work and the standby idles; after a
-// failover the logs no longer tell which one leads).
+// failover the logs no longer tell which one leads). A partition a deal
+// is moving has no owner in any Lease for the tens of milliseconds
+// between its old owner's release and its new owner's start (the
+// namespaces were just created, so deals are likely), so the Leases are
+// read again until one claims it, for at most 10 s.
 func (b *bench) servingProcesses(namespace string) ([]int, error) {
 	if !b.system.Fleet {
 		all := make([]int, len(b.procs))
@@ -100,6 +104,21 @@ func (b *bench) servingProcesses(namespace string) ([]int, error) {
 		}
 		return all, nil
 	}
+	var owners []int
+	var lastErr error
+	err := wait.PollUntilContextTimeout(b.ctx, 100*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		owners, lastErr = b.partitionOwnerProcess(namespace)
+		return lastErr == nil, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w (waited 10 s: %w)", lastErr, err)
+	}
+	return owners, nil
+}
+
+// partitionOwnerProcess is the index of the fleet replica whose Lease
+// claims namespace's partition.
+func (b *bench) partitionOwnerProcess(namespace string) ([]int, error) {
 	st, err := shard.ReadFleet(b.ctx, membership.NewLeaseStore(b.client), "kube-system", "fleet-controller-manager", b.ring.Partitions)
 	if err != nil {
 		return nil, err
