@@ -510,55 +510,55 @@ func TestWeightKeeperLeavesSettlingPartitions(t *testing.T) {
 	t.Logf("new namespaces per member: %v", count)
 }
 
-// TestDealCountsFinishedNamespacesOnceQuiet: a new namespace whose work
-// is done counts one until it has stayed done for doneQuiet (its replica
-// still reports the work), nothing after that, and one again once it has
-// work again; one never published, or published only empty, counts one;
-// a heavy one is weighed only while it has work to come, by its peak, and
-// is never lowered while its work lasts.
-func TestDealCountsFinishedNamespacesOnceQuiet(t *testing.T) {
-	fresh := map[string]int{"finishing": 1, "working": 2, "unpublished": 3, "empty": 4}
-	start := time.Unix(1000, 0)
-	d := &dealer{before: map[string]bool{}}
-	for _, step := range []struct {
-		after time.Duration
-		young map[string]uint64
-		want  map[string]uint64 // the namespaces not counting one
-	}{
-		{0, map[string]uint64{"finishing": 50, "working": 50, "empty": 0}, map[string]uint64{}},
-		{2 * time.Second, map[string]uint64{"finishing": 0, "working": 40}, map[string]uint64{}},
-		// A namespace of a later burst with less work: the one just
-		// done is not weighed by its peak against it.
-		{3 * time.Second, map[string]uint64{"finishing": 0, "working": 40, "empty": 5, "unpublished": 5}, map[string]uint64{"working": 10}},
-		{2*time.Second + doneQuiet - time.Millisecond, map[string]uint64{"finishing": 0, "working": 30}, map[string]uint64{"working": 10}},
-		{2*time.Second + doneQuiet, map[string]uint64{"working": 20}, map[string]uint64{"finishing": 0, "working": 10}},
-		{3*time.Second + doneQuiet, map[string]uint64{"finishing": 10, "working": 20}, map[string]uint64{"working": 10}},
-	} {
-		if got := d.units(start.Add(step.after), fresh, step.young); !maps.Equal(got, step.want) {
-			t.Errorf("after %v: units %v, want %v", step.after, got, step.want)
-		}
-	}
+// unitsStep is one step of TestDealUnits: what the members publish
+// after a time, and what the namespaces not counting one count then.
+type unitsStep struct {
+	after time.Duration
+	young map[string]uint64
+	want  map[string]uint64
 }
 
-// TestDealWeighsHeavyByWorkToComeNow: a namespace of an earlier burst,
-// a few Pods short of done, is not weighed heavy by that burst's peak
-// beside a later burst of smaller namespaces; the busy one of the later
-// burst is.
-func TestDealWeighsHeavyByWorkToComeNow(t *testing.T) {
-	fresh := map[string]int{"tail": 1, "busy": 2, "small-1": 3, "small-2": 4, "small-3": 5}
-	start := time.Unix(1000, 0)
-	d := &dealer{before: map[string]bool{}}
-	for _, step := range []struct {
-		after time.Duration
-		young map[string]uint64
-		want  map[string]uint64 // the namespaces not counting one
+// TestDealUnits steps the deal's count of new namespaces.
+//   - finished once quiet: a namespace whose work is done counts one
+//     until it has stayed done for doneQuiet (its replica still reports
+//     the work), nothing after that, and one again once it has work
+//     again; one never published, or published only empty, counts one; a
+//     heavy one is weighed only while it has work to come, by its peak,
+//     and is never lowered while its work lasts.
+//   - heavy by work to come now: a namespace of an earlier burst, a few
+//     Pods short of done, is not weighed heavy by that burst's peak
+//     beside a later burst of smaller namespaces; the busy one of the
+//     later burst is.
+func TestDealUnits(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fresh map[string]int
+		steps []unitsStep
 	}{
-		{0, map[string]uint64{"tail": 50}, map[string]uint64{}},
-		{2 * time.Second, map[string]uint64{"tail": 4, "busy": 60, "small-1": 5, "small-2": 5, "small-3": 5}, map[string]uint64{"busy": 12}},
-		{4 * time.Second, map[string]uint64{"tail": 2, "busy": 40, "small-1": 3, "small-2": 3, "small-3": 3}, map[string]uint64{"busy": 12}},
+		{"finished once quiet", map[string]int{"finishing": 1, "working": 2, "unpublished": 3, "empty": 4}, []unitsStep{
+			{0, map[string]uint64{"finishing": 50, "working": 50, "empty": 0}, map[string]uint64{}},
+			{2 * time.Second, map[string]uint64{"finishing": 0, "working": 40}, map[string]uint64{}},
+			// A namespace of a later burst with less work: the one just
+			// done is not weighed by its peak against it.
+			{3 * time.Second, map[string]uint64{"finishing": 0, "working": 40, "empty": 5, "unpublished": 5}, map[string]uint64{"working": 10}},
+			{2*time.Second + doneQuiet - time.Millisecond, map[string]uint64{"finishing": 0, "working": 30}, map[string]uint64{"working": 10}},
+			{2*time.Second + doneQuiet, map[string]uint64{"working": 20}, map[string]uint64{"finishing": 0, "working": 10}},
+			{3*time.Second + doneQuiet, map[string]uint64{"finishing": 10, "working": 20}, map[string]uint64{"working": 10}},
+		}},
+		{"heavy by work to come now", map[string]int{"tail": 1, "busy": 2, "small-1": 3, "small-2": 4, "small-3": 5}, []unitsStep{
+			{0, map[string]uint64{"tail": 50}, map[string]uint64{}},
+			{2 * time.Second, map[string]uint64{"tail": 4, "busy": 60, "small-1": 5, "small-2": 5, "small-3": 5}, map[string]uint64{"busy": 12}},
+			{4 * time.Second, map[string]uint64{"tail": 2, "busy": 40, "small-1": 3, "small-2": 3, "small-3": 3}, map[string]uint64{"busy": 12}},
+		}},
 	} {
-		if got := d.units(start.Add(step.after), fresh, step.young); !maps.Equal(got, step.want) {
-			t.Errorf("after %v: units %v, want %v", step.after, got, step.want)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Unix(1000, 0)
+			d := &dealer{before: map[string]bool{}}
+			for _, step := range tc.steps {
+				if got := d.units(start.Add(step.after), tc.fresh, step.young); !maps.Equal(got, step.want) {
+					t.Errorf("after %v: units %v, want %v", step.after, got, step.want)
+				}
+			}
+		})
 	}
 }
