@@ -321,8 +321,13 @@ func (o *OwnedCache) HasSynced() bool {
 
 // namespacesOf lists the namespaces of partitions. Called with mu held.
 func (o *OwnedCache) namespacesOf(partitions map[int]bool) []string {
+	return o.inPartitions(o.config.Namespaces.GetStore().ListKeys(), partitions)
+}
+
+// inPartitions is names (namespaces) in partitions, sorted.
+func (o *OwnedCache) inPartitions(names []string, partitions map[int]bool) []string {
 	var out []string
-	for _, name := range o.config.Namespaces.GetStore().ListKeys() {
+	for _, name := range names {
 		if partitions[o.config.PartitionOf(name)] {
 			out = append(out, name)
 		}

@@ -80,13 +80,11 @@ func (s *ownedStream) takeFeed(ctx context.Context, f *source, items []runtime.O
 		}
 	}
 	sort.Strings(namespaces)
-	take := map[string]bool{}
-	for _, ns := range namespaces {
-		take[ns] = true
-	}
 	for _, item := range items {
-		if m, err := meta.Accessor(item); err == nil && take[m.GetNamespace()] {
-			events = append(events, watch.Event{Type: watch.Added, Object: item})
+		if m, err := meta.Accessor(item); err == nil {
+			if _, taken := backlogs[m.GetNamespace()]; taken {
+				events = append(events, watch.Event{Type: watch.Added, Object: item})
+			}
 		}
 	}
 	events = append(events, lw.deletionsAbsent(namespaces, events)...)

@@ -120,14 +120,7 @@ func (o *OwnedCache) gainedNamespaces(ctx context.Context, g *gain) ([]string, e
 	if err != nil {
 		return nil, err
 	}
-	var out []string
-	for _, ns := range names {
-		if g.adding[o.config.PartitionOf(ns)] {
-			out = append(out, ns)
-		}
-	}
-	sort.Strings(out)
-	return out, nil
+	return o.inPartitions(names, g.adding), nil
 }
 
 // keepGain loads namespaces (and those each trunk noted while naming)

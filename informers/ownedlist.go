@@ -105,9 +105,7 @@ func (lw *ownedListWatch) listByPartition(ctx context.Context, t *listWatchTarge
 		// at their first event too: letGoEverywhere, finding one taken,
 		// leaves it.
 		for _, ns := range uncarried {
-			if !lw.loaded[ns] && lw.claims(ns) {
-				lw.loaded[ns] = true
-				src.insert(ns)
+			if lw.take(src, ns) {
 				carried[ns] = true
 			}
 		}

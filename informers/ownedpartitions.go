@@ -96,15 +96,6 @@ func (lw *ownedListWatch) keepGain(partitions map[int]bool, namespaces []string,
 	return unlisted, loading
 }
 
-// forget stops keeping partition p: its namespaces not loaded are no
-// longer decoded or taken. Unload its loaded namespaces after.
-func (lw *ownedListWatch) forget(p int) {
-	lw.mu.Lock()
-	defer lw.mu.Unlock()
-	delete(lw.partitions, p)
-	delete(lw.noted, p)
-}
-
 // phaseOf is the phase of ns's partition; false if the trunk does not
 // keep it by partition. Called with mu held.
 func (lw *ownedListWatch) phaseOf(ns string) (partitionPhase, bool) {
@@ -162,39 +153,29 @@ func (lw *ownedListWatch) ensureTrunk() {
 // newer than the list and reach src's watch. False if the read failed
 // (list again).
 func (lw *ownedListWatch) takeUncarried(ctx context.Context, src *source, join bool) bool {
-	names, ok := lw.uncarried(ctx)
-	if !ok {
+	lw.mu.Lock()
+	skip := len(lw.partitions) == 0 || lw.listNamespaceNames == nil || plantedNoReadAfterList
+	lw.mu.Unlock()
+	if skip {
+		// No partition kept: nothing to take.
+		return true
+	}
+	names, err := lw.listNamespaceNames(ctx)
+	if err != nil {
 		return false
 	}
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
 	var taken []string
 	for _, ns := range names {
-		if !lw.loaded[ns] && lw.claims(ns) {
+		if lw.take(src, ns) {
 			taken = append(taken, ns)
-			lw.loaded[ns] = true
-			if !join {
-				src.insert(ns)
-			}
 		}
 	}
 	if join && len(taken) > 0 {
 		src.join(taken, nil)
 	}
 	return true
-}
-
-// uncarried reads every namespace for the trunk; nil when no partition is
-// kept.
-func (lw *ownedListWatch) uncarried(ctx context.Context) ([]string, bool) {
-	lw.mu.Lock()
-	skip := len(lw.partitions) == 0 || lw.listNamespaceNames == nil || plantedNoReadAfterList
-	lw.mu.Unlock()
-	if skip {
-		return nil, true
-	}
-	names, err := lw.listNamespaceNames(ctx)
-	return names, err == nil
 }
 
 // ready says whether ns can be shown to handlers: no trunk lists (its

@@ -200,7 +200,11 @@ func (p *producer) watchFailed(ctx context.Context, err error) roundEnd {
 func (p *producer) watchEnded(ctx context.Context, expired, superseded bool) roundEnd {
 	switch {
 	case expired && !plantedNoRelistOnExpiry:
-		p.relist(p.src)
+		// Its list comes first in the next round.
+		p.lw.mu.Lock()
+		p.src.version = ""
+		p.lw.mu.Unlock()
+		sourceRelists.WithLabelValues(p.target.resource).Inc()
 	case ctx.Err() != nil:
 	case !superseded && p.closedEarly(p.opened):
 		// Resuming at once would replay the interval into the burst
@@ -248,14 +252,6 @@ func (s *ownedStream) closedEarly(opened time.Time) bool {
 		return false
 	}
 	return time.Since(opened) < time.Duration(*s.timeout)*time.Second-closedEarlySlack
-}
-
-// relist makes src list its namespaces again on its next round.
-func (s *ownedStream) relist(src *source) {
-	s.lw.mu.Lock()
-	src.version = ""
-	s.lw.mu.Unlock()
-	sourceRelists.WithLabelValues(s.target.resource).Inc()
 }
 
 // follow passes w's events on until w ends; true if the server said src's

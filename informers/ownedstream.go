@@ -298,7 +298,7 @@ func (lw *ownedListWatch) deletionsAbsent(namespaces []string, events []watch.Ev
 			}
 			obj, exists, err := indexer.GetByKey(ns + "/" + name)
 			if err != nil || !exists {
-				obj = lw.placeholder(ns, name)
+				obj = lw.placeholder(ns, name, "")
 			}
 			if obj != nil {
 				deletions = append(deletions, watch.Event{Type: watch.Deleted, Object: obj.(runtime.Object)})
@@ -377,7 +377,7 @@ func (s *ownedStream) bookmark() bool {
 	if lw.highest == "" || !newerVersion(lw.highest, lw.stored) {
 		return true
 	}
-	obj := lw.bookmarkObject(lw.highest)
+	obj := lw.placeholder("", "", lw.highest)
 	if obj == nil {
 		return true
 	}

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/scheme"
 )
@@ -13,23 +14,28 @@ import (
 // the informer, their events dropped, no request changed.
 
 // drop counts the loaded namespaces of the partitions gone picks (of
-// 0..partitions-1) and, with unload, forgets those partitions, then
-// unloads the namespaces: forgotten first, so that a namespace the trunk
-// takes meanwhile is unloaded with the rest.
+// 0..partitions-1) and, with unload, forgets those partitions (their
+// namespaces not loaded are no longer decoded or taken), then unloads
+// the namespaces: forgotten first, in the same hold of mu as the count,
+// so that a namespace the trunk takes meanwhile is unloaded with the
+// rest.
 func (lw *ownedListWatch) drop(gone func(p int) bool, partitions int, unload bool) int {
+	lw.mu.Lock()
 	if unload {
 		for p := range partitions {
 			if gone(p) {
-				lw.forget(p)
+				delete(lw.partitions, p)
+				delete(lw.noted, p)
 			}
 		}
 	}
 	var namespaces []string
-	for _, ns := range lw.namespaces() {
+	for ns := range lw.loaded {
 		if gone(lw.partitionOf(ns)) {
 			namespaces = append(namespaces, ns)
 		}
 	}
+	lw.mu.Unlock()
 	if unload {
 		lw.unload(namespaces)
 	}
@@ -79,9 +85,10 @@ func (lw *ownedListWatch) unload(namespaces []string) {
 	lw.sendPurge(stream, deletions)
 }
 
-// placeholder is an object with only the key, for deleting one the
-// informer has not stored yet (its addition is still queued).
-func (lw *ownedListWatch) placeholder(ns, name string) any {
+// placeholder is an object with only the key and version: for deleting
+// one the informer has not stored yet (its addition is still queued), or,
+// keyless, for a bookmark.
+func (lw *ownedListWatch) placeholder(ns, name, version string) runtime.Object {
 	t, err := lw.target()
 	if err != nil {
 		return nil
@@ -96,6 +103,7 @@ func (lw *ownedListWatch) placeholder(ns, name string) any {
 	}
 	m.SetNamespace(ns)
 	m.SetName(name)
+	m.SetResourceVersion(version)
 	return obj
 }
 

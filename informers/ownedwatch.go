@@ -105,21 +105,6 @@ func (lw *ownedListWatch) countSources() {
 	}
 }
 
-// bookmarkObject is an object of the informer's kind carrying only a
-// resource version, for a bookmark event.
-func (lw *ownedListWatch) bookmarkObject(version string) runtime.Object {
-	obj, ok := lw.placeholder("", "").(runtime.Object)
-	if !ok {
-		return nil
-	}
-	m, err := meta.Accessor(obj)
-	if err != nil {
-		return nil
-	}
-	m.SetResourceVersion(version)
-	return obj
-}
-
 type keyVersion struct{ key, version string }
 
 func newOwnedListWatch(target func() (*listWatchTarget, error), sharded bool, maxTerms, wideAbove int) *ownedListWatch {
@@ -242,10 +227,13 @@ func (lw *ownedListWatch) noteListed(namespaces []string, items []runtime.Object
 // carries says whether ns is loaded, after the trunk src takes it if its
 // partition is kept. Called with mu held.
 func (lw *ownedListWatch) carries(src *source, ns string) bool {
-	if lw.loaded[ns] {
-		return true
-	}
-	if ns == "" || !lw.claims(ns) {
+	return lw.loaded[ns] || lw.take(src, ns)
+}
+
+// take makes the trunk src carry ns, not loaded, when its partition is
+// kept or leaving (claims), and says whether it did. Called with mu held.
+func (lw *ownedListWatch) take(src *source, ns string) bool {
+	if lw.loaded[ns] || ns == "" || !lw.claims(ns) {
 		return false
 	}
 	lw.loaded[ns] = true
@@ -282,17 +270,6 @@ func (lw *ownedListWatch) watchSelector(t *listWatchTarget, src *source) string 
 		return noNamespace
 	}
 	return namespaceSelector(src.namespaces)
-}
-
-// namespaces lists the loaded namespaces.
-func (lw *ownedListWatch) namespaces() []string {
-	lw.mu.Lock()
-	defer lw.mu.Unlock()
-	out := make([]string, 0, len(lw.loaded))
-	for ns := range lw.loaded {
-		out = append(out, ns)
-	}
-	return out
 }
 
 // load adds namespaces, each listed unless it is loaded already (held
