@@ -134,6 +134,12 @@ type Manager struct {
 	// partitions of those still settling: what this member, keeping the
 	// view's weight table, deals (weightdeal.go).
 	NewNamespaces func(window time.Duration) FreshNamespaces
+	// ClientQPS is the controllers' client budget (--kube-api-qps): at a
+	// budget that creates more Pods in a handover's time than a new
+	// namespace is assumed to bring, the keeper deals a new namespace
+	// only once its work is known and outlasts a handover (weightdeal.go,
+	// assumedNewPods); 0 deals as at KCM's default budget.
+	ClientQPS float32
 	// NamespacesAdded, when set, signals new namespaces: a step follows,
 	// so that a keeper deals them at once.
 	NamespacesAdded <-chan struct{}
@@ -246,6 +252,7 @@ func (m *Manager) step(ctx context.Context, leaving bool) {
 	now := time.Now()
 	m.clock.observe(now, peers)
 	m.weights.hold, m.weights.newNamespaces = m.WeightHold, m.NewNamespaces
+	m.weights.dealer.payPods = payPods(m.ClientQPS)
 	m.weights.young = youngWeights(m.local.Confirmed, peers)
 	followWeightTable(&m.local, peers, func(current string, view Plan) string {
 		if m.weights.waitsForSettle(now, current, unsettled(view, m.local, peers, &m.rings)) {
@@ -255,7 +262,7 @@ func (m *Manager) step(ctx context.Context, leaving bool) {
 		switch {
 		case next != current && m.weights.dealt:
 			weightTables.WithLabelValues("deal").Inc()
-			klog.FromContext(ctx).Info("Adopting a new partition weight table: dealing new namespaces", "moved", m.weights.dealer.moved, "newNamespacesByMember", m.weights.dealer.loads, "heavy", m.weights.dealer.weighed, "done", m.weights.dealer.done)
+			klog.FromContext(ctx).Info("Adopting a new partition weight table: dealing new namespaces", "moved", m.weights.dealer.moved, "newNamespacesByMember", m.weights.dealer.loads, "heavy", m.weights.dealer.weighed, "done", m.weights.dealer.done, "tooSmall", m.weights.dealer.small)
 		case next != current:
 			weightTables.WithLabelValues("hold").Inc()
 			a := m.weights.adopted

@@ -562,3 +562,78 @@ func TestDealUnits(t *testing.T) {
 		})
 	}
 }
+
+// TestWeightKeeperDealsWhatOutlastsAHandover: at a client budget that
+// creates more Pods in a handover's time than a new namespace is assumed
+// to bring (1000 QPS), 20 new namespaces are not dealt before their work
+// is known, nor once it is known to be smaller than a handover's worth;
+// 20 whose work outlasts a handover are dealt once it is known; at KCM's
+// default budget (20 QPS) they are dealt at once, before their work is
+// known, as without a budget.
+func TestWeightKeeperDealsWhatOutlastsAHandover(t *testing.T) {
+	const namespaces = 20
+	for _, tc := range []struct {
+		name string
+		qps  float32
+		work uint64 // each namespace's published Pods to come
+		// dealtUnknown, dealtKnown: whether a table comes before the
+		// work is published, and once it is.
+		dealtUnknown, dealtKnown bool
+	}{
+		{"1000 QPS, 50 Pods each", 1000, 50, false, false},
+		{"1000 QPS, 2000 Pods each", 1000, 2000, false, true},
+		{"20 QPS, 50 Pods each", 20, 50, true, false},
+		{"no budget known, 50 Pods each", 0, 50, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			view, measured, fresh, k, start := startDealing(t, 3, 1)
+			k.dealer.payPods = payPods(tc.qps)
+			config := view.Ring
+			unmoved := NewRing(view.Ring, view.Members)
+			// Created where the ring puts them all on one member.
+			for i := 0; len(fresh) < namespaces; i++ {
+				ns := fmt.Sprintf("load-%d", i)
+				if p := config.NamespacePartition(ns); unmoved.PartitionOwner(p) == "fcm-1" {
+					fresh[ns] = p
+				}
+			}
+			perMember := func(table string) map[string]int {
+				r := NewRing(dealView(3, 1, table).Ring, view.Members)
+				got := map[string]int{}
+				for _, p := range fresh {
+					got[r.PartitionOwner(p)]++
+				}
+				return got
+			}
+			table := k.next(start.Add(time.Second), "", view, measured)
+			if (table != "") != tc.dealtUnknown {
+				t.Fatalf("before the work is known: dealt %v, want %v (per member %v, by the ring %v)", table != "", tc.dealtUnknown, perMember(table), perMember(""))
+			}
+			k.young = map[string]uint64{}
+			for ns := range fresh {
+				k.young[ns] = tc.work
+			}
+			view = dealView(3, 1, table)
+			next := k.next(start.Add(3*time.Second), table, view, measured)
+			if (next != table) != tc.dealtKnown {
+				t.Fatalf("once the work is known: dealt %v, want %v (per member %v, before %v)", next != table, tc.dealtKnown, perMember(next), perMember(table))
+			}
+			if tc.dealtKnown {
+				for m, n := range perMember(next) {
+					if n > int(math.Ceil(namespaces/3.0))+1 {
+						t.Errorf("%s runs %d of %d new namespaces after the deal: %v", m, n, namespaces, perMember(next))
+					}
+				}
+			}
+			if !tc.dealtUnknown && !tc.dealtKnown {
+				r := NewRing(dealView(3, 1, next).Ring, view.Members)
+				for _, p := range fresh {
+					if r.PartitionOwner(p) != unmoved.PartitionOwner(p) {
+						t.Errorf("partition %d moved: no namespace's work outlasts a handover", p)
+					}
+				}
+			}
+			t.Logf("new namespaces per member: %v, by the ring %v, too small %v", perMember(next), perMember(""), k.dealer.small)
+		})
+	}
+}

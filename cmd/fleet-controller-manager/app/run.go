@@ -86,6 +86,7 @@ func run(ctx context.Context, kcm *options.KubeControllerManagerOptions, fleet *
 		return err
 	}
 	manager.WeightHold, manager.NewNamespaces = fleet.WeightHold, pieces.NewNamespaces
+	manager.ClientQPS = c.Kubeconfig.QPS
 	if fleet.PlacementByWeight {
 		manager.NamespacesAdded = pieces.NamespacesAdded
 	}
