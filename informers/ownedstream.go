@@ -193,7 +193,8 @@ func (s *ownedStream) decide(src *source, e watch.Event, m metav1.Object, relist
 	lw := s.lw
 	ns := m.GetNamespace()
 	lw.mu.Lock()
-	loaded := lw.carries(src, ns)
+	// Loaded, or taken now if its partition is kept.
+	loaded := lw.loaded[ns] || lw.take(src, ns)
 	j, joining := src.joining[ns]
 	if joining && loaded && !relist {
 		j.backlog = append(j.backlog, e)

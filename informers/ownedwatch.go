@@ -224,12 +224,6 @@ func (lw *ownedListWatch) noteListed(namespaces []string, items []runtime.Object
 	}
 }
 
-// carries says whether ns is loaded, after the trunk src takes it if its
-// partition is kept. Called with mu held.
-func (lw *ownedListWatch) carries(src *source, ns string) bool {
-	return lw.loaded[ns] || lw.take(src, ns)
-}
-
 // take makes the trunk src carry ns, not loaded, when its partition is
 // kept or leaving (claims), and says whether it did. Called with mu held.
 func (lw *ownedListWatch) take(src *source, ns string) bool {
