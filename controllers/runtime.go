@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apiserver/pkg/server/healthz"
@@ -232,17 +231,14 @@ func NewRuntime(ctx context.Context, cfg RuntimeConfig) (*Runtime, error) {
 	// replica's lifetime: the owned cache places namespaces by them, and
 	// they run from now so that the first partition can be loaded before
 	// any informer starts.
-	namespaces, err := r.shared.ForResource(r, corev1.SchemeGroupVersion.WithResource("namespaces"), corev1.SchemeGroupVersion.WithKind("Namespace"))
-	if err != nil {
-		return nil, fmt.Errorf("namespaces informer: %w", err)
-	}
+	namespaces, creations := r.shared.Namespaces(r)
 	r.namespaces, r.partitionOf, r.namespacesAdded = namespaces, cfg.Ring.NamespacePartition, make(chan struct{}, 1)
 	if _, err := namespaces.AddEventHandler(r.signalNamespacesAdded(dealSettle)); err != nil {
 		return nil, fmt.Errorf("namespaces informer: %w", err)
 	}
 	r.shared.Start(r)
 	if cfg.Mode != informers.ModeFilteredWatch {
-		if r.owned, err = newOwnedCache(ctx, cfg, r.restClients, restMapper, namespaces); err != nil {
+		if r.owned, err = newOwnedCache(ctx, cfg, r.restClients, restMapper, namespaces, creations); err != nil {
 			return nil, err
 		}
 	}
@@ -257,10 +253,10 @@ func NewRuntime(ctx context.Context, cfg RuntimeConfig) (*Runtime, error) {
 
 // newOwnedCache is the replica's owned cache, for the modes that have
 // one.
-func newOwnedCache(ctx context.Context, cfg RuntimeConfig, clients *informers.RESTClients, mapper meta.RESTMapper, namespaces cache.SharedIndexInformer) (*informers.OwnedCache, error) {
+func newOwnedCache(ctx context.Context, cfg RuntimeConfig, clients *informers.RESTClients, mapper meta.RESTMapper, namespaces cache.SharedIndexInformer, creations *informers.Creations) (*informers.OwnedCache, error) {
 	owned, err := informers.NewOwnedCache(informers.OwnedCacheConfig{
 		Sharded: cfg.Mode == informers.ModeShardedWatch, MaxTerms: cfg.SelectorTerms, NamespaceWatchMax: cfg.NamespaceWatchMax, RESTClients: clients, Mapper: mapper,
-		Namespaces: namespaces, PartitionOf: cfg.Ring.NamespacePartition, Partitions: cfg.Ring.Partitions, FieldSelectors: ownedFieldSelectors(), SelectedWatches: sets.New(cfg.SelectedWatches...),
+		Namespaces: namespaces, Creations: creations, PartitionOf: cfg.Ring.NamespacePartition, Partitions: cfg.Ring.Partitions, FieldSelectors: ownedFieldSelectors(), SelectedWatches: sets.New(cfg.SelectedWatches...),
 		Resync: kcmapp.ResyncPeriod(cfg.KCM)(), Transform: trimManagedFields, Logger: klog.FromContext(ctx),
 	})
 	if err != nil {

@@ -48,6 +48,11 @@ type apiServerModel struct {
 	// listLatency: a list's answer is on its way for up to this long
 	// after its snapshot. Set before serving.
 	listLatency time.Duration
+	// namespaceLatency: a watch's Namespace events are on their way for
+	// up to this long, so that the replica hears of a namespace after
+	// its first objects, and after other watches have passed them. Set
+	// before serving.
+	namespaceLatency time.Duration
 	// folded: the versions a client could not stream, per resource and
 	// namespace ("" all): from the version its watch was told 410 Gone
 	// for through the version of its next list, into which they fold.
@@ -413,6 +418,9 @@ func (m *apiServerModel) watch(w http.ResponseWriter, r *http.Request, resource,
 		if !open {
 			return
 		}
+		if resource == "namespaces" && len(batch) > 0 && m.namespaceLatency > 0 {
+			time.Sleep(time.Duration(rand.Int63n(int64(m.namespaceLatency))))
+		}
 		for _, e := range batch {
 			if !send(e.typ, e.obj) {
 				return
@@ -454,10 +462,7 @@ func waitFor(c *sync.Cond, d time.Duration) {
 func startModelPool(ctx context.Context, t *testing.T, client kubernetes.Interface) (*Pool, cache.SharedIndexInformer, meta.RESTMapper) {
 	t.Helper()
 	pool := NewPool(ctx, PoolConfig{Client: client})
-	namespaces, err := pool.ForResource(t, corev1.SchemeGroupVersion.WithResource("namespaces"), corev1.SchemeGroupVersion.WithKind("Namespace"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	namespaces, _ := pool.Namespaces(t)
 	pool.Start(t)
 	mapper := meta.NewDefaultRESTMapper(nil)
 	mapper.Add(schema.GroupVersionKind{Version: "v1", Kind: "Namespace"}, meta.RESTScopeRoot)

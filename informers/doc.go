@@ -92,7 +92,14 @@
 //	leaving --HoldEverywhere--> kept
 //
 // A kind that does not keep by partition loads every namespace by a
-// feeder's list, those created later through a join. The states:
+// feeder's list, and those created later in a loaded partition from
+// their creation (takeFrom): the Namespaces informer lists, then watches,
+// so each addition its watch tells of is a creation, at its version
+// (Creations); every object of the namespace is newer, so the trunk's
+// watch, resumed from there if it has delivered past it, with every
+// other namespace floored at what it had delivered, hands all of it over
+// with no list. A namespace whose creation the informer did not watch
+// (met in its list) joins through a list. The states:
 //
 //   - naming: the trunk decodes every event of the partition's namespaces;
 //     those of namespaces it does not carry are dropped and noted. The
@@ -164,15 +171,22 @@
 //     delivered (let-go-while-listing);
 //   - a reveal reads what the dispatcher's events told it, not the store,
 //     which runs ahead of them: a handler was told an object twice
-//     (reveal-from-store).
+//     (reveal-from-store);
+//   - a selected trunk taking a namespace from its creation resumes from
+//     the creation's version when it has delivered past it, not from its
+//     own: with the Namespaces watch behind the ConfigMaps', a namespace's
+//     ConfigMap written in its first moments was never delivered
+//     (take-from-trunk). lists-created is no rule but the path before
+//     it: every new namespace of a selected watch joins through a list.
 //
 // # What controllers see
 //
 // The partition table is the one writer of the Scope: Gain and Lose as
 // it serves partitions, Held and Dropped as the owned cache reports to it
 // (HeldReporter) which namespaces it holds; the Scope shows a namespace
-// only once held. A namespace of a kept partition is held at once; one a
-// kind must list (selected Pods, a leaving partition's) once that list is
+// only once held. A namespace of a kept partition, or created in a
+// loaded one, is held at once; one a kind must list (a namespace a
+// selected kind met in a list, a leaving partition's) once that list is
 // in. Each change of the Scope is queued to the partition controllers'
 // handlers in order with the informers' events (dispatcher).
 //

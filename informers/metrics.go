@@ -18,6 +18,11 @@ var (
 		Help:           "Namespaces shown to the partition controllers before every informer of the owned cache held their first list, after waiting a minute for it (each is logged with the resources missing).",
 		StabilityLevel: metrics.ALPHA,
 	})
+	namespacesTakenFromCreation = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "fleet", Name: "owned_cache_namespaces_taken_from_creation_total",
+		Help:           "Namespaces created in a loaded partition that a selected watch took from their creation version, with no list, per resource.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource"})
 	ownedPartitions = metrics.NewGauge(&metrics.GaugeOpts{
 		Namespace: "fleet", Name: "owned_cache_partitions",
 		Help:           "Partitions loaded into the replica's owned cache.",
@@ -80,6 +85,6 @@ var registerOnce sync.Once
 
 func registerMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(ownedNamespaces, namespacesHeldLate, ownedPartitions, ownedSources, ownedWideSources, selectorIgnored, sourceRelists, watchesClosedEarly, eventsSkipped, selectedWatchOpens, catchUpWaits, catchUpRelists, sharedInformers)
+		legacyregistry.MustRegister(ownedNamespaces, namespacesHeldLate, namespacesTakenFromCreation, ownedPartitions, ownedSources, ownedWideSources, selectorIgnored, sourceRelists, watchesClosedEarly, eventsSkipped, selectedWatchOpens, catchUpWaits, catchUpRelists, sharedInformers)
 	})
 }

@@ -35,7 +35,11 @@ type OwnedCacheConfig struct {
 	RESTClients       *RESTClients
 	Mapper            meta.RESTMapper
 	// Namespaces is the replica's informer of all Namespaces; it must run.
-	Namespaces  cache.SharedIndexInformer
+	Namespaces cache.SharedIndexInformer
+	// Creations: the versions at which the Namespaces informer's
+	// watches saw namespaces created (Pool.Namespaces); nil lists every
+	// new namespace of a selected watch.
+	Creations   *Creations
 	PartitionOf func(namespace string) int
 	// Partitions is how many partitions PartitionOf places namespaces
 	// in: holding every namespace (HoldEverywhere) loads each of them.
@@ -73,8 +77,11 @@ type OwnedCache struct {
 	naming map[int]int
 	stop   <-chan struct{}
 	// created: namespaces created in loaded partitions, waiting for the
-	// join scheduleJoin starts (a burst of them shares a request).
+	// join scheduleJoin starts (a burst of them shares a request); born:
+	// the versions at which those the Namespaces informer saw created
+	// were (Creations).
 	created []string
+	born    map[string]string
 	// joinedAt: when the last join started; joinScheduled: a join will
 	// take created (scheduleJoin).
 	joinedAt      time.Time
@@ -134,7 +141,7 @@ func NewOwnedCache(c OwnedCacheConfig) (*OwnedCache, error) {
 	if plantedStuckLoad {
 		c.Logger.Error(nil, "THIS BUILD CARRIES A PLANTED FAULT, for tests only: a load of a partition holding a namespace named "+stuckLoadPrefix+"* never finishes")
 	}
-	o := &OwnedCache{config: c, informers: map[reflect.Type]*ownedInformer{}, partitions: map[int]bool{}, naming: map[int]int{}, held: map[string]bool{}}
+	o := &OwnedCache{config: c, informers: map[reflect.Type]*ownedInformer{}, partitions: map[int]bool{}, naming: map[int]int{}, held: map[string]bool{}, born: map[string]string{}}
 	o.namespaceReads = &namespaceReads{read: o.namespaceNames}
 	if _, err := c.Namespaces.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: o.namespaceAdded}); err != nil {
 		return nil, fmt.Errorf("following namespaces: %w", err)
@@ -153,6 +160,9 @@ func (o *OwnedCache) namespaceAdded(obj any) {
 		return
 	}
 	o.created = append(o.created, ns.Name)
+	if v := o.config.Creations.Of(ns.Name, ns.ResourceVersion); v != "" {
+		o.born[ns.Name] = v
+	}
 	if !o.listsToJoin(ns.Name) {
 		// Every kind has kept it from its first event: shown at once.
 		go o.join()

@@ -186,7 +186,7 @@ func (o *OwnedCache) settleGain(g *gain) []string {
 		}
 	}
 	for _, i := range g.informers {
-		i.lw.load(arrived, true, false)
+		i.lw.load(arrived, true, nil)
 	}
 	return arrived
 }

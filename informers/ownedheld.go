@@ -45,22 +45,26 @@ func (o *OwnedCache) ReportTo(r HeldReporter) {
 func (o *OwnedCache) join() {
 	o.mu.Lock()
 	var namespaces []string
+	born := map[string]string{}
 	for _, ns := range o.created {
 		// A gain still reading its partition's namespaces loads it.
 		if p := o.config.PartitionOf(ns); o.partitions[p] && o.naming[p] == 0 && !o.held[ns] {
 			namespaces = append(namespaces, ns)
+			if v := o.born[ns]; v != "" {
+				born[ns] = v
+			}
 		}
 	}
 	var lws []*ownedListWatch
 	for _, i := range o.informers {
 		// A kind kept by partition has kept it from its first event.
-		i.lw.load(namespaces, true, true)
+		i.lw.load(namespaces, true, born)
 		if i.everywhere > 0 {
-			i.lw.load(o.created, false, false)
+			i.lw.load(o.created, false, nil)
 		}
 		lws = append(lws, i.lw)
 	}
-	o.created = nil
+	o.created, o.born = nil, map[string]string{}
 	o.joinScheduled, o.joinedAt = false, time.Now()
 	stop := o.stop
 	o.mu.Unlock()

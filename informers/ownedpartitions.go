@@ -74,7 +74,7 @@ func (lw *ownedListWatch) keepGain(partitions map[int]bool, namespaces []string,
 		}
 		names := sets.List(batch)
 		lw.mu.Unlock()
-		unlisted = append(unlisted, lw.load(names, await, false)...)
+		unlisted = append(unlisted, lw.load(names, await, nil)...)
 		lw.mu.Lock()
 		loading = append(loading, names...)
 		batch = sets.New[string]()

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"hash/fnv"
+	"k8s.io/component-base/metrics/testutil"
 	"maps"
 	"math/rand"
 	"slices"
@@ -30,7 +31,7 @@ var (
 	// ownedSimUngated plants the bug the simulation exists for: the
 	// controllers see a namespace before the owned cache holds it.
 	ownedSimUngated = flag.Bool("ownedsim.ungated", false, "plant a bug: do not gate namespaces on the owned cache")
-	ownedSimPlant   = flag.String("ownedsim.plant", "", "plant a rule of keeping by partition out: informer-names, no-note, no-read-after-list, gain-shows-while-listing, ready-by-partition-only, relist-reads-namespaces, hold-keeps-selector, let-go-from-informer, let-go-while-listing or reveal-from-store")
+	ownedSimPlant   = flag.String("ownedsim.plant", "", "plant a rule of keeping by partition out: informer-names, no-note, no-read-after-list, gain-shows-while-listing, ready-by-partition-only, relist-reads-namespaces, hold-keeps-selector, let-go-from-informer, let-go-while-listing or reveal-from-store, take-from-trunk; lists-created lists every new namespace of a selected watch")
 	// ownedSimSelected makes every schedule select the ConfigMaps' watch
 	// (and list by shard selectors), for sweeps of that path.
 	ownedSimSelected = flag.Bool("ownedsim.selected", false, "every schedule lists by shard selectors and selects the ConfigMaps' watch")
@@ -220,6 +221,10 @@ func runOwnedSim(t *testing.T, seed int64) map[string]int {
 	rnd := rand.New(rand.NewSource(seed))
 	model := newAPIServerModel()
 	model.listLatency = time.Duration(rnd.Intn(150)) * time.Millisecond
+	// Drawn from a source of its own, as selected below.
+	if late := rand.New(rand.NewSource(seed ^ 0x1a7e)); late.Intn(2) == 0 {
+		model.namespaceLatency = time.Duration(late.Intn(400)) * time.Millisecond
+	}
 	defer model.close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -243,7 +248,7 @@ func runOwnedSim(t *testing.T, seed int64) map[string]int {
 	if sharded && (rand.New(rand.NewSource(seed^0x5e1ec7)).Intn(2) == 0 || *ownedSimSelected) {
 		selected = sets.New("configmaps")
 	}
-	owned, err := NewOwnedCache(OwnedCacheConfig{Sharded: sharded, MaxTerms: 2, NamespaceWatchMax: rnd.Intn(3), RESTClients: NewRESTClients(config), Mapper: mapper, Namespaces: namespaces, PartitionOf: partitionOf, Partitions: simPartitions, SelectedWatches: selected})
+	owned, err := NewOwnedCache(OwnedCacheConfig{Sharded: sharded, MaxTerms: 2, NamespaceWatchMax: rnd.Intn(3), RESTClients: NewRESTClients(config), Mapper: mapper, Namespaces: namespaces, Creations: pool.creations, PartitionOf: partitionOf, Partitions: simPartitions, SelectedWatches: selected})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,6 +303,7 @@ func runOwnedSim(t *testing.T, seed int64) map[string]int {
 	if selected != nil {
 		counts["schedules with a selected watch"]++
 	}
+	takenBefore := takenFromCreation(t)
 	// rootDeleted: when each namespace's publisher's ConfigMap was
 	// deleted the moment it appeared.
 	var rootDeleted sync.Map
@@ -456,6 +462,7 @@ func runOwnedSim(t *testing.T, seed int64) map[string]int {
 			break
 		}
 	}
+	counts["namespaces a selected watch took from their creation"] = takenFromCreation(t) - takenBefore
 	rootDeleted.Range(func(key, value any) bool {
 		if model.wasFolded("configmaps", key.(string), value.(int64)) {
 			counts["publisher's ConfigMaps deleted and compacted away before a watch streamed it (not checked)"]++
@@ -598,6 +605,16 @@ func diffVersions(got, want map[string]string) string {
 	return strings.Join(out, "; ")
 }
 
+// takenFromCreation is how many namespaces the ConfigMaps' selected
+// watch has taken from their creation version in this process.
+func takenFromCreation(t *testing.T) int {
+	v, err := testutil.GetCounterMetricValue(namespacesTakenFromCreation.WithLabelValues("configmaps"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(v)
+}
+
 // plantRule plants one rule of keeping by partition out for this run
 // (-ownedsim.plant), so that a sweep shows a schedule that breaks
 // without it.
@@ -613,6 +630,8 @@ func plantRule(t *testing.T, rule string) {
 		"let-go-from-informer":     &plantedLetGoFromInformer,
 		"let-go-while-listing":     &plantedLetGoInsertsWhileListing,
 		"reveal-from-store":        &plantedRevealFromStore,
+		"lists-created":            &plantedListsCreated,
+		"take-from-trunk":          &plantedTakeFromTrunk,
 	}
 	if rule == "" {
 		return

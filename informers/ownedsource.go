@@ -96,6 +96,32 @@ func (s *source) join(namespaces []string, feeder *source) {
 	}
 }
 
+// takeFrom makes the trunk carry ns, created at version born, with no
+// list: every object of ns is newer than born, so a watch from born or
+// before delivers all of it. A trunk that has delivered past born (its
+// watch dropped ns's events, or did not select them) resumes from born,
+// every other namespace floored at what it had delivered, so that it
+// hands over again only ns's events; a selected watch not naming ns is
+// superseded. Called with mu held.
+func (s *source) takeFrom(ns, born string) {
+	s.insert(ns)
+	past := newerVersion(s.version, born) && !plantedTakeFromTrunk
+	if past {
+		for _, other := range s.namespaces {
+			if delivered := s.delivered(other); other != ns && newerVersion(delivered, born) {
+				if s.floors == nil {
+					s.floors = map[string]string{}
+				}
+				s.floors[other] = delivered
+			}
+		}
+		s.version = born
+	}
+	if past || s.watchCovers != nil && !s.watchCovers[ns] {
+		s.supersedeWatch()
+	}
+}
+
 // remove takes ns out of the source's namespaces.
 func (s *source) remove(ns string) {
 	i := sort.SearchStrings(s.namespaces, ns)

@@ -267,14 +267,15 @@ func (lw *ownedListWatch) watchSelector(t *listWatchTarget, src *source) string 
 }
 
 // load adds namespaces, each listed unless it is loaded already (held
-// everywhere for a singleton, or joining) or its partition is kept (taken
-// at its first event); naming partitions' namespaces are listed, as the
-// trunk drops their events until the gain naming them is done. With
-// await, loaded reports when the informer holds what their lists handed
-// over; created says that they were created in partitions the replica had
-// loaded (source.created). It returns the namespaces no list of this load
-// reads.
-func (lw *ownedListWatch) load(namespaces []string, await, created bool) (unlisted []string) {
+// everywhere for a singleton, or joining), its partition is kept (taken
+// at its first event) or born has its creation version (taken from it
+// by the trunk's watch: takeFrom); naming partitions' namespaces are
+// listed, as the trunk drops their events until the gain naming them is
+// done. With await, loaded reports when the informer holds what their
+// lists handed over; born, not nil, says that they were created in
+// partitions the replica had loaded (source.created). It returns the
+// namespaces no list of this load reads.
+func (lw *ownedListWatch) load(namespaces []string, await bool, born map[string]string) (unlisted []string) {
 	lw.sendMu.Lock()
 	defer lw.sendMu.Unlock()
 	lw.mu.Lock()
@@ -293,6 +294,14 @@ func (lw *ownedListWatch) load(namespaces []string, await, created bool) (unlist
 			continue
 		}
 		lw.loaded[ns] = true
+		if t := lw.trunk(); born[ns] != "" && t != nil && t.version != "" && len(lw.partitions) == 0 && !plantedListsCreated {
+			t.takeFrom(ns, born[ns])
+			if target, err := lw.target(); err == nil {
+				namespacesTakenFromCreation.WithLabelValues(target.resource).Inc()
+			}
+			unlisted = append(unlisted, ns)
+			continue
+		}
 		added = append(added, ns)
 		if await {
 			lw.awaited[ns] = nil
@@ -304,7 +313,7 @@ func (lw *ownedListWatch) load(namespaces []string, await, created bool) (unlist
 	}
 	sources := lw.newSources(added)
 	for _, s := range sources {
-		s.created = created && s.feeds != nil
+		s.created = born != nil && s.feeds != nil
 	}
 	if lw.stream != nil {
 		for _, s := range sources {

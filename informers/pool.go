@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/informers"
@@ -47,6 +48,9 @@ type Pool struct {
 
 	mu      sync.Mutex
 	entries map[poolKey]*poolEntry
+	// creations: what the Namespaces informer's watches told of
+	// (Namespaces).
+	creations *Creations
 	// started: users that have called Start. An informer such a user asks
 	// for later is started at once: client-go's factory leaves it stopped
 	// until the next Start, and a controller that builds a lister on
@@ -163,6 +167,19 @@ func (p *Pool) ForResource(user any, gvr schema.GroupVersionResource, gvk schema
 		e.informer = generic.Informer()
 	})
 	return e.informer, nil
+}
+
+// Namespaces gives user the Namespaces informer, which every user of
+// the pool shares, and the creation versions its watches record. Ask for
+// it before anything else asks for Namespaces: the first to ask makes it.
+func (p *Pool) Namespaces(user any) (cache.SharedIndexInformer, *Creations) {
+	p.mu.Lock()
+	if p.creations == nil {
+		p.creations = &Creations{at: map[string]string{}}
+	}
+	c := p.creations
+	p.mu.Unlock()
+	return p.InformerFor(user, &corev1.Namespace{}, c.newInformer), c
 }
 
 // MetadataFor gives user the metadata-only informer of gvr.
