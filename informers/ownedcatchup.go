@@ -43,7 +43,7 @@ func (lw *ownedListWatch) catchUp(ctx context.Context, namespaces []string, sync
 	if err := wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) { return synced(), nil }); err != nil {
 		return fmt.Errorf("waiting for the %s informer's first list: %w", t.resource, err)
 	}
-	items, versions, err := lw.listNamespaces(ctx, t, namespaces, "")
+	items, versions, err := lw.listNamespaces(ctx, t, namespaces)
 	if err != nil {
 		return fmt.Errorf("reading the %s of %d namespaces held already: %w", t.resource, len(namespaces), err)
 	}

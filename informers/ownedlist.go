@@ -40,13 +40,9 @@ func (lw *ownedListWatch) listSource(ctx context.Context, t *listWatchTarget, sr
 	}
 	lw.mu.Lock()
 	namespaces := slices.Clone(src.namespaces)
-	var since string
-	if src.created {
-		since = src.feeds.version
-	}
 	lw.mu.Unlock()
 	if src.feeds != nil {
-		return lw.listNamespaces(ctx, t, namespaces, since)
+		return lw.listNamespaces(ctx, t, namespaces)
 	}
 	kind := wideList
 	switch {
@@ -60,7 +56,7 @@ func (lw *ownedListWatch) listSource(ctx context.Context, t *listWatchTarget, sr
 	if byPartition {
 		items, version, err = lw.listByPartition(ctx, t, src, namespaces)
 	} else {
-		items, version, err = lw.listRequest(ctx, t, namespaces, kind, "")
+		items, version, err = lw.listRequest(ctx, t, namespaces, kind)
 	}
 	if err != nil {
 		return nil, nil, err
@@ -118,9 +114,8 @@ func (lw *ownedListWatch) listByPartition(ctx context.Context, t *listWatchTarge
 // they are when it is called, with the version each namespace was read
 // at: with shard selectors one request per maxTerms namespaces, else one
 // request per namespace, or past wideAbove namespaces one cluster-wide
-// request. With since, as they are at a version no older than since
-// instead (sinceTrunk).
-func (lw *ownedListWatch) listNamespaces(ctx context.Context, t *listWatchTarget, namespaces []string, since string) ([]runtime.Object, map[string]string, error) {
+// request.
+func (lw *ownedListWatch) listNamespaces(ctx context.Context, t *listWatchTarget, namespaces []string) ([]runtime.Object, map[string]string, error) {
 	versions := map[string]string{}
 	var out []runtime.Object
 	lw.mu.Lock()
@@ -132,7 +127,7 @@ func (lw *ownedListWatch) listNamespaces(ctx context.Context, t *listWatchTarget
 	switch {
 	case lw.sharded && !wide:
 		for _, group := range chunks(namespaces, lw.maxTerms) {
-			items, version, err := lw.listRequest(ctx, t, group, selectorList, since)
+			items, version, err := lw.listRequest(ctx, t, group, selectorList)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -143,7 +138,7 @@ func (lw *ownedListWatch) listNamespaces(ctx context.Context, t *listWatchTarget
 		}
 	case !wide && (lw.wideAbove == 0 || len(namespaces) <= lw.wideAbove):
 		for _, ns := range namespaces {
-			items, version, err := t.listNamespace(ctx, ns, sinceTrunk(metav1.ListOptions{}, since))
+			items, version, err := t.listNamespace(ctx, ns, metav1.ListOptions{})
 			if err != nil {
 				return nil, nil, err
 			}
@@ -151,7 +146,7 @@ func (lw *ownedListWatch) listNamespaces(ctx context.Context, t *listWatchTarget
 			versions[ns] = version
 		}
 	default:
-		items, version, err := lw.listRequest(ctx, t, namespaces, wideList, since)
+		items, version, err := lw.listRequest(ctx, t, namespaces, wideList)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -175,13 +170,13 @@ const (
 
 // listRequest makes one paged cluster-wide list of t and returns the
 // objects in namespaces and the list's
-// version; with since, at a version no older than since (sinceTrunk).
-func (lw *ownedListWatch) listRequest(ctx context.Context, t *listWatchTarget, namespaces []string, kind listKind, since string) ([]runtime.Object, string, error) {
+// version.
+func (lw *ownedListWatch) listRequest(ctx context.Context, t *listWatchTarget, namespaces []string, kind listKind) ([]runtime.Object, string, error) {
 	want := map[string]bool{}
 	for _, ns := range namespaces {
 		want[ns] = true
 	}
-	options := sinceTrunk(metav1.ListOptions{Limit: 500, FieldSelector: t.fieldSelector}, since)
+	options := metav1.ListOptions{Limit: 500, FieldSelector: t.fieldSelector}
 	switch kind {
 	case selectorList:
 		options.ShardSelector = namespaceSelector(namespaces)
@@ -231,21 +226,4 @@ func (lw *ownedListWatch) pagedList(ctx context.Context, t *listWatchTarget, opt
 		}
 		options.Continue = listMeta.GetContinue()
 	}
-}
-
-// sinceTrunk asks a feeder's list of namespaces created in loaded
-// partitions for a version no older than since, its trunk's version,
-// rather than a consistent read: kube-apiserver's watch cache answers it
-// at once, where a consistent list waits until the cache is as new as
-// etcd (about 80 ms on a quiet server, measured as the time a new
-// namespace's Pods list took). It is whole: the trunk's watch resumes
-// from since and hands over every event of those namespaces newer than
-// the list (feed); no other replica wrote into them, and this one's
-// controllers are shown them only once the list is handed over.
-func sinceTrunk(options metav1.ListOptions, since string) metav1.ListOptions {
-	if since != "" {
-		options.ResourceVersion = since
-		options.ResourceVersionMatch = metav1.ResourceVersionMatchNotOlderThan
-	}
-	return options
 }

@@ -30,10 +30,6 @@ type source struct {
 	// feeds (a feeder): the trunk its namespaces join. A feeder lists
 	// and never watches.
 	feeds *source
-	// created (a feeder): its namespaces were created in partitions the
-	// replica had loaded, so no other replica wrote into them, and its
-	// list need only be as new as its trunk's version (sinceTrunk).
-	created bool
 	// watchCovers: the namespaces the shard selector of the source's open
 	// watch names (watchSelector); nil while it carries none. A namespace
 	// joining the source outside them supersedes the watch: watchGen

@@ -272,9 +272,9 @@ func (lw *ownedListWatch) watchSelector(t *listWatchTarget, src *source) string 
 // by the trunk's watch: takeFrom); naming partitions' namespaces are
 // listed, as the trunk drops their events until the gain naming them is
 // done. With await, loaded reports when the informer holds what their
-// lists handed over; born, not nil, says that they were created in
-// partitions the replica had loaded (source.created). It returns the
-// namespaces no list of this load reads.
+// lists handed over; born has the creation versions of those created in
+// partitions the replica had loaded. It returns the namespaces no list of
+// this load reads.
 func (lw *ownedListWatch) load(namespaces []string, await bool, born map[string]string) (unlisted []string) {
 	lw.sendMu.Lock()
 	defer lw.sendMu.Unlock()
@@ -312,9 +312,6 @@ func (lw *ownedListWatch) load(namespaces []string, await bool, born map[string]
 		return unlisted
 	}
 	sources := lw.newSources(added)
-	for _, s := range sources {
-		s.created = born != nil && s.feeds != nil
-	}
 	if lw.stream != nil {
 		for _, s := range sources {
 			lw.stream.start(s)
