@@ -489,13 +489,26 @@ const rowPartitions = 64
 // ConfigMap informer once synced. Create the rows' namespaces first.
 func startRowCache(ctx context.Context, t *testing.T, model *apiServerModel, sharded bool) (*OwnedCache, cache.SharedIndexInformer) {
 	t.Helper()
+	return startModelCache(ctx, t, model, OwnedCacheConfig{Sharded: sharded, MaxTerms: 2, PartitionOf: rowPartition, Partitions: rowPartitions}, false)
+}
+
+// startModelCache starts an owned cache of the model's ConfigMaps made
+// from cfg, its clients, mapper and Namespaces informer (with its
+// creations, if asked) filled in, with partition 0 loaded, and returns it
+// and its ConfigMap informer once synced.
+func startModelCache(ctx context.Context, t *testing.T, model *apiServerModel, cfg OwnedCacheConfig, creations bool) (*OwnedCache, cache.SharedIndexInformer) {
+	t.Helper()
 	config := &rest.Config{Host: model.server.URL, QPS: -1}
 	client, err := kubernetes.NewForConfig(config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, namespaces, mapper := startModelPool(ctx, t, client)
-	owned, err := NewOwnedCache(OwnedCacheConfig{Sharded: sharded, MaxTerms: 2, RESTClients: NewRESTClients(config), Mapper: mapper, Namespaces: namespaces, PartitionOf: rowPartition, Partitions: rowPartitions})
+	pool, namespaces, mapper := startModelPool(ctx, t, client)
+	cfg.RESTClients, cfg.Mapper, cfg.Namespaces = NewRESTClients(config), mapper, namespaces
+	if creations {
+		cfg.Creations = pool.creations
+	}
+	owned, err := NewOwnedCache(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -86,36 +86,15 @@ func TestSelectedWatchTakesANewNamespaceFromItsCreation(t *testing.T) {
 			defer model.close()
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			config := &rest.Config{Host: model.server.URL, QPS: -1}
-			client, err := kubernetes.NewForConfig(config)
-			if err != nil {
-				t.Fatal(err)
-			}
 			model.createNamespace("old")
 			model.writeConfigMap("old", "a", false)
-			pool, namespaces, mapper := startModelPool(ctx, t, client)
-			cfg := OwnedCacheConfig{Sharded: true, MaxTerms: 2, RESTClients: NewRESTClients(config), Mapper: mapper, Namespaces: namespaces,
-				PartitionOf: func(string) int { return 0 }, Partitions: 1, SelectedWatches: sets.New("configmaps")}
-			if tc.creations {
-				cfg.Creations = pool.creations
-			}
-			owned, err := NewOwnedCache(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			informer := owned.InformerFor(&corev1.ConfigMap{})
-			if err := owned.Include(ctx, 0); err != nil {
-				t.Fatal(err)
-			}
-			owned.Start(ctx.Done())
-			if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
-				t.Fatal("the owned cache never synced")
-			}
+			_, informer := startModelCache(ctx, t, model, OwnedCacheConfig{Sharded: true, MaxTerms: 2,
+				PartitionOf: func(string) int { return 0 }, Partitions: 1, SelectedWatches: sets.New("configmaps")}, tc.creations)
 			before := model.countsNow()["list configmaps"]
 			model.createNamespace("new")
 			model.writeConfigMap("new", "first", false)
 			model.writeConfigMap("old", "b", false)
-			err = wait.PollUntilContextCancel(ctx, 10*time.Millisecond, true, func(context.Context) (bool, error) {
+			err := wait.PollUntilContextCancel(ctx, 10*time.Millisecond, true, func(context.Context) (bool, error) {
 				return maps.Equal(heldIn(informer, "new"), model.configMapsIn("new")) && maps.Equal(heldIn(informer, "old"), model.configMapsIn("old")), nil
 			})
 			if err != nil {
