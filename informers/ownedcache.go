@@ -77,15 +77,10 @@ type OwnedCache struct {
 	naming map[int]int
 	stop   <-chan struct{}
 	// created: namespaces created in loaded partitions, waiting for the
-	// join scheduleJoin starts (a burst of them shares a request); born:
-	// the versions at which those the Namespaces informer saw created
-	// were (Creations).
+	// join each starts; born: the versions at which those the Namespaces
+	// informer saw created were (Creations).
 	created []string
 	born    map[string]string
-	// joinedAt: when the last join started; joinScheduled: a join will
-	// take created (scheduleJoin).
-	joinedAt      time.Time
-	joinScheduled bool
 	// held: namespaces of loaded partitions whose first list every
 	// informer holds, so that every later event of theirs reaches the
 	// informers. A namespace deleted stays held: the trunk keeps
@@ -107,16 +102,6 @@ type ownedInformer struct {
 	// holds every namespace, not only those of loaded partitions.
 	everywhere int
 }
-
-// joinDelay gathers namespaces created together into one list, for the
-// kinds that list a namespace to hold it: a join starts at most once per
-// joinDelay, the first of a quiet moment at once, and those created
-// within it wait for the next. A new namespace is shown to the partition
-// controllers only once it has joined (ownedheld.go), so its
-// kube-root-ca.crt and default ServiceAccount wait for it, and a quota
-// created with the namespace counts its ConfigMaps before them if they
-// come late.
-const joinDelay = 5 * time.Millisecond
 
 // NewOwnedCache makes an empty cache (no partition loaded).
 func NewOwnedCache(c OwnedCacheConfig) (*OwnedCache, error) {
@@ -163,40 +148,10 @@ func (o *OwnedCache) namespaceAdded(obj any) {
 	if v := o.config.Creations.Of(ns.Name, ns.ResourceVersion); v != "" {
 		o.born[ns.Name] = v
 	}
-	if !o.listsToJoin(ns.Name) {
-		// Every kind has kept it from its first event: shown at once.
-		go o.join()
-		return
-	}
-	o.scheduleJoin()
-}
-
-// scheduleJoin makes a join take created: at once if none started within
-// joinDelay, else joinDelay after the last began. Called with mu held.
-func (o *OwnedCache) scheduleJoin() {
-	if o.joinScheduled {
-		return
-	}
-	o.joinScheduled = true
-	if wait := joinDelay - time.Since(o.joinedAt); wait > 0 {
-		time.AfterFunc(wait, o.join)
-		return
-	}
+	// Every kind keeping it by partition or taking it from its creation,
+	// a join shows it at once; one that must list it (met in a list)
+	// shows it once listed.
 	go o.join()
-}
-
-// listsToJoin says whether some informer lists namespace ns to hold it:
-// one that does not keep its partition. Called with mu held.
-func (o *OwnedCache) listsToJoin(ns string) bool {
-	for _, i := range o.informers {
-		i.lw.mu.Lock()
-		phase, ok := i.lw.phaseOf(ns)
-		i.lw.mu.Unlock()
-		if !ok || phase != partitionKept {
-			return true
-		}
-	}
-	return false
 }
 
 // heldEverywhere says whether some informer holds every namespace. Called

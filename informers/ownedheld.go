@@ -65,7 +65,6 @@ func (o *OwnedCache) join() {
 		lws = append(lws, i.lw)
 	}
 	o.created, o.born = nil, map[string]string{}
-	o.joinScheduled, o.joinedAt = false, time.Now()
 	stop := o.stop
 	o.mu.Unlock()
 	if len(namespaces) == 0 {
