@@ -176,7 +176,16 @@
 //     own: with the Namespaces watch behind the ConfigMaps', a namespace's
 //     ConfigMap written in its first moments was never delivered
 //     (take-from-trunk). lists-created is no rule but the path before
-//     it: every new namespace of a selected watch joins through a list.
+//     it: every new namespace of a selected watch joins through a list;
+//   - a gain keeps only the partitions named before its read of the
+//     namespaces was asked for: a hold of every namespace naming a
+//     partition lost and gained again meanwhile left a namespace
+//     created in between, missing from the earlier gain's read, with
+//     events its trunk never decoded, and a ConfigMap of it never
+//     delivered (keeps-later-naming);
+//   - a namespace joining a trunk drops the events at or below its floor
+//     rather than holding them back: a trunk resumed from a creation
+//     would replay them behind the ones it held.
 //
 // # What controllers see
 //

@@ -250,8 +250,7 @@ func (o *OwnedCache) InformerFor(obj runtime.Object) cache.SharedIndexInformer {
 	lw.partitionOf, lw.listNamespaceNames = o.config.PartitionOf, o.namespaceReads.get
 	// Not yet run: its first list and the read after it (takeUncarried)
 	// bring every namespace of the loaded partitions.
-	lw.nameGain(o.partitions)
-	lw.keepGain(o.partitions, o.namespacesOf(o.partitions), false)
+	lw.keepGain(o.partitions, o.namespacesOf(o.partitions), false, lw.nameGain(o.partitions))
 	o.informers[t] = &ownedInformer{informer: informer, lw: lw}
 	if o.stop != nil {
 		go informer.Run(o.stop)

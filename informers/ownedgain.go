@@ -3,6 +3,7 @@ package informers
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -66,6 +67,8 @@ type gain struct {
 	adding    map[int]bool
 	informers []*ownedInformer
 	lws       []*ownedListWatch
+	// tokens: each informer's naming token (ownedListWatch.nameGain).
+	tokens []uint64
 	// started: the informers run, so the gain names its partitions
 	// before reading their namespaces; naming until settled.
 	started, naming bool
@@ -93,7 +96,9 @@ func (o *OwnedCache) beginGain(partitions []int) *gain {
 		g.informers = append(g.informers, i)
 		g.lws = append(g.lws, i.lw)
 		if g.started {
-			i.lw.nameGain(g.adding)
+			g.tokens = append(g.tokens, i.lw.nameGain(g.adding))
+		} else {
+			g.tokens = append(g.tokens, math.MaxUint64)
 		}
 	}
 	if g.started {
@@ -131,8 +136,8 @@ func (o *OwnedCache) keepGain(ctx context.Context, g *gain, namespaces []string,
 	defer o.mu.Unlock()
 	var catchUps []func() error
 	loading := sets.New[string]()
-	for _, i := range g.informers {
-		unlisted, loads := i.lw.keepGain(g.adding, namespaces, await)
+	for n, i := range g.informers {
+		unlisted, loads := i.lw.keepGain(g.adding, namespaces, await, g.tokens[n])
 		loading.Insert(loads...)
 		if len(unlisted) > 0 && g.started {
 			lw, synced := i.lw, i.informer.HasSynced
@@ -241,7 +246,7 @@ func (o *OwnedCache) gainEverywhere(ctx context.Context, i *ownedInformer) error
 	if first {
 		i.lw.holdEverywhere()
 	}
-	i.lw.nameGain(every)
+	token := i.lw.nameGain(every)
 	names := o.config.Namespaces.GetStore().ListKeys()
 	o.mu.Unlock()
 	if started {
@@ -252,7 +257,7 @@ func (o *OwnedCache) gainEverywhere(ctx context.Context, i *ownedInformer) error
 	}
 	sort.Strings(names)
 	o.mu.Lock()
-	unlisted, loading := i.lw.keepGain(every, names, true)
+	unlisted, loading := i.lw.keepGain(every, names, true, token)
 	o.mu.Unlock()
 	err := wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) {
 		return i.lw.loadedInto(loading), nil

@@ -37,18 +37,24 @@ func (lw *ownedListWatch) keepsByPartition() bool {
 }
 
 // nameGain marks partitions naming, for a kind kept by partition: from
-// now on the trunk decodes the events of their namespaces.
-func (lw *ownedListWatch) nameGain(partitions map[int]bool) {
+// now on the trunk decodes the events of their namespaces. It returns
+// the gain's token for keepGain: a partition named after it (by another
+// gain, a hold of every namespace beginning meanwhile) is kept only by a
+// gain whose read of the namespaces followed that naming.
+func (lw *ownedListWatch) nameGain(partitions map[int]bool) uint64 {
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
 	if !lw.keepsByPartition() {
-		return
+		return lw.named
 	}
 	for p := range partitions {
 		if _, ok := lw.partitions[p]; !ok {
+			lw.named++
 			lw.partitions[p] = partitionNaming
+			lw.namedAt[p] = lw.named
 		}
 	}
+	return lw.named
 }
 
 // keepGain marks partitions kept and loads namespaces (theirs, read by a
@@ -58,7 +64,7 @@ func (lw *ownedListWatch) nameGain(partitions map[int]bool) {
 // the kept partition would take it at its next event, without the first;
 // it returns what load returns and the namespaces loaded, for the gain to
 // wait on.
-func (lw *ownedListWatch) keepGain(partitions map[int]bool, namespaces []string, await bool) (unlisted, loading []string) {
+func (lw *ownedListWatch) keepGain(partitions map[int]bool, namespaces []string, await bool, token uint64) (unlisted, loading []string) {
 	batch := sets.New(namespaces...)
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
@@ -84,6 +90,11 @@ func (lw *ownedListWatch) keepGain(partitions map[int]bool, namespaces []string,
 	for p := range partitions {
 		switch phase, named := lw.partitions[p]; {
 		case !named || phase != partitionNaming:
+		case lw.namedAt[p] > token && !plantedKeepsLaterNaming:
+			// Named after this gain's read was asked for: a namespace
+			// created before that naming and missing from the read
+			// had events the trunk never decoded. The later gain's
+			// read keeps it.
 		case keeps:
 			lw.partitions[p] = partitionKept
 		default:

@@ -31,7 +31,7 @@ var (
 	// ownedSimUngated plants the bug the simulation exists for: the
 	// controllers see a namespace before the owned cache holds it.
 	ownedSimUngated = flag.Bool("ownedsim.ungated", false, "plant a bug: do not gate namespaces on the owned cache")
-	ownedSimPlant   = flag.String("ownedsim.plant", "", "plant a rule of keeping by partition out: informer-names, no-note, no-read-after-list, gain-shows-while-listing, ready-by-partition-only, relist-reads-namespaces, hold-keeps-selector, let-go-from-informer, let-go-while-listing or reveal-from-store, take-from-trunk; lists-created lists every new namespace of a selected watch")
+	ownedSimPlant   = flag.String("ownedsim.plant", "", "plant a rule of keeping by partition out: informer-names, no-note, no-read-after-list, gain-shows-while-listing, ready-by-partition-only, relist-reads-namespaces, hold-keeps-selector, let-go-from-informer, let-go-while-listing or reveal-from-store, take-from-trunk, keeps-later-naming; lists-created lists every new namespace of a selected watch")
 	// ownedSimSelected makes every schedule select the ConfigMaps' watch
 	// (and list by shard selectors), for sweeps of that path.
 	ownedSimSelected = flag.Bool("ownedsim.selected", false, "every schedule lists by shard selectors and selects the ConfigMaps' watch")
@@ -632,6 +632,7 @@ func plantRule(t *testing.T, rule string) {
 		"reveal-from-store":        &plantedRevealFromStore,
 		"lists-created":            &plantedListsCreated,
 		"take-from-trunk":          &plantedTakeFromTrunk,
+		"keeps-later-naming":       &plantedKeepsLaterNaming,
 	}
 	if rule == "" {
 		return

@@ -195,20 +195,21 @@ func (s *ownedStream) decide(src *source, e watch.Event, m metav1.Object, relist
 	lw.mu.Lock()
 	// Loaded, or taken now if its partition is kept.
 	loaded := lw.loaded[ns] || lw.take(src, ns)
+	// At or below a floor: handed over already, or (a namespace joining a
+	// trunk resumed from a creation, takeFrom) held back already.
+	floor, floored := src.floors[ns]
+	floored = floored && !relist && !newerVersion(m.GetResourceVersion(), floor)
 	j, joining := src.joining[ns]
-	if joining && loaded && !relist {
+	if joining && loaded && !relist && !floored {
 		j.backlog = append(j.backlog, e)
 	}
 	// The ledger changes only under sendMu, which the caller holds.
 	_, sent := lw.ledger[ns][m.GetName()]
 	lw.mu.Unlock()
-	if !loaded || !src.has(ns) || joining {
+	if !loaded || !src.has(ns) || joining || floored {
 		return eventDropped
 	}
 	if !relist {
-		if floor, ok := src.floors[ns]; ok && !newerVersion(m.GetResourceVersion(), floor) {
-			return eventDropped
-		}
 		if e.Type == watch.Deleted && !sent {
 			// The deletion of an object the informer was never
 			// handed: a trunk that resumed from before a namespace

@@ -72,6 +72,10 @@ type ownedListWatch struct {
 	// whose events the trunk dropped (ownedpartitions.go).
 	partitions map[int]partitionPhase
 	noted      map[int]map[string]bool
+	// named counts the partitions made naming; namedAt: the count at
+	// which each naming partition was (nameGain's token).
+	named   uint64
+	namedAt map[int]uint64
 	sources    map[*source]struct{}
 	// ledger: per namespace, the names of the objects handed to the
 	// informer and not deleted since.
@@ -109,7 +113,7 @@ type keyVersion struct{ key, version string }
 
 func newOwnedListWatch(target func() (*listWatchTarget, error), sharded bool, maxTerms, wideAbove int) *ownedListWatch {
 	return &ownedListWatch{target: target, sharded: sharded, maxTerms: maxTerms, wideAbove: wideAbove,
-		loaded: map[string]bool{}, partitions: map[int]partitionPhase{}, noted: map[int]map[string]bool{}, sources: map[*source]struct{}{}, ledger: map[string]map[string]struct{}{}, awaited: map[string][]keyVersion{}, behind: map[string]int{}}
+		loaded: map[string]bool{}, partitions: map[int]partitionPhase{}, noted: map[int]map[string]bool{}, namedAt: map[int]uint64{}, sources: map[*source]struct{}{}, ledger: map[string]map[string]struct{}{}, awaited: map[string][]keyVersion{}, behind: map[string]int{}}
 }
 
 var _ cache.ListerWatcherWithContext = &ownedListWatch{}

@@ -36,4 +36,5 @@ var (
 	plantedRevealFromStore          bool // reveal-from-store
 	plantedListsCreated             bool // lists-created (the sweeps' other path, not a rule)
 	plantedTakeFromTrunk            bool // take-from-trunk
+	plantedKeepsLaterNaming         bool // keeps-later-naming
 )
