@@ -76,7 +76,7 @@ type ownedListWatch struct {
 	// which each naming partition was (nameGain's token).
 	named   uint64
 	namedAt map[int]uint64
-	sources    map[*source]struct{}
+	sources map[*source]struct{}
 	// ledger: per namespace, the names of the objects handed to the
 	// informer and not deleted since.
 	ledger map[string]map[string]struct{}
