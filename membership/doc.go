@@ -14,9 +14,11 @@
 //   - Authority is judged on this replica's monotonic clock: it holds from a
 //     successful renewal for RenewDeadline counted from when that renewal
 //     was sent. A renewal extends it only if sent while it held (or, on
-//     rejoin, with nothing running), and only if answered within
-//     LeaseDuration-RenewDeadline, so no renewal can land after an observer
-//     has already declared the Lease expired.
+//     rejoin, with nothing running and no sooner than LeaseDuration -
+//     RenewDeadline past its last deadline, when the others would have
+//     taken its pieces had it stopped renewing), and only if answered
+//     within LeaseDuration-RenewDeadline, so no renewal can land after an
+//     observer has already declared the Lease expired.
 //   - States older than one already seen from the same incarnation are
 //     dropped, so a relist can never take an observation back in time.
 //

@@ -95,7 +95,8 @@ func (m *Member) renew(ctx context.Context) {
 
 // nextState is the state the next renewal writes, and whether authority
 // held when it was composed; ok is false when nothing may be written (the
-// replica left, or lost authority with pieces still running).
+// replica left, or lost authority with pieces still running or too
+// recently to rejoin).
 func (m *Member) nextState() (st State, heldAtSend, ok bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -103,9 +104,18 @@ func (m *Member) nextState() (st State, heldAtSend, ok bool) {
 		return st, false, false
 	}
 	st = m.desired
-	heldAtSend = m.cfg.Clock.Now().Before(m.deadline)
-	// A replica without authority rejoins only once nothing runs.
-	if !heldAtSend && len(st.Running) > 0 {
+	now := m.cfg.Clock.Now()
+	heldAtSend = now.Before(m.deadline)
+	// A replica without authority rejoins only once nothing runs, and no
+	// sooner than its lease would have run out had it stopped renewing:
+	// a rejoin tells the others its pieces are free at once, while a
+	// write it admitted before its deadline may still be on its way (the
+	// reset of its connection recalls nothing already on the wire). The
+	// chaos soak caught the shortcut (seed 1796544648): a replica that
+	// missed its deadline by 574 ms rejoined 17 ms after resetting its
+	// writes, and another member started one of its partitions 59 ms
+	// later, 650 ms past its deadline instead of the lease's 5 s.
+	if !heldAtSend && (len(st.Running) > 0 || now.Before(m.rejoinAt())) {
 		return st, false, false
 	}
 	if !heldAtSend {
@@ -244,4 +254,16 @@ func timeLeft(deadline, now time.Time) time.Duration {
 		return 0
 	}
 	return deadline.Sub(now).Round(time.Millisecond)
+}
+
+// rejoinAt is the earliest a replica that lost authority may rejoin: its
+// last deadline plus the margin by which the others' lease outlasts it
+// (LeaseDuration - RenewDeadline), when a member that stops renewing
+// loses its pieces. A replica that never held authority may join at once.
+// Called with mu held.
+func (m *Member) rejoinAt() time.Time {
+	if m.deadline.IsZero() {
+		return m.deadline
+	}
+	return m.deadline.Add(m.cfg.LeaseDuration - m.cfg.RenewDeadline)
 }

@@ -138,3 +138,63 @@ func assertOwnState(t *testing.T, store *fakeStore, m *Member) {
 		t.Fatalf("the Lease holds incarnation %q, fleet %q", st.Incarnation, l.Labels[FleetLabel])
 	}
 }
+
+// TestRejoinWaitsOutTheLeaseMargin: a replica whose authority ran out
+// writes nothing until its last deadline plus the margin by which the
+// others' view of its lease outlasts that deadline (LeaseDuration -
+// RenewDeadline), then rejoins. A rejoin tells the others its pieces are
+// free at once; sooner, a write it sent before its deadline could land
+// under their new owner.
+func TestRejoinWaitsOutTheLeaseMargin(t *testing.T) {
+	margin := DefaultLeaseDuration - DefaultRenewDeadline
+	for _, tc := range []struct {
+		name        string
+		after       time.Duration // past the deadline, when the renewal is tried
+		wantWritten bool
+	}{
+		{"just past the deadline", time.Millisecond, false},
+		{"just inside the margin", margin - time.Millisecond, false},
+		{"at the margin's end", margin, true},
+		{"long after", 3 * margin, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			clock := clocktesting.NewFakeClock(time.Unix(70000, 0))
+			store := newFakeStore()
+			m, err := New(Config{Store: store, Namespace: "ns", Fleet: "f", Identity: "self", Clock: clock})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m.renew(ctx)
+			_, deadline := m.Authority()
+			clock.SetTime(deadline.Add(tc.after))
+			before := store.count("update")
+			m.renew(ctx)
+			if written := store.count("update") > before; written != tc.wantWritten {
+				t.Fatalf("%v past the deadline: Lease written %v, want %v", tc.after, written, tc.wantWritten)
+			}
+			if !tc.wantWritten {
+				return
+			}
+			if _, until := m.Authority(); !until.Equal(clock.Now().Add(DefaultRenewDeadline)) {
+				t.Fatalf("rejoined: authority until %v, want a renew deadline from now", until)
+			}
+		})
+	}
+}
+
+// TestFirstJoinIsNotDelayed: a replica that never held authority joins
+// with its first write.
+func TestFirstJoinIsNotDelayed(t *testing.T) {
+	clock := clocktesting.NewFakeClock(time.Unix(70000, 0))
+	store := newFakeStore()
+	m, err := New(Config{Store: store, Namespace: "ns", Fleet: "f", Identity: "self", Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.renew(context.Background())
+	if store.count("create") != 1 {
+		t.Fatalf("first join: %d creates, want 1", store.count("create"))
+	}
+}
