@@ -175,8 +175,7 @@
 //     the creation's version when it has delivered past it, not from its
 //     own: with the Namespaces watch behind the ConfigMaps', a namespace's
 //     ConfigMap written in its first moments was never delivered
-//     (take-from-trunk). lists-created is no rule but the path before
-//     it: every new namespace of a selected watch joins through a list;
+//     (take-from-trunk);
 //   - a gain keeps only the partitions named before its read of the
 //     namespaces was asked for: a hold of every namespace naming a
 //     partition lost and gained again meanwhile left a namespace

@@ -31,7 +31,12 @@ var (
 	// ownedSimUngated plants the bug the simulation exists for: the
 	// controllers see a namespace before the owned cache holds it.
 	ownedSimUngated = flag.Bool("ownedsim.ungated", false, "plant a bug: do not gate namespaces on the owned cache")
-	ownedSimPlant   = flag.String("ownedsim.plant", "", "plant a rule of keeping by partition out: informer-names, no-note, no-read-after-list, gain-shows-while-listing, ready-by-partition-only, relist-reads-namespaces, hold-keeps-selector, let-go-from-informer, let-go-while-listing or reveal-from-store, take-from-trunk, keeps-later-naming; lists-created lists every new namespace of a selected watch")
+	ownedSimPlant   = flag.String("ownedsim.plant", "", "plant a rule of keeping by partition out: informer-names, no-note, no-read-after-list, gain-shows-while-listing, ready-by-partition-only, relist-reads-namespaces, hold-keeps-selector, let-go-from-informer, let-go-while-listing, reveal-from-store, take-from-trunk or keeps-later-naming")
+	// ownedSimListsCreated sends every new namespace of a selected watch
+	// down the path of one met in a relist: the cache is given no
+	// Creations, so none is taken from its creation and each joins
+	// through a list.
+	ownedSimListsCreated = flag.Bool("ownedsim.lists-created", false, "give the cache no Creations: every new namespace of a selected watch joins through a list")
 	// ownedSimSelected makes every schedule select the ConfigMaps' watch
 	// (and list by shard selectors), for sweeps of that path.
 	ownedSimSelected = flag.Bool("ownedsim.selected", false, "every schedule lists by shard selectors and selects the ConfigMaps' watch")
@@ -248,7 +253,11 @@ func runOwnedSim(t *testing.T, seed int64) map[string]int {
 	if sharded && (rand.New(rand.NewSource(seed^0x5e1ec7)).Intn(2) == 0 || *ownedSimSelected) {
 		selected = sets.New("configmaps")
 	}
-	owned, err := NewOwnedCache(OwnedCacheConfig{Sharded: sharded, MaxTerms: 2, NamespaceWatchMax: rnd.Intn(3), RESTClients: NewRESTClients(config), Mapper: mapper, Namespaces: namespaces, Creations: pool.creations, PartitionOf: partitionOf, Partitions: simPartitions, SelectedWatches: selected})
+	creations := pool.creations
+	if *ownedSimListsCreated {
+		creations = nil
+	}
+	owned, err := NewOwnedCache(OwnedCacheConfig{Sharded: sharded, MaxTerms: 2, NamespaceWatchMax: rnd.Intn(3), RESTClients: NewRESTClients(config), Mapper: mapper, Namespaces: namespaces, Creations: creations, PartitionOf: partitionOf, Partitions: simPartitions, SelectedWatches: selected})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -630,7 +639,6 @@ func plantRule(t *testing.T, rule string) {
 		"let-go-from-informer":     &plantedLetGoFromInformer,
 		"let-go-while-listing":     &plantedLetGoInsertsWhileListing,
 		"reveal-from-store":        &plantedRevealFromStore,
-		"lists-created":            &plantedListsCreated,
 		"take-from-trunk":          &plantedTakeFromTrunk,
 		"keeps-later-naming":       &plantedKeepsLaterNaming,
 	}

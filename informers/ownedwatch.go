@@ -298,7 +298,7 @@ func (lw *ownedListWatch) load(namespaces []string, await bool, born map[string]
 			continue
 		}
 		lw.loaded[ns] = true
-		if t := lw.trunk(); born[ns] != "" && t != nil && t.version != "" && len(lw.partitions) == 0 && !plantedListsCreated {
+		if t := lw.trunk(); born[ns] != "" && t != nil && t.version != "" && len(lw.partitions) == 0 {
 			t.takeFrom(ns, born[ns])
 			if target, err := lw.target(); err == nil {
 				namespacesTakenFromCreation.WithLabelValues(target.resource).Inc()

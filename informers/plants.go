@@ -34,7 +34,6 @@ var (
 	plantedLetGoFromInformer        bool // let-go-from-informer
 	plantedLetGoInsertsWhileListing bool // let-go-while-listing
 	plantedRevealFromStore          bool // reveal-from-store
-	plantedListsCreated             bool // lists-created (the sweeps' other path, not a rule)
 	plantedTakeFromTrunk            bool // take-from-trunk
 	plantedKeepsLaterNaming         bool // keeps-later-naming
 )
