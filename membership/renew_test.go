@@ -77,13 +77,7 @@ func TestRenewAgainstAHostileStore(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			clock := clocktesting.NewFakeClock(time.Unix(70000, 0))
-			store := newFakeStore()
-			m, err := New(Config{Store: store, Namespace: "ns", Fleet: "f", Identity: "self", Clock: clock})
-			if err != nil {
-				t.Fatal(err)
-			}
-			m.renew(ctx)
+			clock, store, m := newRenewedMember(ctx, t)
 			_, firstUntil := m.Authority()
 			if !firstUntil.Equal(clock.Now().Add(DefaultRenewDeadline)) {
 				t.Fatalf("first renewal: authority until %v", firstUntil)
@@ -160,13 +154,7 @@ func TestRejoinWaitsOutTheLeaseMargin(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			clock := clocktesting.NewFakeClock(time.Unix(70000, 0))
-			store := newFakeStore()
-			m, err := New(Config{Store: store, Namespace: "ns", Fleet: "f", Identity: "self", Clock: clock})
-			if err != nil {
-				t.Fatal(err)
-			}
-			m.renew(ctx)
+			clock, store, m := newRenewedMember(ctx, t)
 			_, deadline := m.Authority()
 			clock.SetTime(deadline.Add(tc.after))
 			before := store.count("update")
@@ -187,14 +175,22 @@ func TestRejoinWaitsOutTheLeaseMargin(t *testing.T) {
 // TestFirstJoinIsNotDelayed: a replica that never held authority joins
 // with its first write.
 func TestFirstJoinIsNotDelayed(t *testing.T) {
+	_, store, _ := newRenewedMember(context.Background(), t)
+	if store.count("create") != 1 {
+		t.Fatalf("first join: %d creates, want 1", store.count("create"))
+	}
+}
+
+// newRenewedMember is a member on a fake clock and store that has renewed
+// once (its first join).
+func newRenewedMember(ctx context.Context, t *testing.T) (*clocktesting.FakeClock, *fakeStore, *Member) {
+	t.Helper()
 	clock := clocktesting.NewFakeClock(time.Unix(70000, 0))
 	store := newFakeStore()
 	m, err := New(Config{Store: store, Namespace: "ns", Fleet: "f", Identity: "self", Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.renew(context.Background())
-	if store.count("create") != 1 {
-		t.Fatalf("first join: %d creates, want 1", store.count("create"))
-	}
+	m.renew(ctx)
+	return clock, store, m
 }
