@@ -110,11 +110,9 @@ func (m *Member) nextState() (st State, heldAtSend, ok bool) {
 	// sooner than its lease would have run out had it stopped renewing:
 	// a rejoin tells the others its pieces are free at once, while a
 	// write it admitted before its deadline may still be on its way (the
-	// reset of its connection recalls nothing already on the wire). The
-	// chaos soak caught the shortcut (seed 1796544648): a replica that
-	// missed its deadline by 574 ms rejoined 17 ms after resetting its
-	// writes, and another member started one of its partitions 59 ms
-	// later, 650 ms past its deadline instead of the lease's 5 s.
+	// reset of its connection recalls nothing already on the wire;
+	// docs/benchmarks/chaos has the soak that caught a partition started
+	// elsewhere 650 ms past its owner's deadline).
 	if !heldAtSend && (len(st.Running) > 0 || now.Before(m.rejoinAt())) {
 		return st, false, false
 	}
