@@ -509,8 +509,11 @@ func checkOwnedSim(ctx context.Context, t *testing.T, seed int64, round int, mod
 		t.Errorf("seed %d, round %d: not quiescent: %s", seed, round, why)
 		return
 	}
+	// differing: the namespaces whose objects the store last differed in.
+	var differing []string
 	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		why = ""
+		differing = nil
 		want := map[string]string{}
 		visible := map[string]string{}
 		weights := map[int]uint64{}
@@ -539,6 +542,7 @@ func checkOwnedSim(ctx context.Context, t *testing.T, seed int64, round int, mod
 		}
 		if d := diffVersions(got, want); d != "" {
 			why = "the informer's store against the model: " + d
+			differing = namespacesDiffering(got, want)
 			return false, nil
 		}
 		if got := owned.PartitionObjects(); !maps.Equal(got, weights) {
@@ -583,6 +587,9 @@ func checkOwnedSim(ctx context.Context, t *testing.T, seed int64, round int, mod
 			waits = append(waits, w.String())
 		}
 		t.Errorf("seed %d, round %d: not quiescent: %s (the owned cache waits for: %s)", seed, round, why, strings.Join(waits, " | "))
+		for _, ns := range differing {
+			t.Errorf("seed %d, round %d: %s: %s", seed, round, ns, owned.namespaceState(&corev1.ConfigMap{}, ns))
+		}
 	}
 	for i, checker := range checkers {
 		checker.mu.Lock()
@@ -592,6 +599,22 @@ func checkOwnedSim(ctx context.Context, t *testing.T, seed int64, round int, mod
 		checker.violations = nil
 		checker.mu.Unlock()
 	}
+}
+
+// namespacesDiffering lists the namespaces of the keys whose versions
+// differ between got and want, at most three.
+func namespacesDiffering(got, want map[string]string) []string {
+	seen := map[string]bool{}
+	for _, m := range []map[string]string{got, want} {
+		for key := range m {
+			if got[key] != want[key] {
+				ns, _, _ := cache.SplitMetaNamespaceKey(key)
+				seen[ns] = true
+			}
+		}
+	}
+	out := slices.Sorted(maps.Keys(seen))
+	return out[:min(len(out), 3)]
 }
 
 // diffVersions says how got differs from want ("" if not).
