@@ -53,6 +53,10 @@ type apiServerModel struct {
 	// its first objects, and after other watches have passed them. Set
 	// before serving.
 	namespaceLatency time.Duration
+	// beforeWideList, if set, is called before the snapshot of every
+	// cluster-wide ConfigMap list without a shard selector (a trunk's),
+	// outside the model's lock: a test holds such a list in flight.
+	beforeWideList func()
 	// folded: the versions a client could not stream, per resource and
 	// namespace ("" all): from the version its watch was told 410 Gone
 	// for through the version of its next list, into which they fold.
@@ -270,6 +274,12 @@ func (m *apiServerModel) serve(w http.ResponseWriter, r *http.Request) {
 	if q.Get("watch") == "true" || q.Get("watch") == "1" {
 		m.watch(w, r, resource, namespace, selects)
 		return
+	}
+	m.mu.Lock()
+	beforeWideList := m.beforeWideList
+	m.mu.Unlock()
+	if resource == "configmaps" && namespace == "" && q.Get("shardSelector") == "" && beforeWideList != nil {
+		beforeWideList()
 	}
 	m.list(w, resource, namespace, selects)
 }
