@@ -53,10 +53,10 @@ type apiServerModel struct {
 	// its first objects, and after other watches have passed them. Set
 	// before serving.
 	namespaceLatency time.Duration
-	// beforeWideList, if set, is called before the snapshot of every
-	// cluster-wide ConfigMap list without a shard selector (a trunk's),
-	// outside the model's lock: a test holds such a list in flight.
-	beforeWideList func()
+	// beforeList, if set, is called before the snapshot of every list of
+	// ConfigMaps, outside the model's lock: a test holds a list in
+	// flight.
+	beforeList func()
 	// folded: the versions a client could not stream, per resource and
 	// namespace ("" all): from the version its watch was told 410 Gone
 	// for through the version of its next list, into which they fold.
@@ -276,10 +276,10 @@ func (m *apiServerModel) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m.mu.Lock()
-	beforeWideList := m.beforeWideList
+	beforeList := m.beforeList
 	m.mu.Unlock()
-	if resource == "configmaps" && namespace == "" && q.Get("shardSelector") == "" && beforeWideList != nil {
-		beforeWideList()
+	if resource == "configmaps" && beforeList != nil {
+		beforeList()
 	}
 	m.list(w, resource, namespace, selects)
 }

@@ -16,13 +16,11 @@ import (
 // the handlers it was shown to never hear of it. What holds it here is
 // the join, not the gain's wait for ready sources: the namespace joins
 // the listing trunk and stays awaited until its list is in, so the test
-// passes with -ownedsim.plant=gain-shows-while-listing too. The
-// namespace-watch list mode only: in sharded-watch the trunk resumes
-// its watch after this compaction and lists nothing (the model counts
-// no list), so the schedule never reaches the case.
+// passes with -ownedsim.plant=gain-shows-while-listing too, and fails
+// only with both guards out (allHold answering true unawaited).
 func TestGainWaitsForTheTrunksList(t *testing.T) {
 	plantRule(t, *ownedSimPlant)
-	testGainWaitsForTheTrunksList(t, false)
+	inBothListModes(t, testGainWaitsForTheTrunksList)
 }
 
 func testGainWaitsForTheTrunksList(t *testing.T, sharded bool) {
@@ -35,16 +33,23 @@ func testGainWaitsForTheTrunksList(t *testing.T, sharded bool) {
 	model.writeConfigMap("ns-1", "kept", false)
 	owned, _ := startRowCache(ctx, t, model, sharded)
 
-	// The trunk's next list waits until released; entered says it is in
-	// flight.
+	// The next ConfigMap list, the trunk's, waits until released;
+	// entered says it is in flight. The gain's own lists, made after,
+	// are answered at once.
 	var once sync.Once
 	entered, release := make(chan struct{}), make(chan struct{})
 	var mu sync.Mutex
 	released := false
 	model.mu.Lock()
-	model.beforeWideList = func() {
-		once.Do(func() { close(entered) })
-		<-release
+	model.beforeList = func() {
+		first := false
+		once.Do(func() {
+			first = true
+			close(entered)
+		})
+		if first {
+			<-release
+		}
 	}
 	model.mu.Unlock()
 	releaseList := func() {
