@@ -34,8 +34,7 @@ func testGainWaitsForTheTrunksList(t *testing.T, sharded bool) {
 	owned, _ := startRowCache(ctx, t, model, sharded)
 
 	// The next ConfigMap list, the trunk's, waits until released;
-	// entered says it is in flight. The gain's own lists, made after,
-	// are answered at once.
+	// entered says it is in flight. Any later one is answered at once.
 	var once sync.Once
 	entered, release := make(chan struct{}), make(chan struct{})
 	var mu sync.Mutex
@@ -75,8 +74,9 @@ func testGainWaitsForTheTrunksList(t *testing.T, sharded bool) {
 
 	loaded := make(chan error, 1)
 	go func() { loaded <- owned.Load(ctx, rowPartition("ns-1")) }()
-	// The gain's own lists (namespaces, ns-1's feeder) are answered at
-	// once; what it then waits for is the trunk's list alone.
+	// The gain's read of the namespaces is answered at once, and ns-1
+	// joins the listing trunk: what the gain then waits for is the
+	// trunk's list alone.
 	var shownWhileListing bool
 	select {
 	case err := <-loaded:
