@@ -149,8 +149,11 @@
 //     away (relist-reads-namespaces);
 //   - a gain shows its namespaces only while the trunk does not list: a
 //     trunk listing since a singleton began holding every namespace
-//     folded a ConfigMap created and deleted after the reveal
-//     (gain-shows-while-listing);
+//     folded a ConfigMap created and deleted after the reveal; a trunk
+//     that begins listing after the gain's list was handed over leaves
+//     nothing awaited, and only this wait holds the namespace
+//     (gain-shows-while-listing; TestGainWaitsForATrunkListingAfterItsList
+//     fails without it);
 //   - a namespace is shown only while no trunk lists and no source has
 //     it joining, in every kind, not only one keeping its partition by
 //     partition: a selected kind let go everywhere joins a leaving
