@@ -57,6 +57,10 @@ type apiServerModel struct {
 	// ConfigMaps, outside the model's lock: a test holds a list in
 	// flight.
 	beforeList func()
+	// compactAfterList, if set, says after each list's answer whether
+	// to compact then, expiring every watch behind it. Set before
+	// serving.
+	compactAfterList func() bool
 	// folded: the versions a client could not stream, per resource and
 	// namespace ("" all): from the version its watch was told 410 Gone
 	// for through the version of its next list, into which they fold.
@@ -321,6 +325,12 @@ func (m *apiServerModel) list(w http.ResponseWriter, resource, namespace string,
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]any{"apiVersion": "v1", "kind": kind, "metadata": map[string]string{"resourceVersion": version}, "items": items})
+	if m.compactAfterList != nil && m.compactAfterList() {
+		if f, ok := w.(http.Flusher); ok {
+			f.Flush()
+		}
+		m.compact()
+	}
 }
 
 func (m *apiServerModel) watch(w http.ResponseWriter, r *http.Request, resource, namespace string, selects func(namespace string) bool) {

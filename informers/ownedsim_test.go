@@ -40,7 +40,10 @@ var (
 	// ownedSimSelected makes every schedule select the ConfigMaps' watch
 	// (and list by shard selectors), for sweeps of that path.
 	ownedSimSelected = flag.Bool("ownedsim.selected", false, "every schedule lists by shard selectors and selects the ConfigMaps' watch")
-	ownedSimDebug    = flag.String("ownedsim.debug", "", "print the schedule and every event of this namespace (*: of every namespace)")
+	// ownedSimStormy expires the sources' versions far more often, and
+	// right after lists, where a relist meets a gain's hand-over.
+	ownedSimStormy = flag.Bool("ownedsim.stormy", false, "compact after one list in four, and turn the schedules' pauses into watch closes and compactions")
+	ownedSimDebug  = flag.String("ownedsim.debug", "", "print the schedule and every event of this namespace (*: of every namespace)")
 )
 
 // simDebugf prints a line of the schedule when -ownedsim.debug is set,
@@ -229,6 +232,15 @@ func runOwnedSim(t *testing.T, seed int64) map[string]int {
 	// Drawn from a source of its own, as selected below.
 	if late := rand.New(rand.NewSource(seed ^ 0x1a7e)); late.Intn(2) == 0 {
 		model.namespaceLatency = time.Duration(late.Intn(400)) * time.Millisecond
+	}
+	if *ownedSimStormy {
+		storm := rand.New(rand.NewSource(seed ^ 0x5702))
+		var stormMu sync.Mutex
+		model.compactAfterList = func() bool {
+			stormMu.Lock()
+			defer stormMu.Unlock()
+			return storm.Intn(4) == 0
+		}
 	}
 	defer model.close()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -452,6 +464,14 @@ func runOwnedSim(t *testing.T, seed int64) map[string]int {
 					counts["singletons held every namespace"]++
 				}
 				everywhere = !everywhere
+			case *ownedSimStormy && op < 95:
+				simDebugf("", "watches end")
+				model.closeWatches()
+				counts["watches ended early"]++
+			case *ownedSimStormy:
+				simDebugf("", "compaction")
+				model.compact()
+				counts["compactions"]++
 			default:
 				time.Sleep(time.Duration(rnd.Intn(300)) * time.Millisecond)
 			}
