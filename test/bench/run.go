@@ -96,6 +96,11 @@ func benchRun(ctx context.Context, binDir string, s system, l limits, cfg config
 			return nil, "", fmt.Errorf("workload (%s): %w", step.name, err)
 		}
 	}
+	settled, err := b.settleWrites(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	b.figures["settle_s"] = settled.Seconds()
 	wall := time.Since(started).Seconds()
 	stopCMCPUs()
 	machineAfter, err := readMachineCPU(b.busyCPUs)
