@@ -66,12 +66,16 @@ func (c *Creations) record(e watch.Event) (watch.Event, bool) {
 // its watches, which record the creations they carry.
 func (c *Creations) newInformer(client kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
 	namespaces := client.CoreV1().Namespaces()
-	lw := &creationsListWatch{creations: c, ListWatch: &cache.ListWatch{
+	lw := &creationsListWatch{ListWatch: &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, options metav1.ListOptions) (runtime.Object, error) {
 			return namespaces.List(ctx, options)
 		},
 		WatchFuncWithContext: func(ctx context.Context, options metav1.ListOptions) (watch.Interface, error) {
-			return namespaces.Watch(ctx, options)
+			w, err := namespaces.Watch(ctx, options)
+			if err != nil {
+				return nil, err
+			}
+			return watch.Filter(w, c.record), nil
 		},
 	}}
 	return cache.NewSharedIndexInformer(lw, &corev1.Namespace{}, resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
@@ -79,21 +83,8 @@ func (c *Creations) newInformer(client kubernetes.Interface, resync time.Duratio
 
 type creationsListWatch struct {
 	*cache.ListWatch
-	creations *Creations
 }
 
 // IsWatchListSemanticsUnSupported keeps the reflector listing: a
 // watch-list would tell of every namespace as an addition.
 func (lw *creationsListWatch) IsWatchListSemanticsUnSupported() bool { return true }
-
-func (lw *creationsListWatch) Watch(options metav1.ListOptions) (watch.Interface, error) {
-	return lw.WatchWithContext(context.Background(), options)
-}
-
-func (lw *creationsListWatch) WatchWithContext(ctx context.Context, options metav1.ListOptions) (watch.Interface, error) {
-	w, err := lw.ListWatch.WatchWithContext(ctx, options)
-	if err != nil {
-		return nil, err
-	}
-	return watch.Filter(w, lw.creations.record), nil
-}

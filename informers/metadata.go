@@ -1,7 +1,6 @@
 package informers
 
 import (
-	"context"
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -63,9 +62,6 @@ func (m *metadataView) WaitForCacheSync(stopCh <-chan struct{}) map[schema.Group
 // Shutdown does nothing: the shared informers are the replica's, and the
 // piece's handlers go with PieceFactory.Shutdown.
 func (m *metadataView) Shutdown() {}
-
-// StartWithContext is Start with a context.
-func (m *metadataView) StartWithContext(ctx context.Context) { m.Start(ctx.Done()) }
 
 // typedWhereNeeded is a typed factory whose ForResource serves only
 // cluster-scoped resources and the namespaced ones listed, so that an

@@ -3,7 +3,6 @@ package informers
 import (
 	"sync"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -94,21 +93,14 @@ func (d *dispatcher) dispatch(op scopeEvent, oldObj, obj any, isInInitialList bo
 // state) is placed in and its name; for Namespaces (byName) both are its
 // name.
 func placeOf(obj any, byName bool) (ns, name string, ok bool) {
-	if tombstone, isTombstone := obj.(cache.DeletedFinalStateUnknown); isTombstone {
-		ns, name, err := cache.SplitMetaNamespaceKey(tombstone.Key)
-		if byName {
-			ns = name
-		}
-		return ns, name, err == nil
-	}
-	m, err := meta.Accessor(obj)
+	n, err := cache.DeletionHandlingObjectToName(obj)
 	if err != nil {
 		return "", "", false
 	}
 	if byName {
-		return m.GetName(), m.GetName(), true
+		return n.Name, n.Name, true
 	}
-	return m.GetNamespace(), m.GetName(), true
+	return n.Namespace, n.Name, true
 }
 
 // deliverChanges queues, for every namespace of was whose visibility
