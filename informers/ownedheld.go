@@ -44,11 +44,19 @@ func (o *OwnedCache) ReportTo(r HeldReporter) {
 // every informer holds their first list.
 func (o *OwnedCache) join() {
 	o.mu.Lock()
-	var namespaces []string
+	var namespaces, named []string
 	born := map[string]string{}
 	for _, ns := range o.created {
-		// A gain still reading its partition's namespaces loads it.
-		if p := o.config.PartitionOf(ns); o.partitions[p] && o.naming[p] == 0 && !o.held[ns] {
+		p := o.config.PartitionOf(ns)
+		switch {
+		case !o.partitions[p] || o.held[ns]:
+		case o.naming[p] > 0:
+			// A gain reads its partition's namespaces: the trunk
+			// notes this one, or the read shows it, and the gain
+			// loads it; if neither, it is newer than the read and
+			// joins once the gain ends (stopNaming).
+			named = append(named, ns)
+		default:
 			namespaces = append(namespaces, ns)
 			if v := o.born[ns]; v != "" {
 				born[ns] = v
@@ -64,7 +72,13 @@ func (o *OwnedCache) join() {
 		}
 		lws = append(lws, i.lw)
 	}
-	o.created, o.born = nil, map[string]string{}
+	kept := map[string]string{}
+	for _, ns := range named {
+		if v := o.born[ns]; v != "" {
+			kept[ns] = v
+		}
+	}
+	o.created, o.born = named, kept
 	stop := o.stop
 	o.mu.Unlock()
 	if len(namespaces) == 0 {
