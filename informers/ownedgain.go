@@ -74,7 +74,7 @@ type gain struct {
 	// tokens: each informer's naming token (ownedListWatch.nameGain).
 	tokens []uint64
 	// started: the informers run, so the gain names its partitions
-	// before reading their namespaces; naming until settled.
+	// before reading their namespaces; naming until the gain ends.
 	started, naming bool
 	// loading: the namespaces the gain lists and waits for.
 	loading []string
