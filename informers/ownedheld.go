@@ -44,25 +44,7 @@ func (o *OwnedCache) ReportTo(r HeldReporter) {
 // every informer holds their first list.
 func (o *OwnedCache) join() {
 	o.mu.Lock()
-	var namespaces, named []string
-	born := map[string]string{}
-	for _, ns := range o.created {
-		p := o.config.PartitionOf(ns)
-		switch {
-		case !o.partitions[p] || o.held[ns]:
-		case o.naming[p] > 0:
-			// A gain reads its partition's namespaces: the trunk
-			// notes this one, or the read shows it, and the gain
-			// loads it; if neither, it is newer than the read and
-			// joins once the gain ends (stopNaming).
-			named = append(named, ns)
-		default:
-			namespaces = append(namespaces, ns)
-			if v := o.born[ns]; v != "" {
-				born[ns] = v
-			}
-		}
-	}
+	namespaces, born := o.takeCreated()
 	var lws []*ownedListWatch
 	for _, i := range o.informers {
 		// A kind kept by partition has kept it from its first event.
@@ -72,13 +54,7 @@ func (o *OwnedCache) join() {
 		}
 		lws = append(lws, i.lw)
 	}
-	kept := map[string]string{}
-	for _, ns := range named {
-		if v := o.born[ns]; v != "" {
-			kept[ns] = v
-		}
-	}
-	o.created, o.born = named, kept
+	o.created, o.born = o.named()
 	stop := o.stop
 	o.mu.Unlock()
 	if len(namespaces) == 0 {
@@ -103,6 +79,41 @@ func (o *OwnedCache) join() {
 	}
 	held := o.markHeld(namespaces)
 	o.config.Logger.V(4).Info("Namespaces joined the owned cache", "namespaces", held, "took", time.Since(start).Round(time.Millisecond))
+}
+
+// takeCreated is the created namespaces join loads now, with the
+// creation versions known of them: those of loaded partitions not held
+// yet that no gain names. Called with mu held.
+func (o *OwnedCache) takeCreated() (namespaces []string, born map[string]string) {
+	born = map[string]string{}
+	for _, ns := range o.created {
+		if p := o.config.PartitionOf(ns); o.partitions[p] && !o.held[ns] && o.naming[p] == 0 {
+			namespaces = append(namespaces, ns)
+			if v := o.born[ns]; v != "" {
+				born[ns] = v
+			}
+		}
+	}
+	return namespaces, born
+}
+
+// named is what join leaves of the created namespaces, with their
+// creation versions: those of loaded partitions not held yet that a gain
+// names. The trunk notes such a namespace, or the gain's read shows it,
+// and the gain loads it; if neither, it is newer than the read and joins
+// once the gain ends (stopNaming). Called with mu held.
+func (o *OwnedCache) named() ([]string, map[string]string) {
+	var named []string
+	born := map[string]string{}
+	for _, ns := range o.created {
+		if p := o.config.PartitionOf(ns); o.partitions[p] && !o.held[ns] && o.naming[p] > 0 {
+			named = append(named, ns)
+			if v := o.born[ns]; v != "" {
+				born[ns] = v
+			}
+		}
+	}
+	return named, born
 }
 
 // heldWaitMax bounds how long a join waits for its namespaces' first
