@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/cache"
 )
 
 // A gain must not show a partition's namespace while the trunk lists
@@ -32,14 +33,7 @@ func TestGainWaitsForTheTrunksList(t *testing.T) {
 }
 
 func testGainWaitsForTheTrunksList(t *testing.T, sharded bool) {
-	model := newAPIServerModel()
-	defer model.close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	model.createNamespace("home")
-	model.createNamespace("ns-1")
-	model.writeConfigMap("ns-1", "kept", false)
-	owned, _ := startRowCache(ctx, t, model, sharded)
+	ctx, model, owned, _ := startGainListing(t, sharded)
 
 	// The next ConfigMap list, the trunk's, waits until released.
 	trunkList := holdConfigMapLists(model, 1)[0]
@@ -61,14 +55,7 @@ func TestGainWaitsForATrunkListingAfterItsList(t *testing.T) {
 }
 
 func testGainWaitsForATrunkListingAfterItsList(t *testing.T, sharded bool) {
-	model := newAPIServerModel()
-	defer model.close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	model.createNamespace("home")
-	model.createNamespace("ns-1")
-	model.writeConfigMap("ns-1", "kept", false)
-	owned, informer := startRowCache(ctx, t, model, sharded)
+	ctx, model, owned, informer := startGainListing(t, sharded)
 
 	// The next ConfigMap list is the feeder's of ns-1, the one after it
 	// the trunk's; each waits until released.
@@ -90,6 +77,22 @@ func testGainWaitsForATrunkListingAfterItsList(t *testing.T, sharded bool) {
 		t.Fatalf("ns-1's list was never handed over: %v", owned.Waiting())
 	}
 	expectGainAfter(ctx, t, owned, loaded, trunkList)
+}
+
+// startGainListing starts a row cache of the model holding namespaces home
+// (partition 0, loaded) and ns-1 (not loaded) with a ConfigMap, ended
+// with t.
+func startGainListing(t *testing.T, sharded bool) (context.Context, *apiServerModel, *OwnedCache, cache.SharedIndexInformer) {
+	t.Helper()
+	model := newAPIServerModel()
+	t.Cleanup(model.close)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	model.createNamespace("home")
+	model.createNamespace("ns-1")
+	model.writeConfigMap("ns-1", "kept", false)
+	owned, informer := startRowCache(ctx, t, model, sharded)
+	return ctx, model, owned, informer
 }
 
 // expireTrunk makes the trunk's watch resume to 410 Gone, so that it

@@ -2,6 +2,7 @@ package informers
 
 import (
 	"context"
+	"maps"
 	"math"
 	"slices"
 	"time"
@@ -44,7 +45,14 @@ func (o *OwnedCache) ReportTo(r HeldReporter) {
 // every informer holds their first list.
 func (o *OwnedCache) join() {
 	o.mu.Lock()
-	namespaces, born := o.takeCreated()
+	now, later := o.splitCreated()
+	namespaces := slices.Sorted(maps.Keys(now))
+	born := map[string]string{}
+	for ns, v := range now {
+		if v != "" {
+			born[ns] = v
+		}
+	}
 	var lws []*ownedListWatch
 	for _, i := range o.informers {
 		// A kind kept by partition has kept it from its first event.
@@ -54,7 +62,12 @@ func (o *OwnedCache) join() {
 		}
 		lws = append(lws, i.lw)
 	}
-	o.created, o.born = o.named()
+	o.created, o.born = slices.Sorted(maps.Keys(later)), map[string]string{}
+	for ns, v := range later {
+		if v != "" {
+			o.born[ns] = v
+		}
+	}
 	stop := o.stop
 	o.mu.Unlock()
 	if len(namespaces) == 0 {
@@ -81,39 +94,25 @@ func (o *OwnedCache) join() {
 	o.config.Logger.V(4).Info("Namespaces joined the owned cache", "namespaces", held, "took", time.Since(start).Round(time.Millisecond))
 }
 
-// takeCreated is the created namespaces join loads now, with the
-// creation versions known of them: those of loaded partitions not held
-// yet that no gain names. Called with mu held.
-func (o *OwnedCache) takeCreated() (namespaces []string, born map[string]string) {
-	born = map[string]string{}
+// splitCreated splits the created namespaces of loaded partitions not
+// held yet, each with its creation version where known: now, those join
+// loads; later, those of partitions a gain names, which the trunk notes
+// or the gain's read shows (and the gain loads), or else, newer than the
+// read, join once the gain ends (stopNaming). Called with mu held.
+func (o *OwnedCache) splitCreated() (now, later map[string]string) {
+	now, later = map[string]string{}, map[string]string{}
 	for _, ns := range o.created {
-		if p := o.config.PartitionOf(ns); o.partitions[p] && !o.held[ns] && o.naming[p] == 0 {
-			namespaces = append(namespaces, ns)
-			if v := o.born[ns]; v != "" {
-				born[ns] = v
-			}
+		p := o.config.PartitionOf(ns)
+		if !o.partitions[p] || o.held[ns] {
+			continue
+		}
+		if o.naming[p] > 0 {
+			later[ns] = o.born[ns]
+		} else {
+			now[ns] = o.born[ns]
 		}
 	}
-	return namespaces, born
-}
-
-// named is what join leaves of the created namespaces, with their
-// creation versions: those of loaded partitions not held yet that a gain
-// names. The trunk notes such a namespace, or the gain's read shows it,
-// and the gain loads it; if neither, it is newer than the read and joins
-// once the gain ends (stopNaming). Called with mu held.
-func (o *OwnedCache) named() ([]string, map[string]string) {
-	var named []string
-	born := map[string]string{}
-	for _, ns := range o.created {
-		if p := o.config.PartitionOf(ns); o.partitions[p] && !o.held[ns] && o.naming[p] > 0 {
-			named = append(named, ns)
-			if v := o.born[ns]; v != "" {
-				born[ns] = v
-			}
-		}
-	}
-	return named, born
+	return now, later
 }
 
 // heldWaitMax bounds how long a join waits for its namespaces' first
