@@ -57,9 +57,7 @@
 // What the partition controllers see (ownedheld.go, scope.go,
 // scopedispatch.go, scopequeue.go, view.go):
 //
-//   - created: a namespace created in a loaded partition, joined at once,
-//     or once no gain names its partition (one a gain's read shows, the
-//     gain loads);
+//   - created: a namespace created in a loaded partition, joined at once;
 //   - held: a namespace of a loaded partition whose first list every
 //     informer holds; a gated scope shows it from then on;
 //   - held everywhere: a kind whose informer has every partition loaded

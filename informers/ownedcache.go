@@ -73,7 +73,7 @@ type OwnedCache struct {
 	informers  map[reflect.Type]*ownedInformer
 	partitions map[int]bool
 	// naming: partitions whose gains are reading their namespaces, with
-	// how many; join takes their new namespaces once none names them.
+	// how many; join leaves their new namespaces to the gain.
 	naming map[int]int
 	stop   <-chan struct{}
 	// created: namespaces created in loaded partitions, waiting for the

@@ -31,7 +31,7 @@ func (o *OwnedCache) load(ctx context.Context, partitions []int, await bool) err
 	defer func() {
 		o.mu.Lock()
 		defer o.mu.Unlock()
-		o.stopNaming(g) // if the gain failed before it did
+		o.stopNaming(g) // if settleGain did not
 	}()
 	namespaces, err := o.gainedNamespaces(ctx, g)
 	if err != nil {
@@ -43,12 +43,8 @@ func (o *OwnedCache) load(ctx context.Context, partitions []int, await bool) err
 	if err := o.awaitGain(ctx, g, catchUps, await); err != nil {
 		return fmt.Errorf("loading partitions %v: %w", partitions, err)
 	}
-	// Namespaces created since the gain read them join as any created
-	// later (join), once no gain names their partition.
-	o.mu.Lock()
-	o.stopNaming(g)
-	o.mu.Unlock()
-	shown := g.loading
+	arrived := o.settleGain(g)
+	shown := append(g.loading, arrived...)
 	if await && len(shown) > 0 {
 		// Shown only while no keeper lists (doc.go): a keeper's list in
 		// flight would fold what happens to them meanwhile, a ConfigMap
@@ -74,7 +70,7 @@ type gain struct {
 	// tokens: each informer's naming token (ownedListWatch.nameGain).
 	tokens []uint64
 	// started: the informers run, so the gain names its partitions
-	// before reading their namespaces; naming until the gain ends.
+	// before reading their namespaces; naming until settled.
 	started, naming bool
 	// loading: the namespaces the gain lists and waits for.
 	loading []string
@@ -178,8 +174,30 @@ func (o *OwnedCache) awaitGain(ctx context.Context, g *gain, catchUps []func() e
 	return nil
 }
 
-// stopNaming: join takes g's partitions' new namespaces from now on,
-// those created while g named them first. Called with mu held.
+// settleGain ends g's naming and returns the namespaces of its
+// partitions the Namespaces informer shows that the gain did not load:
+// created after the gain read them, and left to it by join. The kinds
+// kept by partition have kept them from their first event; the others
+// list them now (the caller waits for it).
+func (o *OwnedCache) settleGain(g *gain) []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.stopNaming(g)
+	loading := sets.New(g.loading...)
+	var arrived []string
+	for _, ns := range o.namespacesOf(g.adding) {
+		if !loading.Has(ns) {
+			arrived = append(arrived, ns)
+		}
+	}
+	for _, i := range g.informers {
+		i.lw.load(arrived, true, nil)
+	}
+	return arrived
+}
+
+// stopNaming: join may take g's namespaces from now on. Called with mu
+// held.
 func (o *OwnedCache) stopNaming(g *gain) {
 	if !g.naming {
 		return
@@ -189,9 +207,6 @@ func (o *OwnedCache) stopNaming(g *gain) {
 		if o.naming[p]--; o.naming[p] <= 0 {
 			delete(o.naming, p)
 		}
-	}
-	if len(o.created) > 0 {
-		go o.join()
 	}
 }
 

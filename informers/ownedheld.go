@@ -2,7 +2,6 @@ package informers
 
 import (
 	"context"
-	"maps"
 	"math"
 	"slices"
 	"time"
@@ -45,12 +44,15 @@ func (o *OwnedCache) ReportTo(r HeldReporter) {
 // every informer holds their first list.
 func (o *OwnedCache) join() {
 	o.mu.Lock()
-	now, later := o.splitCreated()
-	namespaces := slices.Sorted(maps.Keys(now))
+	var namespaces []string
 	born := map[string]string{}
-	for ns, v := range now {
-		if v != "" {
-			born[ns] = v
+	for _, ns := range o.created {
+		// A gain still reading its partition's namespaces loads it.
+		if p := o.config.PartitionOf(ns); o.partitions[p] && o.naming[p] == 0 && !o.held[ns] {
+			namespaces = append(namespaces, ns)
+			if v := o.born[ns]; v != "" {
+				born[ns] = v
+			}
 		}
 	}
 	var lws []*ownedListWatch
@@ -62,12 +64,7 @@ func (o *OwnedCache) join() {
 		}
 		lws = append(lws, i.lw)
 	}
-	o.created, o.born = slices.Sorted(maps.Keys(later)), map[string]string{}
-	for ns, v := range later {
-		if v != "" {
-			o.born[ns] = v
-		}
-	}
+	o.created, o.born = nil, map[string]string{}
 	stop := o.stop
 	o.mu.Unlock()
 	if len(namespaces) == 0 {
@@ -92,27 +89,6 @@ func (o *OwnedCache) join() {
 	}
 	held := o.markHeld(namespaces)
 	o.config.Logger.V(4).Info("Namespaces joined the owned cache", "namespaces", held, "took", time.Since(start).Round(time.Millisecond))
-}
-
-// splitCreated splits the created namespaces of loaded partitions not
-// held yet, each with its creation version where known: now, those join
-// loads; later, those of partitions a gain names, which the trunk notes
-// or the gain's read shows (and the gain loads), or else, newer than the
-// read, join once the gain ends (stopNaming). Called with mu held.
-func (o *OwnedCache) splitCreated() (now, later map[string]string) {
-	now, later = map[string]string{}, map[string]string{}
-	for _, ns := range o.created {
-		p := o.config.PartitionOf(ns)
-		if !o.partitions[p] || o.held[ns] {
-			continue
-		}
-		if o.naming[p] > 0 {
-			later[ns] = o.born[ns]
-		} else {
-			now[ns] = o.born[ns]
-		}
-	}
-	return now, later
 }
 
 // heldWaitMax bounds how long a join waits for its namespaces' first
