@@ -23,9 +23,9 @@ import (
 //   - the trunk begins listing after the gain's own list of the namespace
 //     was handed over (TestGainWaitsForATrunkListingAfterItsList): nothing
 //     is awaited any more, and only the gain's wait for ready sources holds
-//     it, so the plant fails it. The simulation reaches this window (tens
-//     of milliseconds between a feeder's hand-over and the gain's end)
-//     too rarely to catch the plant.
+//     it, so the plant fails it. No simulated schedule can: what the
+//     plant folds there is a deletion compacted away, which the
+//     simulation exempts, as a plain informer's relist folds it too.
 
 func TestGainWaitsForTheTrunksList(t *testing.T) {
 	plantRule(t, *ownedSimPlant)

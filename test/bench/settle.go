@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 )
 
@@ -31,30 +32,24 @@ const (
 // waited.
 func (b *bench) settleWrites(ctx context.Context) (time.Duration, error) {
 	start := time.Now()
-	last, err := b.nonLeaseWrites()
-	if err != nil {
-		return 0, err
-	}
-	quietSince := time.Now()
-	for time.Since(start) < settleMax {
-		select {
-		case <-ctx.Done():
-			return time.Since(start), fmt.Errorf("waiting for the writes to end: %w", ctx.Err())
-		case <-time.After(250 * time.Millisecond):
-		}
+	last, quietSince := -1.0, start
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, settleMax, true, func(context.Context) (bool, error) {
 		n, err := b.nonLeaseWrites()
 		if err != nil {
-			return time.Since(start), err
+			return false, err
 		}
 		if n != last {
 			last, quietSince = n, time.Now()
-			continue
 		}
-		if time.Since(quietSince) >= settleQuiet {
-			return time.Since(start), nil
-		}
+		return time.Since(quietSince) >= settleQuiet, nil
+	})
+	switch {
+	case err == nil:
+	case ctx.Err() == nil && wait.Interrupted(err):
+		klog.InfoS("The writes did not end; reading the figures anyway", "after", settleMax)
+	default:
+		return time.Since(start), fmt.Errorf("waiting for the writes to end: %w", err)
 	}
-	klog.InfoS("The writes did not end; reading the figures anyway", "after", settleMax)
 	return time.Since(start), nil
 }
 
