@@ -11,25 +11,20 @@ import (
 
 // Where a piece's informer comes from, and so what it holds.
 const (
-	// SourceClusterWide: the replica's pool, every object of the kind, as
-	// KCM's factory gives it.
+	// SourceClusterWide: the pool's informer of every object, as in KCM.
 	SourceClusterWide = "cluster-wide"
-	// SourceScopedView: the pool's informer of every object, through a
-	// view that shows the partition controllers only their namespaces.
+	// SourceScopedView: the pool's informer, seen through the Scope.
 	SourceScopedView = "cluster-wide, scoped view"
-	// SourceHeldEverywhere: the owned cache's informer while it holds
-	// every namespace for the colocated singletons.
+	// SourceHeldEverywhere: the owned cache's informer, held everywhere.
 	SourceHeldEverywhere = "owned cache, every namespace"
-	// SourceOwnedPartitions: the owned cache, the namespaces of the
-	// partitions the replica owns.
+	// SourceOwnedPartitions: the owned cache, the owned partitions only.
 	SourceOwnedPartitions = "owned cache, owned partitions"
 )
 
 // InformerRecord is one informer a piece's controllers were given: what it
 // holds and whether it has synced (an informer never started never does).
 type InformerRecord struct {
-	// Controller that asked for it ("" when asked at run time, not while
-	// the piece's controllers were built).
+	// Controller that asked for it; "" when asked at run time.
 	Controller string `json:"controller,omitempty"`
 	Group      string `json:"group,omitempty"`
 	// Resource, or the kind where the RESTMapper did not know it.
@@ -47,16 +42,14 @@ type censusEntry struct {
 	informer cache.SharedIndexInformer
 }
 
-// Building says which controller the informers asked for from now on are
-// for (the census), until the next call; "" for those asked at run time.
+// Building names the controller the next informers are for ("" at run time).
 func (f *PieceFactory) Building(controller string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.building = controller
 }
 
-// record notes an informer handed out. typed objects name their kind, gvr
-// (when known) the resource.
+// record notes an informer handed out, named by gvr or else obj's kind.
 func (f *PieceFactory) record(obj runtime.Object, gvr schema.GroupVersionResource, typed bool, source, fieldSelector string, informer cache.SharedIndexInformer) {
 	group, resource := gvr.Group, gvr.Resource
 	if obj != nil && resource == "" {
@@ -81,8 +74,7 @@ func (f *PieceFactory) record(obj runtime.Object, gvr schema.GroupVersionResourc
 	f.census = append(f.census, censusEntry{InformerRecord: r, informer: informer})
 }
 
-// Census lists the informers the piece's controllers were given, one per
-// controller and informer, sorted.
+// Census lists the informers handed out, one per controller and informer.
 func (f *PieceFactory) Census() []InformerRecord {
 	f.mu.Lock()
 	entries := append([]censusEntry(nil), f.census...)

@@ -14,16 +14,10 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// The version at which each Namespace was created, as the replica's
-// Namespaces informer watched it: a selected watch takes a namespace
-// created in a loaded partition from there, with no list (source.takeFrom).
-
-// Creations records the creation version of every Namespace the
-// Namespaces informer's watches told of. That informer lists and then
-// watches (never a watch-list, whose initial state comes as additions),
-// and its watches select nothing, so each addition they carry is a
-// creation, at the event's version. A namespace the informer first met in
-// a list has no record: its creation version is unknown.
+// Creations records the creation version of each Namespace the
+// Namespaces informer's watches told of (package doc; source.takeFrom).
+// They select nothing, so each addition is a creation; a namespace first
+// met in a list has no record.
 type Creations struct {
 	mu sync.Mutex
 	at map[string]string

@@ -41,49 +41,38 @@ import (
 
 // PieceConfig is what a piece's informer views are made from.
 type PieceConfig struct {
-	// Shared is the replica's pool of cluster-wide informers
-	// (cluster-scoped kinds, and every kind for singletons and without
-	// Owned); the factory holds those it used until Shutdown.
+	// Shared: the replica's pool; the factory holds what it used till Shutdown.
 	Shared *Pool
-	// SharedStop is the replica's lifetime (the owned cache runs until
-	// it closes).
+	// SharedStop is the replica's lifetime; the owned cache runs until then.
 	SharedStop <-chan struct{}
 	Mapper     meta.RESTMapper
 	// Scopes tells which kinds are cluster-scoped.
 	Scopes KindScopes
-	// PieceStop, if set, closes when the piece stops: a scope look-up
-	// waiting out a failed discovery gives up then, so a stopped piece
-	// is not held (nil: the replica's lifetime, SharedStop).
+	// PieceStop closes when the piece stops, so a scope look-up waiting out
+	// a failed discovery does not hold a stopped piece (nil: SharedStop).
 	PieceStop <-chan struct{}
-	// Scope: the view of the replica's partition controller set, whose
-	// namespaces change while it runs. Without it the view is
-	// cluster-wide (a singleton).
+	// Scope: the partition set's view; nil: cluster-wide (a singleton).
 	Scope *Scope
-	// Owned caches the namespaced kinds of the Scope view: only the
-	// namespaces of loaded partitions. Nil: Shared caches every namespace
-	// (informer mode filtered-watch).
+	// Owned caches the Scope's namespaced kinds; nil: Shared (filtered-watch).
 	Owned *OwnedCache
-	// Held: informers of the owned cache a singleton reads instead of the
+	// Held: the owned cache's informers a singleton reads instead of the
 	// pool's, by object type (OwnedCache.HoldEverywhere).
 	Held map[reflect.Type]cache.SharedIndexInformer
 	// Logger is the piece's (default: klog.Background()).
 	Logger klog.Logger
 }
 
-// PieceFactory is the informer factory of a singleton piece, or of the
-// replica's partition controller set (Scope).
+// PieceFactory is the informer factory of a singleton or the partition set.
 type PieceFactory struct {
 	PieceConfig
 
 	mu       sync.Mutex
 	handlers []registration
-	// live: Start was called, handlers on shared informers go live at once;
-	// before it they wait in pending.
+	// live: Start was called; until then new handlers wait in pending.
 	live    bool
 	stopped bool
 	pending []pendingHandler
-	// building and census: the informers handed out, by controller
-	// (census.go).
+	// building, census: the informers handed out, by controller (census.go).
 	building string
 	census   []censusEntry
 
@@ -98,8 +87,7 @@ type pendingHandler struct {
 }
 
 // addSharedHandler adds a piece's handler to a shared informer now if the
-// piece's informers have started, else when they start (see
-// deferredRegistration).
+// piece has started, else at Start (deferredRegistration).
 func (f *PieceFactory) addSharedHandler(informer cache.SharedIndexInformer, add addHandler) (cache.ResourceEventHandlerRegistration, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -141,21 +129,18 @@ func (f *PieceFactory) addNow(informer cache.SharedIndexInformer, add addHandler
 	return r.handle, nil
 }
 
-// addHandler adds a piece's handler to a shared informer.
 type addHandler func() (registration, error)
 
 type registration struct {
 	informer cache.SharedIndexInformer
 	handle   cache.ResourceEventHandlerRegistration
-	// scoped: the handler's queue in the Scope's dispatcher, removed
-	// through the Scope.
+	// scoped: the handler's queue in the Scope's dispatcher, if any.
 	scoped *scopedHandler
-	// stopResync ends the handler's own resync (resync.go), if it has one.
+	// stopResync ends the handler's own resync (resync.go), if any.
 	stopResync func()
 }
 
-// NewPieceFactory builds the factory of a singleton or of the replica's
-// partition controller set.
+// NewPieceFactory builds the factory of a singleton or of the partition set.
 func NewPieceFactory(c PieceConfig) (*PieceFactory, error) {
 	if c.Logger.GetSink() == nil {
 		c.Logger = klog.Background()
@@ -171,11 +156,8 @@ func NewPieceFactory(c PieceConfig) (*PieceFactory, error) {
 
 var _ informers.SharedInformerFactory = &PieceFactory{}
 
-// clusterScoped decides where an informer of obj's kind comes from. A
-// kind the apiserver does not serve is treated as namespaced: the sharded
-// watch then fails loudly rather than a cluster-wide view leaking into the
-// piece. A failed discovery decides nothing: it is asked again
-// (clusterScopedKind).
+// clusterScoped decides where obj's kind comes from: a kind the scheme or
+// the apiserver does not know counts as namespaced (clusterScopedWhenKnown).
 func (f *PieceFactory) clusterScoped(obj runtime.Object) bool {
 	gvks, _, err := scheme.Scheme.ObjectKinds(obj)
 	if err != nil || len(gvks) == 0 {
@@ -184,8 +166,7 @@ func (f *PieceFactory) clusterScoped(obj runtime.Object) bool {
 	return clusterScopedKind(f.Logger, f.Scopes, gvks[0], f.stop())
 }
 
-// stop closes when the piece or the replica stops (one channel per
-// factory, made on first use).
+// stop closes when the piece or the replica stops.
 func (f *PieceFactory) stop() <-chan struct{} {
 	f.stopOnce.Do(func() {
 		if f.PieceStop == nil {
@@ -205,18 +186,15 @@ func (f *PieceFactory) stop() <-chan struct{} {
 	return f.stopCh
 }
 
-// InformerFor routes each kind: cluster-scoped kinds to the shared
-// factory (with handler tracking; Namespaces through the Scope's filter),
-// namespaced kinds to the owned cache if there is one, else the shared
-// factory.
+// InformerFor gives the piece's informer of obj's kind (typedInformer).
 func (f *PieceFactory) InformerFor(obj runtime.Object, newFunc internalinterfaces.NewInformerFunc) cache.SharedIndexInformer {
 	informer, source, selector := f.typedInformer(obj, func() cache.SharedIndexInformer { return f.Shared.InformerFor(f, obj, newFunc) })
 	f.record(obj, schema.GroupVersionResource{}, true, source, selector, informer)
 	return informer
 }
 
-// typedInformer routes obj's kind (InformerFor, ForResource): pooled
-// makes the pool's informer of it.
+// typedInformer picks where obj's kind comes from; pooled makes the pool's
+// informer of it.
 func (f *PieceFactory) typedInformer(obj runtime.Object, pooled func() cache.SharedIndexInformer) (informer cache.SharedIndexInformer, source, fieldSelector string) {
 	clusterWide := SourceClusterWide
 	if f.Scope != nil {
@@ -237,10 +215,8 @@ func (f *PieceFactory) typedInformer(obj runtime.Object, pooled func() cache.Sha
 	return f.view(pooled(), false), clusterWide, ""
 }
 
-// Start starts the piece's informers that are not running yet; they run
-// until every piece using them has shut down (a shared informer started
-// with a piece's stop channel would die with that piece under every other
-// piece).
+// Start starts the piece's informers not running yet, ignoring stop: a
+// shared informer runs until every piece using it has shut down.
 func (f *PieceFactory) Start(<-chan struct{}) {
 	f.Shared.Start(f)
 	if f.Owned != nil {
@@ -249,8 +225,7 @@ func (f *PieceFactory) Start(<-chan struct{}) {
 	f.goLiveOnce()
 }
 
-// goLiveOnce puts pending handlers live unless that happened or the piece
-// stopped.
+// goLiveOnce puts pending handlers live unless done or the piece stopped.
 func (f *PieceFactory) goLiveOnce() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -290,8 +265,7 @@ func (f *PieceFactory) Shutdown() {
 	f.Shared.Release(f)
 }
 
-// WaitForCacheSync waits for the piece's informers (those it asked for,
-// not every shared one).
+// WaitForCacheSync waits for the informers the piece asked for only.
 func (f *PieceFactory) WaitForCacheSync(stopCh <-chan struct{}) map[reflect.Type]bool {
 	out := map[reflect.Type]bool{}
 	for key, ok := range f.Shared.WaitForCacheSync(f, stopCh) {
@@ -311,8 +285,7 @@ func (f *PieceFactory) WaitForCacheSyncWithContext(ctx context.Context) cache.Sy
 	return cache.SyncResult{Synced: synced, Err: ctx.Err()}
 }
 
-// ForResource gives a generic informer of the resource, routed like
-// InformerFor.
+// ForResource gives a generic informer of gvr, routed like InformerFor.
 func (f *PieceFactory) ForResource(gvr schema.GroupVersionResource) (informers.GenericInformer, error) {
 	gvk, err := f.Mapper.KindFor(gvr)
 	if err != nil {

@@ -25,11 +25,9 @@ type KindScopes interface {
 	ClusterScopedResource(gvr schema.GroupVersionResource) (bool, error)
 }
 
-// DiscoveryScopes reads a kind's scope from the apiserver's discovery of
-// its group version. A RESTMapper built from discovery cannot tell a kind
-// the apiserver does not serve from one whose group failed to load (both
-// are "no matches for kind"), and a piece that took the second for the
-// first placed Nodes with the namespaced kinds for the rest of its run.
+// DiscoveryScopes reads a kind's scope from discovery of its group
+// version, not a RESTMapper, which reports a kind not served and one whose
+// group failed to load alike ("no matches for kind").
 type DiscoveryScopes struct {
 	Discovery discovery.CachedDiscoveryInterface
 }
@@ -46,8 +44,7 @@ func (d DiscoveryScopes) ClusterScopedResource(gvr schema.GroupVersionResource) 
 func (d DiscoveryScopes) find(gv schema.GroupVersion, what string, match func(metav1.APIResource) bool) (bool, error) {
 	list, err := d.Discovery.ServerResourcesForGroupVersion(gv.String())
 	if errors.Is(err, memory.ErrCacheNotFound) {
-		// Not in the cached discovery: a group installed since, or not
-		// served. Ask once more, afresh.
+		// A group installed since, or not served: ask once more, afresh.
 		d.Discovery.Invalidate()
 		list, err = d.Discovery.ServerResourcesForGroupVersion(gv.String())
 		if errors.Is(err, memory.ErrCacheNotFound) {
@@ -69,23 +66,20 @@ func (d DiscoveryScopes) find(gv schema.GroupVersion, what string, match func(me
 // scopeRetry paces the retries of a failed scope look-up.
 var scopeRetry = wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 8, Cap: 30 * time.Second}
 
-// clusterScopedKind asks scopes about gvk until it answers, or stop
-// closes (see clusterScopedWhenKnown).
+// clusterScopedKind is clusterScopedWhenKnown for gvk.
 func clusterScopedKind(logger klog.Logger, scopes KindScopes, gvk schema.GroupVersionKind, stop <-chan struct{}) bool {
 	return clusterScopedWhenKnown(logger, func() (bool, error) { return scopes.ClusterScoped(gvk) }, gvk.String(), stop)
 }
 
-// clusterScopedResource asks scopes about gvr until it answers, or stop
-// closes (see clusterScopedWhenKnown).
+// clusterScopedResource is clusterScopedWhenKnown for gvr.
 func clusterScopedResource(logger klog.Logger, scopes KindScopes, gvr schema.GroupVersionResource, stop <-chan struct{}) bool {
 	return clusterScopedWhenKnown(logger, func() (bool, error) { return scopes.ClusterScopedResource(gvr) }, gvr.String(), stop)
 }
 
-// clusterScopedWhenKnown asks until it answers, or stop closes. A kind
-// the apiserver does not serve counts as namespaced: its informer fails to
-// list wherever it is placed, as in KCM, and a partition view filters it
-// rather than leak other namespaces. After stop closes the answer is
-// "namespaced" unasked: the replica is ending.
+// clusterScopedWhenKnown asks until it answers, or stop closes (then
+// "namespaced": the replica is ending). A kind not served counts as
+// namespaced: its informer fails to list wherever placed, as in KCM, and a
+// partition view filters it rather than leak other namespaces.
 func clusterScopedWhenKnown(logger klog.Logger, ask func() (bool, error), what string, stop <-chan struct{}) bool {
 	backoff := scopeRetry
 	for {

@@ -9,10 +9,8 @@ import (
 	"k8s.io/client-go/metadata/metadatainformer"
 )
 
-// Metadata is the piece's view of the replica's metadata-only informers
-// (in f.Shared, held until f.Shutdown): handlers are recorded in f and
-// removed by f.Shutdown, and namespaced resources are filtered as f's typed
-// ones are.
+// Metadata is the piece's view of the pool's metadata-only informers,
+// which records handlers and filters namespaces as f's typed views do.
 func (f *PieceFactory) Metadata() metadatainformer.SharedInformerFactory {
 	return &metadataView{factory: f}
 }
@@ -32,9 +30,8 @@ func (m *metadataView) ForResource(gvr schema.GroupVersionResource) informers.Ge
 	return genericInformer{informer: m.factory.view(informer, namespaces), resource: gvr.GroupResource()}
 }
 
-// clusterScoped: a resource the apiserver does not serve counts as
-// namespaced, so a partition view filters it rather than leak other
-// namespaces; a failed discovery decides nothing (clusterScopedResource).
+// clusterScoped says whether gvr goes unfiltered: always without a Scope,
+// else as discovery says (clusterScopedResource).
 func (m *metadataView) clusterScoped(gvr schema.GroupVersionResource) bool {
 	if m.factory.Scope == nil {
 		return true
@@ -42,8 +39,7 @@ func (m *metadataView) clusterScoped(gvr schema.GroupVersionResource) bool {
 	return clusterScopedResource(m.factory.Logger, m.factory.Scopes, gvr, m.factory.stop())
 }
 
-// Start starts the piece's shared informers and puts its handlers live
-// (as PieceFactory.Start).
+// Start starts the piece's shared informers and puts its handlers live.
 func (m *metadataView) Start(<-chan struct{}) {
 	m.factory.Shared.Start(m.factory)
 	m.factory.goLiveOnce()
@@ -59,25 +55,22 @@ func (m *metadataView) WaitForCacheSync(stopCh <-chan struct{}) map[schema.Group
 	return out
 }
 
-// Shutdown does nothing: the shared informers are the replica's, and the
-// piece's handlers go with PieceFactory.Shutdown.
+// Shutdown does nothing: the piece's handlers go with PieceFactory.Shutdown.
 func (m *metadataView) Shutdown() {}
 
-// typedWhereNeeded is a typed factory whose ForResource serves only
-// cluster-scoped resources and the namespaced ones listed, so that an
-// ObjectOrMetadataInformerFactory over it (which tries typed first) caches
-// every other namespaced resource as metadata only.
+// typedWhereNeeded's ForResource serves only cluster-scoped resources and
+// the namespaced ones listed, so an ObjectOrMetadataInformerFactory over it
+// (typed first) caches every other namespaced resource as metadata only.
 type typedWhereNeeded struct {
 	*PieceFactory
 	typed map[schema.GroupResource]bool
 }
 
 // TypedWhereNeeded is f for the garbage collector's and resourcequota's
-// informers of every resource: KCM gives them its typed informers, which
-// it holds anyway; a fleet replica running them would otherwise cache
-// every ConfigMap and Secret in full for controllers that read only
-// metadata. typed lists the namespaced resources whose handlers need the
-// objects (resourcequota's Pods and Services).
+// informers of every resource: KCM gives them typed informers it holds
+// anyway, but a replica would cache every ConfigMap and Secret in full for
+// controllers reading metadata only. typed lists the namespaced resources
+// whose handlers need objects (resourcequota's Pods and Services).
 func (f *PieceFactory) TypedWhereNeeded(typed ...schema.GroupResource) informers.SharedInformerFactory {
 	t := &typedWhereNeeded{PieceFactory: f, typed: map[schema.GroupResource]bool{}}
 	for _, gr := range typed {

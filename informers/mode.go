@@ -17,20 +17,17 @@ const (
 	// ModeAuto picks ModeShardedWatch when the apiserver honours shard
 	// selectors, and ModeNamespaceWatch otherwise.
 	ModeAuto Mode = "auto"
-	// ModeShardedWatch: the owned cache, one cluster-wide watch per kind
-	// kept on the client for the owned namespaces, which are listed as
-	// they are loaded with shard selectors naming them
-	// (ListOptions.ShardSelector, feature gate ShardedListAndWatch). Each
-	// replica caches only its own namespaces' objects.
+	// ModeShardedWatch: the owned cache, one cluster-wide watch per kind,
+	// loaded namespaces listed by shard selectors naming them (feature gate
+	// ShardedListAndWatch); each replica caches only its own namespaces.
 	ModeShardedWatch Mode = "sharded-watch"
 	// ModeNamespaceWatch: the owned cache as ModeShardedWatch, but a
 	// loaded namespace is listed on its own (or, past a number at once,
 	// in one cluster-wide list). Works on every apiserver.
 	ModeNamespaceWatch Mode = "namespace-watch"
 	// ModeFilteredWatch: one cluster-wide list/watch per kind and replica,
-	// the partition controllers seeing it through a filter on the owned
-	// namespaces. As few watches as KCM per replica; every replica caches
-	// every object, as KCM.
+	// seen by the partition controllers through a filter: as few watches as
+	// KCM, but every replica caches every object.
 	ModeFilteredWatch Mode = "filtered-watch"
 )
 

@@ -23,9 +23,8 @@ import (
 type OwnedCacheConfig struct {
 	// Logger is the replica's (default: klog.Background()).
 	Logger klog.Logger
-	// Sharded: list loaded namespaces with shard selectors (the
-	// apiserver serves ShardedListAndWatch); else one namespace-scoped
-	// list per namespace, up to NamespaceWatchMax at once.
+	// Sharded: list loaded namespaces with shard selectors (the apiserver
+	// serves ShardedListAndWatch); else one list per namespace.
 	Sharded bool
 	// MaxTerms: the most namespaces one selector names (sharded).
 	MaxTerms int
@@ -36,36 +35,29 @@ type OwnedCacheConfig struct {
 	Mapper            meta.RESTMapper
 	// Namespaces is the replica's informer of all Namespaces; it must run.
 	Namespaces cache.SharedIndexInformer
-	// Creations: the versions at which the Namespaces informer's
-	// watches saw namespaces created (Pool.Namespaces); nil lists every
-	// new namespace of a selected watch.
+	// Creations (Pool.Namespaces); nil lists every new namespace of a
+	// selected watch.
 	Creations   *Creations
 	PartitionOf func(namespace string) int
-	// Partitions is how many partitions PartitionOf places namespaces
-	// in: holding every namespace (HoldEverywhere) loads each of them.
+	// Partitions is how many partitions PartitionOf places namespaces in;
+	// HoldEverywhere loads each of them.
 	Partitions int
-	// FieldSelectors narrows kinds the partition controllers read only a
-	// few objects of: the informer of such a kind lists and watches with
-	// the field selector and holds only what matches (a kind not listed
-	// holds every object of its namespaces). A narrowed kind cannot be
-	// held everywhere: a singleton reading it reads the pool's.
+	// FieldSelectors narrows a kind's informer to the objects matching its
+	// selector. A narrowed kind cannot be held everywhere: a singleton
+	// reading it reads the pool's.
 	FieldSelectors map[reflect.Type]fields.Selector
-	// SelectedWatches names the resources (e.g. "pods") whose one watch
-	// carries a shard selector naming the loaded namespaces (Sharded
-	// only), so that kube-apiserver writes the replica only its events;
-	// it is opened again, from where it stopped, as namespaces join.
-	// The others' watches carry none and are filtered on the client.
+	// SelectedWatches names the resources (e.g. "pods") whose trunk's
+	// watch names the loaded namespaces in a shard selector (Sharded only),
+	// so kube-apiserver sends the replica only their events; the others'
+	// watches are filtered on the client.
 	SelectedWatches sets.Set[string]
 	Resync          time.Duration
 	Transform       cache.TransformFunc
 }
 
 // OwnedCache is the replica's cache of namespaced kinds for its partition
-// controllers: one informer per kind, holding only the objects of the
-// namespaces of the partitions the replica has loaded. Load(p) adds p's
-// namespaces to every informer and returns once each holds them; Unload(p)
-// removes them. Neither relists the other partitions. A namespace created
-// in a loaded partition is added as it appears.
+// controllers: one informer per kind, holding the objects of the loaded
+// partitions' namespaces. Load and Unload relist no other partition.
 type OwnedCache struct {
 	config OwnedCacheConfig
 
@@ -77,13 +69,10 @@ type OwnedCache struct {
 	naming map[int]int
 	stop   <-chan struct{}
 	// created: namespaces created in loaded partitions, waiting for the
-	// join each starts; born: the versions at which those the Namespaces
-	// informer saw created were (Creations).
+	// join each starts; born: their creation versions (Creations).
 	created []string
 	born    map[string]string
-	// held: namespaces of loaded partitions whose first list every
-	// informer holds, so that every later event of theirs reaches the
-	// informers. A namespace deleted stays held: the trunk keeps
+	// held (doc.go). A deleted namespace stays held: the trunk keeps
 	// decoding its events, so one created again under its name is held
 	// from its first moment.
 	held map[string]bool
@@ -97,9 +86,7 @@ type OwnedCache struct {
 type ownedInformer struct {
 	informer cache.SharedIndexInformer
 	lw       *ownedListWatch
-	// everywhere: singletons of this replica reading every namespace of
-	// this kind from this informer (HoldEverywhere); while above 0 it
-	// holds every namespace, not only those of loaded partitions.
+	// everywhere counts the HoldEverywhere not yet released.
 	everywhere int
 }
 
@@ -148,14 +135,12 @@ func (o *OwnedCache) namespaceAdded(obj any) {
 	if v := o.config.Creations.Of(ns.Name, ns.ResourceVersion); v != "" {
 		o.born[ns.Name] = v
 	}
-	// Every kind keeping it by partition or taking it from its creation,
-	// a join shows it at once; one that must list it (met in a list)
-	// shows it once listed.
+	// A kind that must list it (met in a list) shows it once listed;
+	// the others at once.
 	go o.join()
 }
 
-// heldEverywhere says whether some informer holds every namespace. Called
-// with mu held.
+// heldEverywhere: some informer holds every namespace. Called with mu held.
 func (o *OwnedCache) heldEverywhere() bool {
 	for _, i := range o.informers {
 		if i.everywhere > 0 {
@@ -166,12 +151,9 @@ func (o *OwnedCache) heldEverywhere() bool {
 }
 
 // HoldEverywhere makes the informer of obj's kind hold every namespace
-// until as many ReleaseEverywhere, and returns it once it does: for the
-// singletons that read every object of a kind the partition controllers
-// read too (every Pod), so that the replica running both caches them once
-// rather than its partitions' share twice. Holding every namespace is
-// every partition loaded in that kind, gained as the cache gains
-// partitions (ownedgain.go). Start the cache first.
+// until as many ReleaseEverywhere, and returns it once it does, so that
+// singletons reading every object of a kind the partition controllers read
+// (every Pod) share its cache. Start the cache first.
 func (o *OwnedCache) HoldEverywhere(ctx context.Context, obj runtime.Object) (cache.SharedIndexInformer, error) {
 	if selector, ok := o.config.FieldSelectors[reflect.TypeOf(obj)]; ok {
 		return nil, fmt.Errorf("the owned cache holds only the %T objects matching %q, not every one", obj, selector)
@@ -195,9 +177,8 @@ func (o *OwnedCache) informerOf(obj runtime.Object) *ownedInformer {
 }
 
 // ReleaseEverywhere ends one HoldEverywhere: after the last, the informer
-// forgets the partitions not loaded and drops their namespaces (as
-// deletions, which scoped handlers do not see). Remove the singleton's
-// handlers first.
+// drops the namespaces of partitions not loaded, as deletions scoped
+// handlers do not see. Remove the singleton's handlers first.
 func (o *OwnedCache) ReleaseEverywhere(obj runtime.Object) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -315,17 +296,15 @@ func (o *OwnedCache) Include(ctx context.Context, partitions ...int) error {
 }
 
 // Load adds the namespaces of partitions and returns once every informer
-// holds what their lists handed over, so that controllers handed them
-// next see their objects together, as after an informer's sync.
-// Partitions loaded together are listed together: one list per kind (per
-// shard selector's worth of namespaces), not one per partition.
+// holds what their lists handed over, so controllers handed them next see
+// their objects together, as after a sync. Partitions loaded together
+// share one list per kind (per selector's worth of namespaces).
 func (o *OwnedCache) Load(ctx context.Context, partitions ...int) error {
 	return o.load(ctx, partitions, true)
 }
 
-// Unload removes p's namespaces: their objects leave every informer (as
-// deletions their handlers see; scoped handlers drop them once p is out of
-// scope).
+// Unload removes p's namespaces: their objects leave every informer as
+// deletions (scoped handlers drop them once p is out of scope).
 func (o *OwnedCache) Unload(p int) {
 	o.reportMu.Lock()
 	defer o.reportMu.Unlock()
@@ -363,10 +342,9 @@ func (o *OwnedCache) unload(p int) (dropped []string) {
 	return dropped
 }
 
-// targetOf resolves obj's resource on first use, so a RESTMapper that is
-// not ready yet is an error the reflector retries. A non-nil selector
-// narrows every list and watch of it; the trunk's watch decodes only the
-// objects of the namespaces keep accepts.
+// targetOf resolves obj's resource on first use, so a RESTMapper not ready
+// yet is an error the reflector retries. The trunk's watch decodes only
+// the objects of the namespaces keep accepts.
 func targetOf(clients *RESTClients, mapper meta.RESTMapper, obj runtime.Object, selector fields.Selector, selectedWatches sets.Set[string], keep func(namespace string) bool) func() (*listWatchTarget, error) {
 	var mu sync.Mutex
 	var target *listWatchTarget

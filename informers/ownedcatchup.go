@@ -13,16 +13,11 @@ import (
 )
 
 // A gain that lists nothing must still hand its controllers a cache at
-// least as new as the server after the gain. Namespaces held everywhere
-// for a singleton (Pods, PVCs) are not listed when their partition is
-// gained: the trunk already carries them. But it can be behind the
-// server, its watch waiting to resume after
-// kube-apiserver closed it, told 410 Gone and not yet listed again, or
-// stalled, and the partition's previous owner (another replica, or an
-// earlier run here before its authority ran out) wrote in between: a Job
-// controller handed such a cache sees no Pod for a Job whose Pod has run,
-// and runs it again. KCM has no such window: a new leader's informers
-// start with a list. Upstream's read-your-writes check
+// least as new as the server after the gain: the trunk carrying a
+// namespace held everywhere may be behind (its watch waiting to resume,
+// told 410 Gone, or stalled) while the partition's previous owner wrote,
+// and a Job controller seeing no Pod for a Job whose Pod ran runs it
+// again. Upstream's read-your-writes check
 // (pkg/controller/util/consistency) knows only its own writes.
 
 // catchUpRelistAfter is how long a gain waits for a source behind the
@@ -30,11 +25,10 @@ import (
 // resumes within a few seconds, one stalled may not resume for long.
 const catchUpRelistAfter = 5 * time.Second
 
-// catchUp returns once the informer holds namespaces at least as they
-// are on the server now: it lists them (one request per shard selector's
-// worth, as a feeder) and waits for the informer's store, not handing the
-// list over, since the source carrying them delivers the same objects in
-// order. A source still behind after catchUpRelistAfter lists again.
+// catchUp returns once the informer holds namespaces at least as they are
+// on the server now. It lists them as a feeder does and waits for the
+// store rather than hand the list over, as their source delivers the same
+// objects in order; one still behind after catchUpRelistAfter relists.
 func (lw *ownedListWatch) catchUp(ctx context.Context, namespaces []string, synced cache.InformerSynced) error {
 	t, err := lw.target()
 	if err != nil {
@@ -69,11 +63,9 @@ func (lw *ownedListWatch) catchUp(ctx context.Context, namespaces []string, sync
 			lw.noteBehind([]string{ns}, -1)
 			return true
 		})
-		// A source waiting to resume a watch kube-apiserver closed
-		// resumes now: its watch delivers what the server still has, in
-		// order, where a list would fold it (a ConfigMap created and
-		// deleted meanwhile would never be told, and the root-CA
-		// publisher, whose ConfigMap a user deleted, never hears of it).
+		// A source waiting to resume a closed watch resumes now: its
+		// watch delivers what the server has in order, where a list
+		// would fold it (a ConfigMap created and deleted meanwhile).
 		lw.wakeCarrier(behind)
 		if len(behind) > 0 && !relisted && time.Since(start) >= catchUpRelistAfter {
 			relisted = true
@@ -94,10 +86,9 @@ func (lw *ownedListWatch) catchUp(ctx context.Context, namespaces []string, sync
 }
 
 // caughtUp says whether the informer holds ns at least as a list read at
-// version did (listed): every listed object at its listed version or
-// newer, or absent because its deletion has been sent since (the source
-// carrying ns has delivered past version); and no object the list lacks
-// older than version.
+// version did (listed): each listed object at its version or newer, or
+// absent with its deletion sent since (ns's source delivered past
+// version), and no object the list lacks older than version.
 func (lw *ownedListWatch) caughtUp(ns string, listed []keyVersion, version string) bool {
 	lw.sendMu.Lock()
 	lw.mu.Lock()
@@ -152,13 +143,12 @@ func (lw *ownedListWatch) caughtUp(ns string, listed []keyVersion, version strin
 }
 
 // deliveredPast says whether the trunk carrying ns, not joining it, has
-// delivered past version. A namespace of a kept (or leaving) partition no
-// source carries has had no event since the trunk's stream began, so a
-// trunk that has delivered past the list has delivered it too. One
-// neither carried nor taken by its partition any more (gone) was not in
-// the read that ended its partition's leaving: deleted, with its
-// objects, since; created again, it joins through a list. Called with
-// sendMu and mu held.
+// delivered past version. A kept or leaving partition's namespace no
+// source carries has had no event since the trunk's stream began, so it
+// counts as carried. One neither loaded nor unclaimed (gone) was missing
+// from the read that ended its partition's leaving: deleted with its
+// objects (created again, it joins through a list). Called with sendMu
+// and mu held.
 func (lw *ownedListWatch) deliveredPast(ns, version string) (passed, gone bool) {
 	unclaimed := lw.unclaimed(ns)
 	if !lw.loaded[ns] && !unclaimed {
@@ -203,8 +193,7 @@ func (lw *ownedListWatch) wakeCarrier(namespaces []string) {
 }
 
 // relistCarrier makes the trunk, if it carries one of namespaces, list
-// again now, its open watch superseded: what it has not delivered is read
-// at once rather than when its watch resumes.
+// again now rather than when its watch resumes.
 func (lw *ownedListWatch) relistCarrier(namespaces []string) {
 	lw.mu.Lock()
 	defer lw.mu.Unlock()

@@ -9,8 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
-// What the owned cache holds, for the debug pages and the tests.
-
 // Partitions lists the loaded partitions.
 func (o *OwnedCache) Partitions() []int {
 	o.mu.Lock()
@@ -18,8 +16,7 @@ func (o *OwnedCache) Partitions() []int {
 	return slices.Sorted(maps.Keys(o.partitions))
 }
 
-// Everywhere lists the resources held in every namespace now
-// (HoldEverywhere), sorted (tests, debug).
+// Everywhere lists the resources held everywhere now, sorted (tests, debug).
 func (o *OwnedCache) Everywhere() []string {
 	o.mu.Lock()
 	defer o.mu.Unlock()

@@ -9,14 +9,9 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 )
 
-// How a feeder's list is handed over to the trunk it feeds.
-
-// feed hands over feeder f's list: for every namespace still joining the
-// trunk through f, its objects and the deletions of what the informer
-// holds of it and the list lacks, then the trunk's events of it held back
-// and newer than the list; from then on the trunk carries it. f is then
-// no longer a source. The trunk's events are held from before f's list
-// was asked for, so together they miss nothing.
+// feed hands over feeder f's list (takeFeed) and ends f. The trunk's
+// events are held back from before f's list was asked for, so together
+// they miss nothing.
 func (s *ownedStream) feed(ctx context.Context, f *source, items []runtime.Object, versions map[string]string) {
 	lw := s.lw
 	lw.sendMu.Lock()
@@ -53,12 +48,11 @@ func (s *ownedStream) feed(ctx context.Context, f *source, items []runtime.Objec
 	s.bookmark()
 }
 
-// takeFeed ends feeder f and takes over the namespaces still joining its
-// trunk through it: it returns them and the events that bring them into
-// the store, the first listedCount of them from f's list (its objects and
-// the deletions of what the store holds and the list lacks), then the
-// trunk's events held back and newer than the list. False if f or its
-// trunk was stopped, or ctx ended. Called with lw.mu held.
+// takeFeed ends feeder f and returns the namespaces still joining its
+// trunk through it, now the trunk's, and the events that bring them into
+// the store: first listedCount from f's list (its objects and the
+// deletions of what it lacks), then the backlog newer than the list. False
+// if f or its trunk was stopped, or ctx ended. Called with lw.mu held.
 func (s *ownedStream) takeFeed(ctx context.Context, f *source, items []runtime.Object, versions map[string]string) (namespaces []string, events []watch.Event, listedCount int, ok bool) {
 	lw := s.lw
 	// Read first: stopping f ends ctx, its producer's.

@@ -13,11 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
-// How the owned cache gains partitions: named in every kind kept by
-// partition, their namespaces read by a consistent list, listed by
-// feeders with the ones the trunk noted meanwhile, and held once every
-// informer holds them (doc.go).
-
 // load gains partitions: with await, it returns once every informer
 // holds them.
 func (o *OwnedCache) load(ctx context.Context, partitions []int, await bool) error {
@@ -46,9 +41,8 @@ func (o *OwnedCache) load(ctx context.Context, partitions []int, await bool) err
 	arrived := o.settleGain(g)
 	shown := append(g.loading, arrived...)
 	if await && len(shown) > 0 {
-		// Shown only while no keeper lists (doc.go): a keeper's list in
-		// flight would fold what happens to them meanwhile, a ConfigMap
-		// their handlers are told of being created and deleted.
+		// Shown only while no trunk lists, which would fold their
+		// events (doc.go, gain-shows-while-listing).
 		err := heldPoll.DelayFunc().Until(ctx, true, false, func(context.Context) (bool, error) {
 			return allHold(g.lws, shown, !plantedGainShowsWhileListing), nil
 		})
@@ -67,18 +61,15 @@ type gain struct {
 	adding    map[int]bool
 	informers []*ownedInformer
 	lws       []*ownedListWatch
-	// tokens: each informer's naming token (ownedListWatch.nameGain).
-	tokens []uint64
+	tokens    []uint64 // each informer's naming token (ownedListWatch.nameGain)
 	// started: the informers run, so the gain names its partitions
 	// before reading their namespaces; naming until settled.
 	started, naming bool
-	// loading: the namespaces the gain lists and waits for.
-	loading []string
+	loading         []string // the namespaces the gain lists and waits for
 }
 
 // beginGain marks the partitions not loaded yet loaded and, once the
-// informers run, naming in every kind kept by partition: from now on the
-// trunk decodes every event of their namespaces.
+// informers run, naming in every kind kept by partition.
 func (o *OwnedCache) beginGain(partitions []int) *gain {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -111,10 +102,9 @@ func (o *OwnedCache) beginGain(partitions []int) *gain {
 }
 
 // gainedNamespaces reads the namespaces of g's partitions: once the
-// informers run, by a consistent list issued after they were named, so
-// that a namespace it lacks was created after every event the trunks had
-// decoded (ownedpartitions.go); before, from the Namespaces informer,
-// since the informers' first lists read them again.
+// informers run, by a consistent list issued after they were named
+// (doc.go, informer-names); before, from the Namespaces informer, as the
+// informers' first lists read them again.
 func (o *OwnedCache) gainedNamespaces(ctx context.Context, g *gain) ([]string, error) {
 	if !g.started || plantedGainNamesFromInformer {
 		o.mu.Lock()
@@ -174,11 +164,10 @@ func (o *OwnedCache) awaitGain(ctx context.Context, g *gain, catchUps []func() e
 	return nil
 }
 
-// settleGain ends g's naming and returns the namespaces of its
+// settleGain ends g's naming, and loads and returns the namespaces of its
 // partitions the Namespaces informer shows that the gain did not load:
-// created after the gain read them, and left to it by join. The kinds
-// kept by partition have kept them from their first event; the others
-// list them now (the caller waits for it).
+// created after its read, and left to it by join. Kinds kept by partition
+// have kept them from their first event; the others list them now.
 func (o *OwnedCache) settleGain(g *gain) []string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -196,8 +185,7 @@ func (o *OwnedCache) settleGain(g *gain) []string {
 	return arrived
 }
 
-// stopNaming: join may take g's namespaces from now on. Called with mu
-// held.
+// stopNaming lets join take g's namespaces. Called with mu held.
 func (o *OwnedCache) stopNaming(g *gain) {
 	if !g.naming {
 		return
@@ -229,11 +217,10 @@ func (o *OwnedCache) readNamespaces(ctx context.Context) ([]string, error) {
 }
 
 // gainEverywhere loads every partition into i's kind for a singleton
-// (HoldEverywhere), as a gain does in every kind: named, read by a
-// consistent list, loaded; it returns once i holds every namespace. Only
-// the first hold catches up the namespaces loaded already (the
-// replica's partitions'), which may come from a source behind the
-// server; a later one finds every namespace held and followed since.
+// (HoldEverywhere) as a gain does, and returns once i holds every
+// namespace. Only the first hold catches up the namespaces loaded already
+// (the replica's partitions'), whose source may be behind the server; a
+// later one finds every namespace held and followed since.
 func (o *OwnedCache) gainEverywhere(ctx context.Context, i *ownedInformer) error {
 	o.mu.Lock()
 	i.everywhere++

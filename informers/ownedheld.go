@@ -9,14 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
-// Which namespaces the owned cache holds, reported to the scope that
-// shows them to the partition controllers.
-
-// HeldReporter hears which namespaces the cache holds: every object of
-// theirs that its lists carried, and every event since. A reader that
-// acts on a namespace only while it is held misses no event of it;
-// one that acted before could write into it while the write and what
-// follows were still to be folded into the namespace's first list.
+// HeldReporter hears which namespaces the cache holds (package doc:
+// held); a reader acting on a namespace only while held misses no event.
 type HeldReporter interface {
 	// Held: namespaces now held.
 	Held(namespaces []string) int
@@ -24,11 +18,9 @@ type HeldReporter interface {
 	Dropped(namespaces []string)
 }
 
-// heldPoll is how often a join looks whether every informer holds its
-// namespaces' first list: what the controllers write into a new
-// namespace waits for it. A quiet namespace's list, answered by the
-// watch cache, takes a few milliseconds, so the looks start 1 ms apart
-// and slow to 5 ms, sparing the informers' locks in a burst.
+// heldPoll paces a join's looks for its namespaces' first lists, which the
+// controllers' writes wait for: a quiet namespace's list takes a few ms, so
+// looks start 1 ms apart and slow to 5 ms, sparing the informers' locks.
 var heldPoll = wait.Backoff{Duration: time.Millisecond, Factor: 2, Cap: 5 * time.Millisecond, Steps: math.MaxInt32}
 
 // ReportTo makes the cache report to r which namespaces it holds, from
@@ -91,12 +83,10 @@ func (o *OwnedCache) join() {
 	o.config.Logger.V(4).Info("Namespaces joined the owned cache", "namespaces", held, "took", time.Since(start).Round(time.Millisecond))
 }
 
-// heldWaitMax bounds how long a join waits for its namespaces' first
-// lists (a list failing keeps being retried meanwhile).
+// heldWaitMax bounds a join's wait (a failing list is retried meanwhile).
 const heldWaitMax = time.Minute
 
-// notLoadedInto names the resources of lws that do not hold the first
-// list of namespaces yet.
+// notLoadedInto names the resources of lws not holding namespaces' first list.
 func notLoadedInto(lws []*ownedListWatch, namespaces []string) []string {
 	var out []string
 	for _, lw := range lws {

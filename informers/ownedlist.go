@@ -11,23 +11,14 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 )
 
-// How an ownedListWatch lists: the requests of a feeder and of the trunk.
-
-// listSource lists the objects of src's namespaces, as they are when it
-// is called, and says which namespaces it covered, each with the version
-// its list was read at. A feeder lists with shard selectors (one request
-// per maxTerms namespaces), else one request per namespace, or past
-// wideAbove namespaces one cluster-wide request. The trunk lists with one
-// selector naming its namespaces when they fit, else cluster-wide, and
-// when it has none reads only the current version. Objects of other
-// namespaces are dropped here, but for a trunk that lists again whose
-// kind keeps by partition (byPartition), which lists cluster-wide at
-// once and takes the namespaces of kept partitions its list shows. Any
-// other trunk listing again first takes the namespaces created in kept
-// partitions since it last watched (takeUncarried); at the informer's
-// first list (first) none was taken at an event yet. After it, but for
-// byPartition, the namespaces are read again (takeUncarried), and those
-// the list may have missed join src.
+// listSource lists the objects of src's namespaces, as they are now, and
+// says which namespaces it covered, each with the version it was read at:
+// a feeder as listNamespaces does; the trunk with one selector naming its
+// namespaces when they fit, else cluster-wide, or, with none, only the
+// current version. Around the trunk's list the namespaces are read
+// (takeUncarried): not before the informer's first list (first), when
+// none was taken at an event yet, and not around a relist of a kind
+// keeping by partition (listByPartition).
 func (lw *ownedListWatch) listSource(ctx context.Context, t *listWatchTarget, src *source, first bool) (items []runtime.Object, versions map[string]string, err error) {
 	lw.mu.Lock()
 	// Only where it would list cluster-wide anyway: a shard selector can
@@ -71,15 +62,12 @@ func (lw *ownedListWatch) listSource(ctx context.Context, t *listWatchTarget, sr
 	return items, versions, nil
 }
 
-// listByPartition lists the trunk src again cluster-wide, as a plain
-// informer does after its version expired: at once, with no read of the
-// namespaces first, which would widen what the list folds by the read's
-// time. It keeps the objects of src's namespaces and takes those of
-// namespaces in kept partitions that no source carries: their events up
-// to the list's version are in it, those after reach src's watch, which
-// resumes from it, and the trunk takes a kept partition's namespace at
-// its first event; a namespace of a naming partition is noted for its
-// gain. A namespace loaded during the list (a feeder's) is left to its
+// listByPartition lists the trunk src again cluster-wide, at once, as a
+// plain informer does, with no read of the namespaces first (doc.go,
+// relist-reads-namespaces). It keeps the objects of src's namespaces and
+// takes those of kept partitions no source carries: their events up to
+// the list's version are in it, later ones reach src's watch, which
+// resumes from it. A namespace a feeder loads meanwhile is left to its
 // own list.
 func (lw *ownedListWatch) listByPartition(ctx context.Context, t *listWatchTarget, src *source, namespaces []string) ([]runtime.Object, string, error) {
 	carried := make(map[string]bool, len(namespaces))
@@ -97,9 +85,7 @@ func (lw *ownedListWatch) listByPartition(ctx context.Context, t *listWatchTarge
 				uncarried = append(uncarried, ns)
 			}
 		}
-		// Kept or leaving partitions' namespaces, which the trunk takes
-		// at their first event too: letGoEverywhere, finding one taken,
-		// leaves it.
+		// Leaving partitions' too: letGoEverywhere leaves one taken.
 		for _, ns := range uncarried {
 			if lw.take(src, ns) {
 				carried[ns] = true
@@ -110,18 +96,16 @@ func (lw *ownedListWatch) listByPartition(ctx context.Context, t *listWatchTarge
 	return lw.pagedList(ctx, t, metav1.ListOptions{Limit: 500, FieldSelector: t.fieldSelector}, wideList, keep)
 }
 
-// listNamespaces lists the objects of namespaces as a feeder does, as
-// they are when it is called, with the version each namespace was read
-// at: with shard selectors one request per maxTerms namespaces, else one
-// request per namespace, or past wideAbove namespaces one cluster-wide
-// request.
+// listNamespaces lists the objects of namespaces as a feeder does, with
+// the version each was read at: with shard selectors one request per
+// maxTerms namespaces, else one per namespace, or past wideAbove
+// namespaces one cluster-wide request.
 func (lw *ownedListWatch) listNamespaces(ctx context.Context, t *listWatchTarget, namespaces []string) ([]runtime.Object, map[string]string, error) {
 	versions := map[string]string{}
 	var out []runtime.Object
 	lw.mu.Lock()
-	// Held everywhere, the kind loads nearly every namespace: one
-	// cluster-wide list, as its unselected watch reads them, rather than
-	// one per selector's worth.
+	// Held everywhere, the kind loads nearly every namespace: one wide list,
+	// as its unselected watch reads them, beats one per selector's worth.
 	wide := lw.everywhere && len(namespaces) > lw.maxTerms
 	lw.mu.Unlock()
 	switch {
@@ -168,9 +152,8 @@ const (
 	versionOnly                  // only the current version
 )
 
-// listRequest makes one paged cluster-wide list of t and returns the
-// objects in namespaces and the list's
-// version.
+// listRequest makes one paged list of t, as kind asks, and returns the
+// objects in namespaces and the list's version.
 func (lw *ownedListWatch) listRequest(ctx context.Context, t *listWatchTarget, namespaces []string, kind listKind) ([]runtime.Object, string, error) {
 	want := map[string]bool{}
 	for _, ns := range namespaces {

@@ -14,25 +14,21 @@ import (
 	"k8s.io/client-go/tools/pager"
 )
 
-// namespaceReadTimeout bounds one shared read of the namespaces: its
-// callers retry on error.
+// namespaceReadTimeout bounds one shared read; its callers retry on error.
 const namespaceReadTimeout = time.Minute
 
-// namespaceReads shares the consistent reads of every namespace's name
-// that gains and keepers' lists make (ownedpartitions.go): each caller
-// is answered by a read sent after it asked, so that the answer holds
-// every namespace created before the call, and the callers that ask
-// while a read is on its way share the next one. A replica starting its
-// seventeen kinds reads the namespaces a few times, not twice per kind.
+// namespaceReads shares the consistent reads of the namespaces' names
+// (ownedpartitions.go) so a replica starting its kinds reads a few times,
+// not twice per kind. Each caller gets a read sent after it asked, which
+// holds every namespace created before; callers asking while a read is on
+// its way share the next.
 type namespaceReads struct {
 	read func(ctx context.Context) ([]string, error)
 
 	mu sync.Mutex
-	// next: the read the callers since the last one started wait for;
-	// nil when none waits.
+	// next: the read callers wait for since the last one started; nil if none.
 	next *namespaceRead
-	// reading: a read is on its way, and the loop sending it sends next
-	// after it.
+	// reading: a loop is sending reads; it sends next after the current.
 	reading bool
 }
 
@@ -65,8 +61,7 @@ func (r *namespaceReads) get(ctx context.Context) ([]string, error) {
 	}
 }
 
-// loop sends the reads callers wait for, one at a time, until none
-// waits.
+// loop sends the reads callers wait for, one at a time, until none waits.
 func (r *namespaceReads) loop() {
 	for {
 		r.mu.Lock()
@@ -85,9 +80,8 @@ func (r *namespaceReads) loop() {
 	}
 }
 
-// namespaceNames reads the name of every namespace by a consistent list
-// (no resource version: the server reads its store as it is now), so
-// that it holds every namespace created before it was asked for.
+// namespaceNames reads every namespace's name by a consistent list (no
+// resource version), so it holds every namespace created before the call.
 func (o *OwnedCache) namespaceNames(ctx context.Context) ([]string, error) {
 	client, err := o.config.RESTClients.forGroupVersion(corev1.SchemeGroupVersion)
 	if err != nil {

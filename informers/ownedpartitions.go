@@ -8,26 +8,17 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 )
 
-// How an ownedListWatch keeps the namespaces of loaded partitions by
-// partition, not by name: the states of a partition, the rules and why
-// they are whole are in doc.go ("A partition, per kind").
-
-// partitionPhase is where a loaded partition's gain is.
+// partitionPhase is a loaded partition's state (doc.go).
 type partitionPhase int
 
 const (
-	partitionNaming partitionPhase = iota // the gain reads its namespaces
-	partitionKept                         // its namespaces are taken at their first event
-	// partitionLeaving: a selected kind let go everywhere: its namespaces
-	// are still taken at their first event, but a namespace created now
-	// joins through a list, until the trunk takes the ones left and
-	// names them in its watch (letGoEverywhere).
-	partitionLeaving
+	partitionNaming  partitionPhase = iota // the gain reads its namespaces
+	partitionKept                          // its namespaces are taken at their first event
+	partitionLeaving                       // a selected kind let go everywhere, until letGoEverywhere
 )
 
-// keepsByPartition says whether the trunk keeps namespaces by partition:
-// its watch carries every namespace (no shard selector naming them, as
-// while a selected kind is held everywhere). Called with mu held.
+// keepsByPartition says whether the trunk's watch carries every namespace
+// (no shard selector, or the kind held everywhere). Called with mu held.
 func (lw *ownedListWatch) keepsByPartition() bool {
 	if lw.partitionOf == nil {
 		return false
@@ -36,11 +27,9 @@ func (lw *ownedListWatch) keepsByPartition() bool {
 	return err == nil && (!(lw.sharded && t.selectWatch) || lw.everywhere)
 }
 
-// nameGain marks partitions naming, for a kind kept by partition: from
-// now on the trunk decodes the events of their namespaces. It returns
-// the gain's token for keepGain: a partition named after it (by another
-// gain, a hold of every namespace beginning meanwhile) is kept only by a
-// gain whose read of the namespaces followed that naming.
+// nameGain marks partitions naming, for a kind kept by partition, and
+// returns the gain's token for keepGain: a partition named after it is
+// kept only by a gain whose read of the namespaces followed the naming.
 func (lw *ownedListWatch) nameGain(partitions map[int]bool) uint64 {
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
@@ -57,13 +46,11 @@ func (lw *ownedListWatch) nameGain(partitions map[int]bool) uint64 {
 	return lw.named
 }
 
-// keepGain marks partitions kept and loads namespaces (theirs, read by a
-// consistent list after nameGain) with the ones the trunk noted while
-// they were naming, up to the moment they are kept: a namespace noted
-// while the first ones load (its first event dropped) is loaded too, or
-// the kept partition would take it at its next event, without the first;
-// it returns what load returns and the namespaces loaded, for the gain to
-// wait on.
+// keepGain loads namespaces (read by a consistent list after nameGain)
+// and those the trunk noted, until none is left, then keeps the
+// partitions with mu still held: a namespace noted while others load had
+// its first event dropped, and kept, its partition would take it at its
+// next one. It returns what load returns and the namespaces loaded.
 func (lw *ownedListWatch) keepGain(partitions map[int]bool, namespaces []string, await bool, token uint64) (unlisted, loading []string) {
 	batch := sets.New(namespaces...)
 	lw.mu.Lock()
@@ -91,10 +78,8 @@ func (lw *ownedListWatch) keepGain(partitions map[int]bool, namespaces []string,
 		switch phase, named := lw.partitions[p]; {
 		case !named || phase != partitionNaming:
 		case lw.namedAt[p] > token && !plantedKeepsLaterNaming:
-			// Named after this gain's read was asked for: a namespace
-			// created before that naming and missing from the read
-			// had events the trunk never decoded. The later gain's
-			// read keeps it.
+			// Named after this gain's read was asked for, which may lack
+			// a namespace the trunk never decoded: the later gain keeps it.
 		case keeps:
 			lw.partitions[p] = partitionKept
 		default:
@@ -117,9 +102,8 @@ func (lw *ownedListWatch) phaseOf(ns string) (partitionPhase, bool) {
 	return phase, ok
 }
 
-// claims says whether the trunk takes ns, not loaded, when an event or a
-// read shows it: its partition is kept or leaving. A naming partition's
-// namespace is noted for its gain instead. Called with mu held.
+// claims says whether the trunk takes ns, not loaded: its partition is
+// kept or leaving; a naming partition's is noted. Called with mu held.
 func (lw *ownedListWatch) claims(ns string) bool {
 	phase, ok := lw.phaseOf(ns)
 	if ok && phase == partitionNaming && !plantedNoNote {
@@ -128,8 +112,7 @@ func (lw *ownedListWatch) claims(ns string) bool {
 	return ok && phase != partitionNaming
 }
 
-// note records that the trunk dropped an event of ns, of naming
-// partition p. Called with mu held.
+// note notes a dropped event of ns (naming partition p). Called with mu held.
 func (lw *ownedListWatch) note(p int, ns string) {
 	if lw.noted[p] == nil {
 		lw.noted[p] = map[string]bool{}
@@ -137,9 +120,8 @@ func (lw *ownedListWatch) note(p int, ns string) {
 	lw.noted[p][ns] = true
 }
 
-// ensureTrunk starts an empty trunk when none watches, so that the
-// namespaces created in kept partitions reach the informer. Called with
-// mu held.
+// ensureTrunk starts an empty trunk when there is none, so namespaces
+// created in kept partitions reach the informer. Called with mu held.
 func (lw *ownedListWatch) ensureTrunk() {
 	if len(lw.partitions) == 0 || lw.trunk() != nil {
 		return
@@ -152,23 +134,19 @@ func (lw *ownedListWatch) ensureTrunk() {
 	lw.countSources()
 }
 
-// takeUncarried reads the namespaces around a list of the trunk src and
-// makes it take those of kept partitions no source carries; those of
-// naming partitions are noted. Before the list (join false) src carries
-// them, so that its list covers them: a trunk that lists again (its
-// version expired) missed their events since it last watched, and its
-// list folds no more of them than a plain informer's relist would. After
-// it (join true) they join src through a feeder (feedJoining): created
-// while the list was on its way, their events older than its version may
-// be in neither it nor src's watch; those created after the read are
-// newer than the list and reach src's watch. False if the read failed
-// (list again).
+// takeUncarried reads the namespaces around a list of the trunk src
+// (doc.go) and makes src take those of kept partitions no source carries.
+// Before the list (join false) src carries them: relisting, it missed
+// their events, and its list folds no more than a plain relist would.
+// After it (join true) they join src through a feeder (feedJoining):
+// created while the list was on its way, their older events may be in
+// neither the list nor src's watch; those created after the read reach
+// the watch. False if the read failed.
 func (lw *ownedListWatch) takeUncarried(ctx context.Context, src *source, join bool) bool {
 	lw.mu.Lock()
 	skip := len(lw.partitions) == 0 || lw.listNamespaceNames == nil || plantedNoReadAfterList
 	lw.mu.Unlock()
 	if skip {
-		// No partition kept: nothing to take.
 		return true
 	}
 	names, err := lw.listNamespaceNames(ctx)
@@ -190,12 +168,9 @@ func (lw *ownedListWatch) takeUncarried(ctx context.Context, src *source, join b
 }
 
 // ready says whether ns can be shown to handlers: no trunk lists (its
-// list, and the read after it, may yet make ns join through a feeder)
-// and no source has ns joining. A namespace shown while either holds
-// could have events its handlers were told of folded into a feeder's
-// list. It holds however the kind keeps ns: a selected kind let go
-// everywhere joins a leaving partition's namespaces through its trunk's
-// list (letGoEverywhere) with no partition kept and nothing awaited.
+// list and the read after may yet make ns join) and no source has ns
+// joining, or a feeder's list could fold events the handlers were told
+// of. It holds in every kind, not only one keeping by partition (doc.go).
 func (lw *ownedListWatch) ready(ns string) bool {
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
@@ -222,12 +197,10 @@ func (lw *ownedListWatch) partitionsDescribed() []string {
 	return out
 }
 
-// holdEverywhere says that every partition is being loaded for a
-// singleton, before the gain names them. A selected trunk watches again,
-// from its version, with no selector: from now on its watch carries
-// every namespace, so the kind keeps every partition by partition as an
-// unselected one does. Partitions still leaving from the last hold are
-// kept again: their namespaces have been taken at their first event
+// holdEverywhere begins loading every partition for a singleton, before
+// the gain names them. A selected trunk's watch resumes from its version
+// with no selector, so the kind keeps by partition; partitions still
+// leaving are kept again, their namespaces taken at their first event
 // throughout.
 func (lw *ownedListWatch) holdEverywhere() {
 	lw.mu.Lock()
@@ -246,14 +219,11 @@ func (lw *ownedListWatch) holdEverywhere() {
 	}
 }
 
-// leaveEverywhere ends holding every partition, once the partitions not
-// loaded are forgotten and their namespaces unloaded. An unselected kind
-// keeps its loaded partitions by partition still. A selected one must
-// name its namespaces in its watch again, so it stops keeping them:
-// its kept partitions become leaving, where a namespace created from
-// now on joins through a list (OwnedCache.join) while the trunk still
-// takes the others at their first event; it returns the generation to
-// hand letGoEverywhere after a consistent read of the namespaces, and
+// leaveEverywhere ends holding every partition, once those not loaded are
+// forgotten and their namespaces unloaded. An unselected kind still keeps
+// by partition; a selected one must name its namespaces in its watch
+// again, so its kept partitions become leaving. It returns the generation
+// to hand letGoEverywhere after a consistent read of the namespaces;
 // false when there is nothing to let go.
 func (lw *ownedListWatch) leaveEverywhere() (uint64, bool) {
 	lw.mu.Lock()
@@ -271,16 +241,15 @@ func (lw *ownedListWatch) leaveEverywhere() (uint64, bool) {
 	return lw.letGoGen, true
 }
 
-// letGoEverywhere ends leaving, unless a hold or another release came
-// since leaveEverywhere returned gen: the trunk takes the namespaces of
-// leaving partitions that a consistent read issued after it (names)
-// shows and it has not taken yet, forgets those partitions and watches
-// naming its namespaces. No event of a namespace not taken has been
-// handed over (the trunk takes one of a leaving partition at its first),
-// so the watch resuming from the trunk's version delivers all of them,
-// but a trunk listing now has no version to resume from, so they join
-// it; a namespace missing from the read was created after leaving began,
-// and joins through a list.
+// letGoEverywhere ends leaving, unless a hold or release came since
+// leaveEverywhere returned gen. The trunk takes the leaving partitions'
+// namespaces that names (a consistent read issued after leaving began)
+// shows and it has not taken, forgets those partitions and watches naming
+// its namespaces. A namespace not taken had no event handed over (it would
+// have been taken at its first), so the watch resuming from the trunk's
+// version delivers all of them; a listing trunk has no version, so they
+// join it. One missing from names was created after leaving began and
+// joins through a list.
 func (lw *ownedListWatch) letGoEverywhere(gen uint64, names []string) {
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
@@ -294,9 +263,8 @@ func (lw *ownedListWatch) letGoEverywhere(gen uint64, names []string) {
 			lw.loaded[ns] = true
 			if trunk.version == "" && !plantedLetGoInsertsWhileListing {
 				// Listing: its list may have been asked for without ns
-				// and, handed over, would move it past ns's first
-				// events. Joining, ns is covered by that list or listed
-				// by a feeder after it, as newSources does.
+				// and would move it past ns's first events; joining, ns
+				// is covered by that list or a feeder's (newSources).
 				trunk.join([]string{ns}, nil)
 			} else {
 				trunk.insert(ns)

@@ -13,9 +13,6 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// The producer of one source of an owned stream: its list when it has no
-// version, then its watches, resumed after every close.
-
 // reopenInterval spaces the watches one source opens, so namespaces
 // joining it within it share one new watch.
 const reopenInterval = 500 * time.Millisecond
@@ -24,20 +21,17 @@ const reopenInterval = 500 * time.Millisecond
 const closedEarlySlack = 5 * time.Second
 
 // newClosedBackoff paces a source's watches after kube-apiserver closed
-// one before its timeout: 1-2 s, doubling to 8-16 s while they keep being
-// closed soon after opening, and back to the start after one ends by its
-// timeout, is superseded or lasted closedBackoffReset.
+// one before its timeout: 1-2 s, doubling to 8-16 s, started over once one
+// ends by its timeout, is superseded or lasted closedBackoffReset.
 func newClosedBackoff() wait.Backoff {
 	return wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 1, Steps: 4, Cap: 8 * time.Second}
 }
 
 // closedBackoffReset: a watch open this long before kube-apiserver closed
-// it was not closed for falling behind the replay it began with (those
-// closes come within seconds of opening), but by something else, such as
-// a restart of kube-apiserver or etcd, which closes every watch however
-// long it was open. Without the reset each restart would double the next
-// wait, and after a few a replica's caches would stay at the backoff's cap
-// behind a restarted apiserver while its controllers run.
+// it was closed not for falling behind its replay (those closes come
+// within seconds) but by something such as an apiserver or etcd restart.
+// Without the reset each restart would double the next wait, until the
+// caches stayed the backoff's cap behind.
 const closedBackoffReset = 10 * time.Second
 
 // closedWait is how long a source waits before resuming after a watch,
@@ -54,11 +48,9 @@ type producer struct {
 	*ownedStream
 	src    *source
 	logger klog.Logger
-	// backoff paces retries after failures; closedBackoff resumptions
-	// after kube-apiserver ended a watch early.
+	// backoff paces retries after failures, closedBackoff early closes.
 	backoff, closedBackoff wait.Backoff
-	// opened: when the last watch was opened.
-	opened time.Time
+	opened                 time.Time // when the last watch was opened
 }
 
 // roundEnd says what comes after a step of a round.
@@ -71,8 +63,7 @@ const (
 )
 
 // produce lists src when it has no version, then watches it until ctx
-// ends, resuming after every close (after closedBackoff when
-// kube-apiserver ended the watch early) and backing off after failures.
+// ends, resuming after every close.
 func (s *ownedStream) produce(ctx context.Context, src *source) {
 	p := &producer{
 		ownedStream: s, src: src,
@@ -93,7 +84,6 @@ func (p *producer) round(ctx context.Context) roundEnd {
 		return end
 	}
 	if wait := reopenInterval - time.Since(p.opened); wait > 0 {
-		// Namespaces joining meanwhile share the next watch.
 		if !p.sleep(ctx, wait, nil) {
 			return roundDone
 		}
@@ -181,10 +171,9 @@ func (p *producer) openWatch(ctx context.Context, options metav1.ListOptions) (w
 	return client.Get().Resource(p.target.resource).VersionedParams(&options, scheme.ParameterCodec).Watch(ctx)
 }
 
-// watchFailed decides what follows a watch that did not open: a new
-// round, which opens it again at most every reopenInterval (a version
-// expired by then is reported in the stream that opens, and relisted
-// after it: watchEnded), with the wait after the next close started over.
+// watchFailed starts a new round after a watch did not open, opening it
+// again at most every reopenInterval (a version expired by then is told
+// by the watch that opens: watchEnded).
 func (p *producer) watchFailed(ctx context.Context, err error) roundEnd {
 	if ctx.Err() != nil {
 		return roundDone
@@ -200,16 +189,14 @@ func (p *producer) watchFailed(ctx context.Context, err error) roundEnd {
 func (p *producer) watchEnded(ctx context.Context, expired, superseded bool) roundEnd {
 	switch {
 	case expired && !plantedNoRelistOnExpiry:
-		// Its list comes first in the next round.
 		p.lw.mu.Lock()
 		p.src.version = ""
 		p.lw.mu.Unlock()
 		sourceRelists.WithLabelValues(p.target.resource).Inc()
 	case ctx.Err() != nil:
 	case !superseded && p.closedEarly(p.opened):
-		// Resuming at once would replay the interval into the burst
-		// that closed the watch, and be closed again before the
-		// replay ends.
+		// Resuming at once would replay into the burst that closed
+		// the watch, and be closed again before the replay ends.
 		watchesClosedEarly.WithLabelValues(p.target.resource).Inc()
 		lasted := time.Since(p.opened)
 		pause := closedWait(&p.closedBackoff, lasted)
@@ -218,8 +205,7 @@ func (p *producer) watchEnded(ctx context.Context, expired, superseded bool) rou
 		if lw.closedWaitForTest > 0 {
 			pause = lw.closedWaitForTest
 		}
-		// A gain waiting for the source cuts the wait short
-		// (wakeCarrier).
+		// A gain's catch-up cuts the wait short (wakeCarrier).
 		woken := p.src.wakeChan()
 		lw.mu.Unlock()
 		p.logger.V(2).Info("A watch of the owned cache was closed early; resuming after a wait", "lasted", lasted.Round(time.Millisecond), "wait", pause.Round(time.Millisecond))

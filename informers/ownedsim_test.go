@@ -243,6 +243,16 @@ func runOwnedSim(t *testing.T, seed int64) map[string]int {
 		}
 	}
 	defer model.close()
+	// Namespaces that exist before the replica starts, each with an
+	// object, as a replica joining a running cluster finds them; drawn
+	// apart and named apart from the schedule's, so that earlier seeds
+	// keep their schedules.
+	existing := rand.New(rand.NewSource(seed ^ 0xe715)).Intn(4)
+	for i := range existing {
+		ns := fmt.Sprintf("old-%d", i)
+		model.createNamespace(ns)
+		model.writeConfigMap(ns, "cm-0", false)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	config := &rest.Config{Host: model.server.URL, QPS: -1}
@@ -278,6 +288,23 @@ func runOwnedSim(t *testing.T, seed int64) map[string]int {
 		scope.GateNamespaces()
 		owned.ReportTo(scope)
 	}
+	// The first partitions come with the informers' first list. A
+	// replica that starts includes them before its controllers make any
+	// informer of the owned cache; drawn apart, so that earlier seeds
+	// keep their schedules.
+	loaded := map[int]bool{0: true, 1: true}
+	includeFirstPartitions := func() {
+		for p := range loaded {
+			if err := owned.Include(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+			scope.Gain(p)
+		}
+	}
+	includeFirst := rand.New(rand.NewSource(seed^0x1c1d)).Intn(2) == 0
+	if includeFirst {
+		includeFirstPartitions()
+	}
 	factory, err := NewPieceFactory(PieceConfig{Shared: pool, SharedStop: ctx.Done(), Owned: owned, Mapper: mapper, Scopes: MapperScopes{mapper}, Scope: scope})
 	if err != nil {
 		t.Fatal(err)
@@ -300,13 +327,8 @@ func runOwnedSim(t *testing.T, seed int64) map[string]int {
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	// The first partitions come with the informers' first list.
-	loaded := map[int]bool{0: true, 1: true}
-	for p := range loaded {
-		if err := owned.Include(ctx, p); err != nil {
-			t.Fatal(err)
-		}
-		scope.Gain(p)
+	if !includeFirst {
+		includeFirstPartitions()
 	}
 	factory.Start(ctx.Done())
 	owned.Start(ctx.Done())
@@ -321,6 +343,10 @@ func runOwnedSim(t *testing.T, seed int64) map[string]int {
 	go publisher.run(ctx)
 
 	counts := map[string]int{}
+	if includeFirst {
+		counts["schedules including partitions before any informer"]++
+	}
+	counts["namespaces existing before the start"] += existing
 	if selected != nil {
 		counts["schedules with a selected watch"]++
 	}
@@ -589,6 +615,15 @@ func checkOwnedSim(ctx context.Context, t *testing.T, seed int64, round int, mod
 		for p := range loaded {
 			if !scope.Owns(p) {
 				why = fmt.Sprintf("partition %d not gained yet", p)
+				return false, nil
+			}
+		}
+		// Every namespace of a loaded partition is shown in the end: a
+		// namespace never held is one the partition controllers never
+		// serve.
+		for _, ns := range model.namespaceNames() {
+			if loaded[partitionOf(ns)] && !scope.HasNamespace(ns) {
+				why = fmt.Sprintf("namespace %s of loaded partition %d not shown", ns, partitionOf(ns))
 				return false, nil
 			}
 		}

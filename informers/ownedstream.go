@@ -11,14 +11,9 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 )
 
-// The stream an ownedListWatch hands its informer: one producer per
-// source, the trunk's events kept or held back, a feeder's list handed
-// over, and the bookmark that keeps the store's version from going back.
-
 // WatchWithContext opens the one stream: every source resumes from its
-// own version (the reflector's is ignored: events of different sources
-// arrive out of order) and keeps going until the reflector stops the
-// stream.
+// own version, not the reflector's (sources' events arrive out of order),
+// until the reflector stops the stream.
 func (lw *ownedListWatch) WatchWithContext(ctx context.Context, options metav1.ListOptions) (watch.Interface, error) {
 	t, err := lw.target()
 	if err != nil {
@@ -94,8 +89,7 @@ func (s *ownedStream) start(src *source) {
 	}()
 }
 
-// stop ends src's producer; whatever it sends from now on is dropped,
-// since src is no longer a source. Called with lw.mu held.
+// stop ends src's producer. Called with lw.mu held.
 func (s *ownedStream) stop(src *source) {
 	if cancel, ok := s.producers[src]; ok {
 		cancel()
@@ -103,7 +97,7 @@ func (s *ownedStream) stop(src *source) {
 	}
 }
 
-// send hands e to the reflector (false: the stream ended first). Called
+// send hands e to the reflector; false if the stream ended first. Called
 // with lw.sendMu held.
 func (s *ownedStream) send(e watch.Event) bool {
 	select {
@@ -120,15 +114,12 @@ func (s *ownedStream) send(e watch.Event) bool {
 	}
 }
 
-// emit sends events of src, if src is still a source, each if its
-// namespace is loaded, and records them in the ledger; then src resumes
-// from version ("": unchanged). The events of a namespace joining src are
-// held back for its feeder (feed). listed, for the events of src's list,
-// names the namespaces it covered: deletions of the objects they no
-// longer have are computed here, against the ledger, and namespaces
-// joining src that the list did not cover get a feeder.
-// watched, for the events of a watch, is the source's watchGen when the
-// watch opened: once superseded, the watch emits nothing.
+// emit sends the events of src, while it is a source, as decide says and
+// records them in the ledger; then src resumes from version ("":
+// unchanged). listed, for src's list, names the namespaces it covered:
+// their deletions are computed here against the ledger. watched, for a
+// watch, is src's watchGen when it opened: once superseded, it emits
+// nothing.
 func (s *ownedStream) emit(ctx context.Context, src *source, watched *uint64, events []watch.Event, version string, listed map[string]string) bool {
 	lw := s.lw
 	relist := listed != nil
@@ -184,19 +175,14 @@ const (
 	eventUnchanged                  // a relist's object the store holds unchanged: counted as listed, not sent
 )
 
-// decide is the fate of event e (of object m) of src: held back for its
-// feeder while its namespace joins src; dropped outside src's loaded
-// namespaces, at or below a floor, or for the deletion of an object the
-// informer was never handed; a relist's object the store holds at its
-// version is not sent again.
+// decide is the fate of event e (of object m) of src; a joining
+// namespace's events go to its backlog.
 func (s *ownedStream) decide(src *source, e watch.Event, m metav1.Object, relist bool) eventFate {
 	lw := s.lw
 	ns := m.GetNamespace()
 	lw.mu.Lock()
-	// Loaded, or taken now if its partition is kept.
 	loaded := lw.loaded[ns] || lw.take(src, ns)
-	// At or below a floor: handed over already, or (a namespace joining a
-	// trunk resumed from a creation, takeFrom) held back already.
+	// At or below a floor: handed over, or held back already (takeFrom).
 	floor, floored := src.floors[ns]
 	floored = floored && !relist && !newerVersion(m.GetResourceVersion(), floor)
 	j, joining := src.joining[ns]
@@ -211,27 +197,23 @@ func (s *ownedStream) decide(src *source, e watch.Event, m metav1.Object, relist
 	}
 	if !relist {
 		if e.Type == watch.Deleted && !sent {
-			// The deletion of an object the informer was never
-			// handed: a trunk that resumed from before a namespace
-			// was unloaded replays it, and takes the namespace of a
-			// kept partition at that first event. A plain informer's
-			// watch never tells its handlers of the deletion of an
-			// object they never saw.
+			// A trunk resumed from before a namespace was unloaded
+			// replays such deletions (and takes a kept partition's
+			// namespace at the first); a plain informer never tells
+			// handlers of an object they never saw.
 			return eventDropped
 		}
 	} else if e.Type == watch.Added && sent && lw.stores(ns, m.GetName(), m.GetResourceVersion()) {
-		// Unchanged since it was sent: sending it again would only
-		// make the informer call every handler's OnUpdate with the
-		// same object.
+		// Unchanged since sent: sending it again would only call
+		// every OnUpdate with the same object.
 		return eventUnchanged
 	}
 	return eventSent
 }
 
 // emitted records that src has delivered through version and, after a
-// list, what it handed over: every namespace it covered is carried from
-// its version on, the namespaces it did not cover get a feeder. Called
-// with sendMu held.
+// list, what it handed over; the joining namespaces it did not cover get
+// a feeder. Called with sendMu held.
 func (s *ownedStream) emitted(src *source, version string, relist bool, covered []string, stale map[string]bool, added []runtime.Object) {
 	lw := s.lw
 	lw.mu.Lock()
@@ -247,8 +229,6 @@ func (s *ownedStream) emitted(src *source, version string, relist bool, covered 
 	}
 	if relist {
 		lw.noteListed(covered, added)
-		// Namespaces joining src while its list was on its way, which
-		// it did not cover, get their own feeder.
 		if f := lw.feedJoining(src); f != nil {
 			s.start(f)
 		}
@@ -259,11 +239,10 @@ func (s *ownedStream) emitted(src *source, version string, relist bool, covered 
 	}
 }
 
-// relistCovers splits the namespaces a list of src's (at version) covered
-// into those it hands over, which stop joining (the list carries them
-// from its version on, as the trunk's watch will), and the stale ones: a
-// feeder handed them over at a newer version than this list's (asked for
-// before), which it must not take back. Called with mu held.
+// relistCovers splits the namespaces src's list (at version) covered into
+// those it hands over, which stop joining, and the stale ones, which a
+// feeder handed over at a newer version and the list must not take back.
+// Called with mu held.
 func (lw *ownedListWatch) relistCovers(src *source, listed map[string]string, version string) (covered []string, stale map[string]bool) {
 	stale = map[string]bool{}
 	for ns := range listed {
@@ -322,7 +301,6 @@ func (lw *ownedListWatch) stores(ns, name, version string) bool {
 	return err == nil && m.GetResourceVersion() == version
 }
 
-// recordSent records a sent event in the ledger.
 func (lw *ownedListWatch) recordSent(e watch.Event, ns, name string) {
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
@@ -333,9 +311,8 @@ func (lw *ownedListWatch) recordSent(e watch.Event, ns, name string) {
 	}
 }
 
-// feedJoining makes the feeder of the namespaces joining trunk that no
-// feeder lists, if there are any; the stream starts it. Called with mu
-// held.
+// feedJoining makes a feeder for the namespaces joining trunk with none,
+// if any; the caller starts it. Called with mu held.
 func (lw *ownedListWatch) feedJoining(trunk *source) *source {
 	var namespaces []string
 	for ns, j := range trunk.joining {
@@ -356,24 +333,14 @@ func (lw *ownedListWatch) feedJoining(trunk *source) *source {
 
 // bookmark brings the store's version up to the newest any source has
 // delivered, if what was sent last left it behind. Called with lw.sendMu
-// held.
-//
-// The store reports the version of the last event it applied as the
-// version it has read through (LastStoreSyncResourceVersion), and the
-// read-after-write checks of the job, replicaset, daemonset and
-// statefulset controllers (pkg/controller/util/consistency) wait until it
-// reaches the version of their last write. One watch delivers events in
-// version order, so there the store's version only grows. Here a source's
-// list hands over objects at their own, older versions, and so do the
-// deletions of an unloaded partition: without the bookmark the store's
-// version went back and stayed there while nothing else changed, and a
-// Job whose Pod had succeeded was never synced again. The version is
-// the newest delivered, not the lowest every source has reached: a quiet
-// source reaches the present only with the apiserver's bookmark, about
-// once a minute, and every check would wait for it. So a check can pass
-// while its write's event, in another source, is still on its way: a
-// stale read, as without the checks, which the controllers' expectations
-// cover.
+// held. The store's version (LastStoreSyncResourceVersion), which the
+// workload controllers' read-after-write checks wait on
+// (pkg/controller/util/consistency), would otherwise go back with the
+// older versions that lists and purges hand over, and the checks stall.
+// It is the newest delivered, not the lowest every source reached, since a
+// quiet source advances only with the apiserver's bookmark (about once a
+// minute); a check may then pass before its write's event arrives from
+// another source, a stale read the controllers' expectations cover.
 func (s *ownedStream) bookmark() bool {
 	lw := s.lw
 	if lw.highest == "" || !newerVersion(lw.highest, lw.stored) {

@@ -10,15 +10,10 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 )
 
-// How an ownedListWatch lets namespaces go: their objects deleted from
-// the informer, their events dropped, no request changed.
-
 // drop counts the loaded namespaces of the partitions gone picks (of
-// 0..partitions-1) and, with unload, forgets those partitions (their
-// namespaces not loaded are no longer decoded or taken), then unloads
-// the namespaces: forgotten first, in the same hold of mu as the count,
-// so that a namespace the trunk takes meanwhile is unloaded with the
-// rest.
+// 0..partitions-1) and, with unload, unloads them. The partitions are
+// forgotten first, in the same hold of mu as the count, so no namespace
+// the trunk takes meanwhile escapes the unload.
 func (lw *ownedListWatch) drop(gone func(p int) bool, partitions int, unload bool) int {
 	lw.mu.Lock()
 	if unload {
@@ -61,9 +56,8 @@ func (lw *ownedListWatch) unload(namespaces []string) {
 		lw.mu.Unlock()
 		return
 	}
-	// The trunk's watch carries every namespace: it drops their events
-	// from now on. A feeder left with nothing to list stops; one still
-	// listing them hands over only what is still joining (feed).
+	// The trunk's watch drops their events from now on. A feeder left with
+	// nothing to list stops; one still listing hands over only what joins.
 	for s := range lw.sources {
 		for ns := range gone {
 			s.remove(ns)

@@ -8,25 +8,18 @@ import (
 	"strings"
 )
 
-// What a load of the owned cache is waiting for, for the partition
-// table's loading rows (/debug/fleet), its log line when a load is slow,
-// and the simulation's report of a schedule that never settles.
-
 // LoadWait is what one informer of the owned cache has yet to do before
-// the loads waiting on it return.
+// the loads waiting on it return: for /debug/fleet's loading rows, a slow
+// load's log line and the simulation's report of an unsettled schedule.
 type LoadWait struct {
 	Resource string `json:"resource"`
-	// Unlisted: namespaces a load waits for whose first list has not
-	// been handed over yet.
+	// Unlisted: awaited namespaces whose first list is not handed over.
 	Unlisted []string `json:"unlisted,omitempty"`
-	// Unstored: namespaces whose first list has been handed over and is
-	// not all in the informer's store yet.
+	// Unstored: awaited namespaces whose first list is not all stored.
 	Unstored []string `json:"unstored,omitempty"`
-	// Behind: namespaces a gain waits to catch up with the server
-	// (ownedcatchup.go).
+	// Behind: namespaces a catch-up waits for.
 	Behind []string `json:"behind,omitempty"`
-	// Sources: the informer's requests, each as "trunk" or "feeder"
-	// with its version ("listing" while it lists) and namespaces.
+	// Sources: each as trunk or feeder, its version and its namespaces.
 	Sources []string `json:"sources,omitempty"`
 }
 
@@ -92,8 +85,7 @@ func (lw *ownedListWatch) waiting() (LoadWait, bool) {
 	return w, true
 }
 
-// describe names the source, its version and its namespaces. Called with
-// mu held.
+// describe names the source, its version and namespaces. Called with mu held.
 func (s *source) describe() string {
 	kind := "trunk"
 	if s.feeds != nil {

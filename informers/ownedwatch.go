@@ -13,37 +13,25 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// ownedListWatch lists and watches one namespaced kind in the namespaces
-// the replica has loaded (those of the partitions it owns) and hands one
-// informer one stream. It holds one watch per kind, the *trunk*: a
-// cluster-wide watch whose events the client keeps only for loaded
-// namespaces. Loading namespaces lists them and nothing else: a *feeder*
-// source lists them (with shard selectors one request per maxTerms
-// namespaces; without, one request per namespace, or one cluster-wide
-// request past wideAbove namespaces), while the trunk holds back their
-// events; once the list is handed over, the held events newer than it
-// follow, and the namespaces are the trunk's. Unloading deletes their
-// objects from the informer and drops their events; no request changes.
-// So namespaces created, deleted or moving between replicas never re-open
-// a watch, and nothing else is listed again (docs/design.md, "The owned
-// cache"). The stream never fails, since any error the reflector sees
-// makes it relist every namespace: a source retries on its own and, when
-// its version has expired, lists its namespaces again and hands over the
-// difference. Every object is filtered on the client, so a server that
-// ignores the selector (or an FNV collision) costs bandwidth, never a
-// foreign object in the cache.
+// ownedListWatch lists and watches one namespaced kind in the loaded
+// namespaces, through a trunk and its feeders, and hands one informer one
+// stream. Loading namespaces lists only them; unloading makes no request
+// (docs/design.md, "The owned cache"). The stream never fails, since any
+// error the reflector sees makes it relist every namespace: a source
+// retries on its own and, when its version has expired, lists its
+// namespaces again and hands over the difference. Every object is filtered
+// on the client, so a server that ignores the selector (or an FNV
+// collision) costs bandwidth, never a foreign object in the cache.
 type ownedListWatch struct {
 	target  func() (*listWatchTarget, error)
 	sharded bool
 	// maxTerms: namespaces per shard selector of a feeder's list.
 	maxTerms int
-	// wideAbove: without selectors, a feeder lists up to this many
-	// namespaces one by one, more in one cluster-wide list (0: always one
-	// by one).
+	// wideAbove: without selectors, a feeder lists more namespaces than
+	// this in one cluster-wide list (0: never).
 	wideAbove int
-	// everywhere: every partition is loaded for a singleton of this
-	// replica (OwnedCache.HoldEverywhere), so the trunk's watch carries
-	// no shard selector (watchSelector). Guarded by mu.
+	// everywhere: held everywhere, so the trunk's watch carries no shard
+	// selector (watchSelector). Guarded by mu.
 	everywhere bool
 	// letGoGen counts the holds and releases of every partition, so that
 	// a release's last step is skipped once another came (letGoEverywhere).
@@ -56,9 +44,8 @@ type ownedListWatch struct {
 	partitionOf        func(namespace string) int
 	listNamespaceNames func(ctx context.Context) ([]string, error)
 
-	// sendMu orders what reaches the reflector: an event is checked
-	// against the loaded set, sent and recorded in the ledger under it, so
-	// a purge never misses an object on its way in.
+	// sendMu: an event is checked against the loaded set, sent and recorded
+	// in the ledger under it, so a purge never misses an object on its way.
 	sendMu sync.Mutex
 	// highest: the newest version any source has delivered; stored: the
 	// version the informer's store takes from what was sent last (an
@@ -77,25 +64,20 @@ type ownedListWatch struct {
 	named   uint64
 	namedAt map[int]uint64
 	sources map[*source]struct{}
-	// ledger: per namespace, the names of the objects handed to the
-	// informer and not deleted since.
-	ledger map[string]map[string]struct{}
-	// purge: deletions waiting for the next stream.
-	purge  []watch.Event
-	stream *ownedStream
-	// awaited: namespaces a Load waits for, with the objects (key and
-	// version) their first list handed over once it has; nil until then.
+	ledger  map[string]map[string]struct{}
+	purge   []watch.Event
+	stream  *ownedStream
+	// awaited: per namespace, the objects its first list handed over; nil
+	// until then.
 	awaited map[string][]keyVersion
-	// behind: namespaces gains are waiting to catch up with the server
-	// (catchUp), with how many gains wait for each.
+	// behind: per namespace, how many gains' catch-ups wait for it.
 	behind map[string]int
 	// closedWaitForTest, when set, is every wait after a close (a test
 	// holds a source in it). Guarded by mu.
 	closedWaitForTest time.Duration
 }
 
-// countSources publishes how many sources there are (the trunk and the
-// feeders listing for it). Called with mu held.
+// countSources publishes the source metrics. Called with mu held.
 func (lw *ownedListWatch) countSources() {
 	if t, err := lw.target(); err == nil {
 		ownedSources.WithLabelValues(t.resource).Set(float64(len(lw.sources)))
@@ -127,8 +109,8 @@ func (lw *ownedListWatch) Watch(options metav1.ListOptions) (watch.Interface, er
 	return lw.WatchWithContext(context.Background(), options)
 }
 
-// IsWatchListSemanticsUnSupported: the reflector must list, then watch; the
-// sources' lists are ours to make.
+// IsWatchListSemanticsUnSupported: the reflector must list, then watch,
+// since the sources' lists are ours to make.
 func (lw *ownedListWatch) IsWatchListSemanticsUnSupported() bool { return true }
 
 // trunk is the source that watches, if there is one. Called with mu held.
@@ -141,8 +123,8 @@ func (lw *ownedListWatch) trunk() *source {
 	return nil
 }
 
-// ListWithContext lists every loaded namespace, in new sources, as one
-// list (the reflector's first list, or its relist after a failure).
+// ListWithContext lists every loaded namespace in new sources, as one list
+// (the reflector's first list, or its relist after a failure).
 func (lw *ownedListWatch) ListWithContext(ctx context.Context, _ metav1.ListOptions) (runtime.Object, error) {
 	t, err := lw.target()
 	if err != nil {
@@ -204,8 +186,8 @@ func record(ledger map[string]map[string]struct{}, ns, name string) {
 	names[name] = struct{}{}
 }
 
-// noteListed records, for the namespaces a Load waits for, what their
-// list handed over. Called with mu held.
+// noteListed records what the lists of awaited namespaces handed over.
+// Called with mu held.
 func (lw *ownedListWatch) noteListed(namespaces []string, items []runtime.Object) {
 	var waiting bool
 	for _, ns := range namespaces {
@@ -239,10 +221,9 @@ func (lw *ownedListWatch) take(src *source, ns string) bool {
 	return true
 }
 
-// decodes says whether the trunk decodes an event of namespace: one it
-// may keep (loaded, or of a naming or kept partition). Whatever it skips
-// was written before the namespace's load began, so that load's list,
-// asked for later, carries it.
+// decodes says whether the trunk decodes an event of namespace (loaded,
+// or of a naming or kept partition). What it skips was written before the
+// namespace's load began, so that load's later list carries it.
 func (lw *ownedListWatch) decodes(namespace string) bool {
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
@@ -254,12 +235,9 @@ func (lw *ownedListWatch) decodes(namespace string) bool {
 // the empty namespace, which only cluster-scoped objects carry.
 var noNamespace = namespaceSelector([]string{""})
 
-// watchSelector is the shard selector src's next watch carries: one
-// naming its namespaces, so that kube-apiserver filters the events of
-// the others before writing them, or "" (every namespace, filtered on the
-// client). Only a trunk of a kind whose watches are selected carries
-// one, and only while it names at most MaxSelectorTerms namespaces and
-// the kind is not held everywhere. Called with mu held.
+// watchSelector is the shard selector naming src's namespaces that its
+// next watch carries, or "" (every namespace, filtered on the client).
+// Called with mu held.
 func (lw *ownedListWatch) watchSelector(t *listWatchTarget, src *source) string {
 	if !lw.sharded || !t.selectWatch || lw.everywhere || lw.leaving() || len(src.namespaces) > MaxSelectorTerms {
 		return ""
@@ -270,15 +248,12 @@ func (lw *ownedListWatch) watchSelector(t *listWatchTarget, src *source) string 
 	return namespaceSelector(src.namespaces)
 }
 
-// load adds namespaces, each listed unless it is loaded already (held
-// everywhere for a singleton, or joining), its partition is kept (taken
-// at its first event) or born has its creation version (taken from it
-// by the trunk's watch: takeFrom); naming partitions' namespaces are
-// listed, as the trunk drops their events until the gain naming them is
-// done. With await, loaded reports when the informer holds what their
-// lists handed over; born has the creation versions of those created in
-// partitions the replica had loaded. It returns the namespaces no list of
-// this load reads.
+// load adds namespaces, each listed unless it is loaded already, its
+// partition is kept (taken at its first event), or born has its creation
+// version (takeFrom). Naming partitions' namespaces are listed, as the
+// trunk drops their events until the gain is done. With await,
+// loadedInto reports when the informer holds what the lists handed over.
+// It returns the namespaces no list of this load reads.
 func (lw *ownedListWatch) load(namespaces []string, await bool, born map[string]string) (unlisted []string) {
 	lw.sendMu.Lock()
 	defer lw.sendMu.Unlock()
@@ -291,9 +266,8 @@ func (lw *ownedListWatch) load(namespaces []string, await bool, born map[string]
 			continue
 		}
 		if phase, ok := lw.phaseOf(ns); ok && phase == partitionKept {
-			// Not carried yet: created after the keepers' streams
-			// began, it is taken at its first event. A hold of every
-			// namespace catches it up with the server (catchUp).
+			// Taken at its first event; a hold of every namespace
+			// catches it up with the server (catchUp).
 			unlisted = append(unlisted, ns)
 			continue
 		}
@@ -325,10 +299,9 @@ func (lw *ownedListWatch) load(namespaces []string, await bool, born map[string]
 	return unlisted
 }
 
-// loaded says whether the informer holds every object the lists of
-// namespaces (being loaded with await) handed over, at least as new, or
-// has been told of its deletion since; namespaces not awaited count as
-// loaded.
+// loadedInto says whether the informer holds every object the lists of
+// the awaited namespaces handed over, at least as new, or has been told of
+// its deletion since.
 func (lw *ownedListWatch) loadedInto(namespaces []string) bool {
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
@@ -360,8 +333,7 @@ func (lw *ownedListWatch) loadedInto(namespaces []string) bool {
 	return true
 }
 
-// leaving says whether some partition is leaving (leaveEverywhere).
-// Called with mu held.
+// leaving: some partition is leaving. Called with mu held.
 func (lw *ownedListWatch) leaving() bool {
 	for _, phase := range lw.partitions {
 		if phase == partitionLeaving {

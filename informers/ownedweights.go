@@ -7,11 +7,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// PartitionObjects is what each loaded partition holds: the objects of
-// its namespaces in every informer of the cache, summed over kinds. It is
-// the partition's weight the replica publishes, so that every member
-// sees how the work is spread: the partition controllers' work follows
-// the objects they watch, and the replica's memory too.
+// PartitionObjects counts each loaded partition's objects over every
+// informer: the weight the replica publishes, since the controllers' work
+// and the replica's memory follow the objects watched.
 func (o *OwnedCache) PartitionObjects() map[int]uint64 {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -33,9 +31,8 @@ func (o *OwnedCache) PartitionObjects() map[int]uint64 {
 }
 
 // NamespaceItems is what the informer of obj's kind holds in each of
-// namespaces that is in a loaded partition: every such namespace is a
-// key, with no items when the cache has no informer of that kind. It is
-// what a replica reads its young namespaces' work to come from.
+// namespaces in a loaded partition (each a key, empty without such an
+// informer), from which a replica reads its young namespaces' work.
 func (o *OwnedCache) NamespaceItems(obj runtime.Object, namespaces []string) map[string][]any {
 	o.mu.Lock()
 	out := make(map[string][]any, len(namespaces))

@@ -29,17 +29,11 @@ type PoolConfig struct {
 }
 
 // Pool is the replica's cluster-wide informers, typed and metadata-only:
-// one per kind, shared by every user (a piece's factory, the replica
-// itself) that asked for it, and stopped once the last of them has
-// released it. A singleton that moves to another replica so takes its
-// cluster-wide caches with it; with client-go's factory, which stops its
-// informers only all together, they ran until the replica ended, and a
-// replica that had once run every singleton (the first one up, or the
-// last one left during a rolling update) kept caching for all of them.
-//
-// Each informer has a client-go factory of its own, so that it can be
-// stopped alone and that ForResource keeps client-go's mapping of
-// resources to informers.
+// one per kind, shared by its users (pieces' factories, the replica) and
+// stopped when the last releases it, so a singleton moving away takes its
+// caches with it (client-go's factory stops its informers only all
+// together). Each informer has a client-go factory of its own, so it stops
+// alone and ForResource keeps client-go's mapping of resources to informers.
 type Pool struct {
 	logger klog.Logger
 	config PoolConfig
@@ -48,19 +42,15 @@ type Pool struct {
 
 	mu      sync.Mutex
 	entries map[poolKey]*poolEntry
-	// creations: what the Namespaces informer's watches told of
-	// (Namespaces).
+	// creations: what the Namespaces informer's watches told of.
 	creations *Creations
-	// started: users that have called Start. An informer such a user asks
-	// for later is started at once: client-go's factory leaves it stopped
-	// until the next Start, and a controller that builds a lister on
-	// demand (resourcequota's evaluators do, at every usage calculation)
-	// would wait on it forever.
+	// started: users that called Start. An informer they ask for later
+	// starts at once: a controller building listers on demand
+	// (resourcequota's evaluators) would wait forever for the next Start.
 	started map[any]bool
 }
 
-// poolKey names an informer: a typed one by its object's Go type, a
-// metadata one by resource.
+// poolKey names a typed informer by Go type, a metadata one by resource.
 type poolKey struct {
 	typed    reflect.Type
 	metadata schema.GroupVersionResource
@@ -132,8 +122,7 @@ func (p *Pool) ending() bool {
 	}
 }
 
-// InformerFor gives user the typed informer of obj's kind (made by
-// newFunc if it is new; not started).
+// InformerFor gives user the typed informer of obj's kind, made by newFunc.
 func (p *Pool) InformerFor(user any, obj runtime.Object, newFunc internalinterfaces.NewInformerFunc) cache.SharedIndexInformer {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -144,8 +133,7 @@ func (p *Pool) InformerFor(user any, obj runtime.Object, newFunc internalinterfa
 	return e.informer
 }
 
-// ForResource gives user the typed informer of gvr, as client-go's
-// factory maps it.
+// ForResource gives user the typed informer of gvr, as client-go maps it.
 func (p *Pool) ForResource(user any, gvr schema.GroupVersionResource, gvk schema.GroupVersionKind) (cache.SharedIndexInformer, error) {
 	obj, err := scheme.Scheme.New(gvk)
 	if err != nil {
@@ -169,9 +157,9 @@ func (p *Pool) ForResource(user any, gvr schema.GroupVersionResource, gvk schema
 	return e.informer, nil
 }
 
-// Namespaces gives user the Namespaces informer, which every user of
-// the pool shares, and the creation versions its watches record. Ask for
-// it before anything else asks for Namespaces: the first to ask makes it.
+// Namespaces gives user the shared Namespaces informer and the creations it
+// records. Call it before anything else asks for Namespaces: the first to
+// ask makes it.
 func (p *Pool) Namespaces(user any) (cache.SharedIndexInformer, *Creations) {
 	p.mu.Lock()
 	if p.creations == nil {
@@ -197,9 +185,8 @@ func (p *Pool) newTyped() informers.SharedInformerFactory {
 	return informers.NewSharedInformerFactoryWithOptions(p.config.Client, p.config.Resync, informers.WithTransform(p.config.Transform))
 }
 
-// Start starts every informer of user that is not running yet, and those
-// user asks for from now on; each runs until every user has released it,
-// or the replica ends.
+// Start starts user's informers, now and as it asks for more; each runs
+// until its last user releases it or the replica ends.
 func (p *Pool) Start(user any) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -214,8 +201,7 @@ func (p *Pool) Start(user any) {
 	}
 }
 
-// WaitForCacheSync waits for user's informers to sync; the result says,
-// per informer, whether it did.
+// WaitForCacheSync waits for user's informers, saying which synced.
 func (p *Pool) WaitForCacheSync(user any, stopCh <-chan struct{}) map[poolKey]bool {
 	p.mu.Lock()
 	var mine []*poolEntry

@@ -17,15 +17,13 @@ import (
 // listWatchTarget is where one kind is listed and watched.
 type listWatchTarget struct {
 	client rest.Interface
-	// trunkClient watches: it decodes only the events of loaded
-	// namespaces (trunkClientFor).
+	// trunkClient watches, decoding loaded namespaces only (trunkClientFor).
 	trunkClient rest.Interface
 	resource    string
 	listKind    schema.GroupVersionKind
 	// fieldSelector: set on every list and watch (OwnedCacheConfig.FieldSelectors).
 	fieldSelector string
-	// selectWatch: the trunk's watch names its namespaces in a shard
-	// selector (OwnedCacheConfig.SelectedWatches).
+	// selectWatch: a selected kind (OwnedCacheConfig.SelectedWatches).
 	selectWatch bool
 }
 
@@ -101,9 +99,8 @@ func (c *RESTClients) forGroupVersion(gv schema.GroupVersion) (rest.Interface, e
 	return client, nil
 }
 
-// trunkClientFor is the client of a trunk's watch of kind in gv: it
-// decodes only the objects of the namespaces keep accepts
-// (namespaceSkippingDecoder).
+// trunkClientFor is the client of a trunk's watch of kind in gv, decoding
+// only the namespaces keep accepts (namespaceSkippingDecoder).
 func (c *RESTClients) trunkClientFor(gv schema.GroupVersion, kind string, keep func(namespace string) bool) (rest.Interface, error) {
 	config := c.configFor(gv)
 	config.NegotiatedSerializer = namespaceSkippingSerializer{NegotiatedSerializer: config.NegotiatedSerializer, kind: kind, keep: keep}
@@ -114,8 +111,7 @@ func (c *RESTClients) trunkClientFor(gv schema.GroupVersion, kind string, keep f
 	return client, nil
 }
 
-// configFor is the configuration of a client of gv, built like the typed
-// clientset's.
+// configFor configures a client of gv as the typed clientset does.
 func (c *RESTClients) configFor(gv schema.GroupVersion) *rest.Config {
 	config := rest.CopyConfig(c.config)
 	config.GroupVersion = &gv

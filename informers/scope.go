@@ -8,34 +8,25 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// Scope is the set of namespace partitions a replica's partition
-// controllers serve now. One controller set per replica sees the replica's
-// shared informers through it: handlers receive events only of objects in
-// owned partitions, listers show only those, and Gain and Lose deliver the
-// objects of a partition that changes hands as additions and deletions, so
-// the running controllers pick them up or drop their state as a starting or
-// relisting informer would make them. The other partitions' objects are
-// never re-delivered and their controllers never pause.
+// Scope is the partitions a replica's partition controllers serve now
+// (package doc). Gain and Lose reveal and hide one as a starting or
+// relisting informer would, with no pause or re-delivery for the others.
 //
-// A gated scope (GateNamespaces) also hides each namespace of an owned
-// partition until the owned cache reports it held (Held): a controller
-// that saw a namespace before its cache held it would write into it (the
-// root-CA publisher creating kube-root-ca.crt) while the cache could
-// still fold that write and a deletion after it into the namespace's
-// first list, and never deliver either. Held then delivers the
-// namespace's objects as Gain does a partition's.
+// Gated (GateNamespaces), it also hides a namespace until the owned cache
+// reports it held: a controller that saw it earlier could write into it
+// (the root-CA publisher's kube-root-ca.crt) while the cache could still
+// fold that write, and a deletion after it, into the namespace's first
+// list and never deliver either.
 type Scope struct {
 	partitionOf func(namespace string) int
 	owned       []atomic.Bool
 
-	// gated: HasNamespace also asks held (GateNamespaces).
 	gated  bool
 	heldMu sync.RWMutex
 	held   map[string]bool
 
 	// mu orders Gain, Lose, Held and Dropped against each other and
-	// against handlers coming and going (scopedispatch.go); it guards
-	// dispatchers.
+	// against handlers being added and removed; it guards dispatchers.
 	mu          sync.Mutex
 	dispatchers map[cache.SharedIndexInformer]*dispatcher
 }
@@ -46,16 +37,14 @@ func NewScope(partitions int, partitionOf func(namespace string) int) *Scope {
 	return &Scope{partitionOf: partitionOf, owned: make([]atomic.Bool, partitions), dispatchers: map[cache.SharedIndexInformer]*dispatcher{}}
 }
 
-// GateNamespaces makes the scope show a namespace only once it has been
-// reported held (Held) and not dropped since. Call it before the scope is
-// used.
+// GateNamespaces makes the scope show a namespace only while held (Held,
+// not Dropped since). Call it before the scope is used.
 func (s *Scope) GateNamespaces() {
 	s.gated = true
 	s.held = map[string]bool{}
 }
 
-// HasNamespace says whether namespace ns is in an owned partition and, in
-// a gated scope, held.
+// HasNamespace says whether ns is in an owned partition and, if gated, held.
 func (s *Scope) HasNamespace(ns string) bool {
 	p := s.partitionOf(ns)
 	return p >= 0 && p < len(s.owned) && s.owned[p].Load() && s.isHeld(ns)
@@ -70,10 +59,8 @@ func (s *Scope) isHeld(ns string) bool {
 	return s.held[ns]
 }
 
-// Held records that the owned cache holds namespaces (their first list is
-// in every informer and their events flow), and delivers the cached
-// objects of those in owned partitions to every scoped handler as
-// additions, the Namespaces among them.
+// Held records namespaces the owned cache now holds and reveals those in
+// owned partitions (their Namespace objects included).
 func (s *Scope) Held(namespaces []string) (delivered int) {
 	return s.change(namespaces, nil, func() {
 		s.heldMu.Lock()
@@ -84,8 +71,8 @@ func (s *Scope) Held(namespaces []string) (delivered int) {
 	})
 }
 
-// Dropped records that the owned cache no longer holds namespaces (their
-// partition was unloaded): they stay hidden until held again.
+// Dropped records namespaces the owned cache no longer holds (their
+// partition unloaded): they stay hidden until held again.
 func (s *Scope) Dropped(namespaces []string) {
 	s.change(namespaces, nil, func() {
 		s.heldMu.Lock()
@@ -99,46 +86,34 @@ func (s *Scope) Dropped(namespaces []string) {
 // Owns says whether partition p is owned.
 func (s *Scope) Owns(p int) bool { return p >= 0 && p < len(s.owned) && s.owned[p].Load() }
 
-// Gain adds partition p and delivers the cached objects of its namespaces
-// to every scoped handler as additions. The caller serializes Gain and Lose.
+// Gain adds partition p and reveals it. The caller serializes Gain and Lose.
 func (s *Scope) Gain(p int) (delivered int) {
 	return s.change(nil, func(ns string) bool { return s.partitionOf(ns) == p }, func() { s.owned[p].Store(true) })
 }
 
-// Lose removes partition p, so that no event of its namespaces reaches a
-// handler any more and listers no longer show its objects, then delivers
-// its cached objects as deletions (with unknown final state, as a
-// relisting informer does for objects that vanished while it was away):
-// each controller drops its per-object state (expectations, trackers), and
-// keys still queued resolve to "not found". The caller serializes Gain and
-// Lose.
+// Lose removes partition p and hides it, as a relisting informer deletes
+// what vanished: controllers drop per-object state (expectations,
+// trackers) and queued keys resolve to "not found". The caller serializes
+// Gain and Lose.
 func (s *Scope) Lose(p int) (delivered int) {
 	return s.change(nil, func(ns string) bool { return s.partitionOf(ns) == p }, func() { s.owned[p].Store(false) })
 }
 
-// IgnoreLosses marks a handler Lose does not call: one that rejects
-// cache.DeletedFinalStateUnknown and keeps no state of the objects Lose
-// would drop. The token controller's Secret filter is one: it logs an
-// error for every such deletion and drops it, and each error passes
-// apimachinery's 1 ms error backoff (runtime.ErrorHandlers), so a
-// replica leaving with thousands of Secrets would spend seconds on them
-// before its partitions were released. The handler still hears every
-// event of owned namespaces and Gain's additions.
+// IgnoreLosses marks a handler Lose does not call (it hears all else): one
+// that rejects cache.DeletedFinalStateUnknown and keeps no state Lose would
+// drop, as the token controller's Secret filter, each of whose errors costs
+// apimachinery's 1 ms error backoff (seconds for thousands of Secrets).
 func IgnoreLosses(h cache.ResourceEventHandler) cache.ResourceEventHandler {
 	return lossIgnoringHandler{h}
 }
 
 type lossIgnoringHandler struct{ cache.ResourceEventHandler }
 
-// change flips what the scope shows (flip), and tells every scoped
-// handler the known objects of each namespace whose visibility the flip
-// changed: additions of those revealed, deletions with unknown final
-// state of those hidden; it returns once the handlers have been told, as
-// a caller waiting for the keys a hide queued relies on. The namespaces
-// it may change are named, or chosen by covers. Every dispatcher is
-// locked across the flip, so that each queues its events before the flip
-// with the visibility before it, and after the flip with the visibility
-// after it.
+// change runs flip, then reveals or hides each namespace whose visibility
+// it changed (those named, or known ones covers picks), and returns once
+// the handlers were told: a caller waiting for the keys a hide queued
+// relies on it. Every dispatcher stays locked across flip, so each queues
+// the events before it with the old visibility and after it with the new.
 func (s *Scope) change(named []string, covers func(namespace string) bool, flip func()) (queued int) {
 	var told sync.WaitGroup
 	defer told.Wait()
@@ -168,9 +143,8 @@ func (s *Scope) change(named []string, covers func(namespace string) bool, flip 
 	return queued
 }
 
-// addHandler adds handler to the scope's view of informer (byName: of
-// Namespaces), through the informer's dispatcher, made on first use;
-// logger logs a crash of the handler (cache.HandlerOptions.Logger).
+// addHandler adds handler to the view of informer (byName: of Namespaces)
+// through its dispatcher, made on first use; logger logs a handler crash.
 func (s *Scope) addHandler(informer cache.SharedIndexInformer, byName bool, handler cache.ResourceEventHandler, logger klog.Logger) (*scopedHandler, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -6,39 +6,25 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// Revealing and hiding namespaces in order with a shared informer's
-// events.
-//
-// client-go adds a handler to a running informer by blocking the
-// informer's deltas while it lists the store into the handler's queue:
-// every later event follows those additions, so the handler never hears
-// of a change older than what it was given. A Scope reveals and hides
-// namespaces of a running informer again and again, and the informer's
-// lock is private. So a Scope is one handler of each informer, its
-// dispatcher, which keeps the objects its events have told it of (known:
-// the store as of the last event dispatched, not as of now) and, under
-// one lock, both passes each event on to the handlers' queues and queues
-// a reveal's additions or a hide's deletions read from known. What a
-// handler is told of a namespace is then exactly known's objects in it
-// while it is visible: never an update or deletion of an object it was
-// not told of, never an older version after a newer one, and no handler
-// is told an object twice.
-
-// dispatcher is a Scope's one handler on a shared informer.
+// dispatcher is a Scope's one handler on a shared informer (package doc).
+// client-go orders a new handler's initial list before later events under
+// the informer's private lock; the dispatcher orders events, reveals and
+// hides under its own mu, reading reveals from known, not the store (which
+// runs ahead of the events). So no handler hears an update or deletion of
+// an object it was not told of, an older version after a newer one, or an
+// object twice.
 type dispatcher struct {
 	scope    *Scope
 	informer cache.SharedIndexInformer
 	// byName: the objects are Namespaces, placed by their own name.
-	byName bool
-	// registration is the dispatcher's on the informer.
+	byName       bool
 	registration cache.ResourceEventHandlerRegistration
 
 	// mu orders the dispatched events against the Scope's changes; it
 	// guards known and handlers.
 	mu sync.Mutex
-	// known: namespace -> name -> object, as the events dispatched so
-	// far left the informer's store. The strings are the objects' own: an
-	// event allocates no key.
+	// known: namespace -> name -> object as of the events dispatched so
+	// far, keyed by the objects' own strings so an event allocates no key.
 	known    map[string]map[string]any
 	handlers []*scopedHandler
 }
@@ -59,8 +45,7 @@ func (d *dispatcher) OnDelete(obj any) {
 	d.dispatch(eventDelete, nil, obj, false)
 }
 
-// dispatch records an event in known and queues it for every handler
-// when its namespace is visible.
+// dispatch records an event in known and queues it if its namespace shows.
 func (d *dispatcher) dispatch(op scopeEvent, oldObj, obj any, isInInitialList bool) {
 	ns, name, ok := placeOf(obj, d.byName)
 	if !ok {
@@ -89,9 +74,8 @@ func (d *dispatcher) dispatch(op scopeEvent, oldObj, obj any, isInInitialList bo
 	}
 }
 
-// placeOf is the namespace an object (or a deletion with unknown final
-// state) is placed in and its name; for Namespaces (byName) both are its
-// name.
+// placeOf is the namespace and name of an object or a deletion with
+// unknown final state; for Namespaces (byName) both are its name.
 func placeOf(obj any, byName bool) (ns, name string, ok bool) {
 	n, err := cache.DeletionHandlingObjectToName(obj)
 	if err != nil {
@@ -103,11 +87,9 @@ func placeOf(obj any, byName bool) (ns, name string, ok bool) {
 	return n.Namespace, n.Name, true
 }
 
-// deliverChanges queues, for every namespace of was whose visibility
-// differs now from was's, its known objects as additions to every
-// handler (revealed) or as deletions with unknown final state (hidden),
-// then a barrier on told to each handler it queued any to, and returns
-// how many it queued. Called with d.mu held.
+// deliverChanges reveals or hides each namespace of was whose visibility
+// changed, then queues a barrier on told to each handler it queued to; it
+// returns how many notifications it queued. Called with d.mu held.
 func (d *dispatcher) deliverChanges(was map[string]bool, told *sync.WaitGroup) (queued int) {
 	queuedTo := map[*scopedHandler]bool{}
 	for ns, before := range was {
@@ -141,7 +123,8 @@ func (d *dispatcher) deliverChanges(was map[string]bool, told *sync.WaitGroup) (
 	return queued
 }
 
-// objectsOf is known's objects in namespace ns, by name.
+// objectsOf is known's objects in namespace ns, by name (the store's
+// under the reveal-from-store plant).
 func (d *dispatcher) objectsOf(ns string) map[string]any {
 	if !plantedRevealFromStore || d.byName {
 		return d.known[ns]
@@ -172,8 +155,7 @@ func (d *dispatcher) add(h *scopedHandler) {
 	go h.awaitSync(d.registration.HasSyncedChecker())
 }
 
-// remove stops h; it says whether no handler is left. Called with d.mu
-// held.
+// remove stops h and says whether no handler is left. Called with d.mu held.
 func (d *dispatcher) remove(h *scopedHandler) (empty bool) {
 	for i, other := range d.handlers {
 		if other == h {
@@ -185,8 +167,7 @@ func (d *dispatcher) remove(h *scopedHandler) (empty bool) {
 	return len(d.handlers) == 0
 }
 
-// resync queues an update of every visible known object to itself for
-// h, as a resyncing informer does.
+// resync queues h an update of each visible known object, as a resync does.
 func (d *dispatcher) resync(h *scopedHandler) {
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -25,16 +25,14 @@ const (
 type notification struct {
 	op          scopeEvent
 	oldObj, obj any
-	// initial: an addition of the handler's initial list (its synced
-	// tracker waits for it).
+	// initial: part of the handler's initial list, which synced waits for.
 	initial bool
 	told    *sync.WaitGroup
 }
 
-// scopedHandler is one handler a piece added to a Scope's view of a
-// shared informer: its own queue, emptied by its own goroutine, so that
-// a slow handler delays no other (as client-go gives each handler a
-// listener) and the handler is called by one goroutine at a time.
+// scopedHandler is one handler added to a Scope's view of an informer,
+// with its own queue and goroutine, as client-go gives each handler a
+// listener: a slow handler delays no other, and each is called serially.
 type scopedHandler struct {
 	handler cache.ResourceEventHandler
 	// ignoreLosses: a hide queues it nothing (IgnoreLosses).
@@ -43,7 +41,7 @@ type scopedHandler struct {
 	logger       klog.Logger
 
 	// synced: the dispatcher has synced and the handler has handled its
-	// initial list, tracked as client-go tracks a listener's.
+	// initial list (as client-go tracks a listener's).
 	synced *synctrack.SingleFileTracker
 
 	mu      sync.Mutex
@@ -83,9 +81,8 @@ func (h *scopedHandler) push(n notification) {
 	}
 }
 
-// run calls the handler for each queued notification, in order, until
-// stop; what is queued then is dropped, as client-go drops a removed
-// listener's.
+// run calls the handler for each notification in order until stop, which
+// drops the rest, as client-go drops a removed listener's.
 func (h *scopedHandler) run() {
 	defer utilruntime.HandleCrashWithLogger(h.logger)
 	for {
@@ -166,8 +163,7 @@ func (h *scopedHandler) awaitSync(parent cache.DoneChecker) {
 	}
 }
 
-// HasSynced: the informer has synced and the handler has handled its
-// initial list (cache.ResourceEventHandlerRegistration).
+// HasSynced implements cache.ResourceEventHandlerRegistration (synced).
 func (h *scopedHandler) HasSynced() bool { return h.synced.HasSynced() }
 
 func (h *scopedHandler) HasSyncedChecker() cache.DoneChecker { return h.synced }

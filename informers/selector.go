@@ -7,12 +7,10 @@ import (
 	"strings"
 )
 
-// MaxSelectorTerms is the most namespaces one shard selector may name.
-// kube-apiserver v1.36 parses a selector as a CEL expression of at most
-// 100,000 code points, and one namespace term is 81 of them plus 4 for
-// " || ": 1,176 terms fit (TestShardSelectorLimits measures it against the
-// apiserver). A replica that owns more namespaces than --shard-selector-max-terms
-// splits them across several requests.
+// MaxSelectorTerms is the most namespaces one shard selector may name:
+// kube-apiserver v1.36 parses at most 100,000 code points of CEL, and a term
+// is 81 plus 4 for " || " (TestShardSelectorLimits). More namespaces than
+// --shard-selector-max-terms are split across requests.
 const MaxSelectorTerms = 1176
 
 // DefaultSelectorTerms keeps a request's URL near 7 KB, under the URL
@@ -20,23 +18,19 @@ const MaxSelectorTerms = 1176
 const DefaultSelectorTerms = 64
 
 // DefaultNamespaceWatchMax bounds namespace-watch's watches per namespace
-// and kind: every watch holds memory in kube-apiserver and the replica,
-// so past 16 namespaces one cluster-wide watch per kind, filtered on the
-// client, costs both sides less.
+// and kind: each holds memory in kube-apiserver and the replica, so past 16
+// namespaces one client-filtered cluster-wide watch per kind costs less.
 const DefaultNamespaceWatchMax = 16
 
-// DefaultSelectedWatches are the resources whose owned cache watch names
-// the loaded namespaces in a shard selector: Pods, the kind with the most
-// events, whose unfiltered watches kube-apiserver closes for falling
-// behind when it decodes every event for every replica.
+// DefaultSelectedWatches are the selected kinds' resources: Pods, the kind
+// with the most events, whose unfiltered watches kube-apiserver closes for
+// falling behind when it decodes every event for every replica.
 var DefaultSelectedWatches = []string{"pods"}
 
-// namespaceSelector is the shard selector that matches exactly the objects
-// of namespaces (and those of any namespace whose FNV-1a hash collides with
-// one of them, which the client filters out): the union of one point range
-// [h, h+1) per namespace, in the apiserver's syntax, sorted so that it
-// reads as the apiserver echoes it. namespaces must not be empty: an
-// omitted selector matches everything.
+// namespaceSelector matches exactly the objects of namespaces (and of any
+// namespace whose FNV-1a hash collides, filtered on the client): one point
+// range [h, h+1) per namespace, sorted as the apiserver echoes it.
+// namespaces must not be empty: an omitted selector matches everything.
 func namespaceSelector(namespaces []string) string {
 	hashes := make([]uint64, 0, len(namespaces))
 	for _, ns := range namespaces {

@@ -16,9 +16,8 @@ var ErrShardedWatchUnsupported = errors.New("the apiserver does not filter lists
 // everyShard selects every namespace: the probe's selector.
 const everyShard = "shardRange(object.metadata.namespace, '0x0000000000000000', '0x10000000000000000')"
 
-// ProbeShardedWatch checks that the apiserver honours shard selectors: a
-// server that applied one says so in the list's shardInfo (one that
-// ignores the parameter answers without it), whatever the cluster holds.
+// ProbeShardedWatch checks that the apiserver honours shard selectors: one
+// that applied it echoes it in the list's shardInfo, whatever it holds.
 func ProbeShardedWatch(ctx context.Context, config *rest.Config) error {
 	client, err := kubernetes.NewForConfig(config)
 	if err != nil {

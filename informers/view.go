@@ -11,23 +11,19 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// sharedView is how a piece sees an informer of the replica's shared
-// factory: handlers it adds are recorded so they can be removed when the
-// piece stops (controllers never remove their own), and, in the partition
-// set's view (Scope), handlers and store see only owned namespaces.
+// sharedView is a piece's view of a shared informer: it records the
+// handlers added, for the piece to remove (controllers never remove their
+// own), and with a scope shows handlers and store only its namespaces.
 type sharedView struct {
 	cache.SharedIndexInformer
 	factory *PieceFactory
-	// scope: the namespaces the view shows, its handlers added through
-	// the Scope's dispatcher (scopedispatch.go); nil for cluster-scoped
-	// kinds and cluster-wide views.
+	// scope: nil for cluster-scoped kinds and cluster-wide views.
 	scope *Scope
 	// byName: the objects are Namespaces, placed by their own name.
 	byName bool
 }
 
-// view is the factory's view of a shared informer of a namespaced kind
-// (byName: of Namespaces).
+// view is f's view of a namespaced kind's informer (byName: Namespaces).
 func (f *PieceFactory) view(informer cache.SharedIndexInformer, byName bool) *sharedView {
 	return &sharedView{SharedIndexInformer: informer, factory: f, byName: byName, scope: f.Scope}
 }
@@ -78,19 +74,16 @@ func (v *sharedView) AddEventHandlerWithOptions(h cache.ResourceEventHandler, op
 	})
 }
 
-// deferredRegistration is the handle of a handler on a shared informer
-// that goes live only when the piece starts its informers. A running
-// shared informer calls a new handler at once for every object it holds;
-// controllers add handlers in their constructors, before they have set
-// the fields those handlers use, because in KCM no event arrives before
-// the informers start. (The first piece to add a Deployment handler to a
-// running shared informer crashed in addDeployment.)
+// deferredRegistration is the handle of a handler that goes live only when
+// the piece starts its informers: a running shared informer calls a new
+// handler at once for every object it holds, and controllers add handlers
+// in their constructors, before setting the fields those handlers use (in
+// KCM no event arrives before the informers start).
 type deferredRegistration struct {
 	mu         sync.Mutex
 	inner      cache.ResourceEventHandlerRegistration
 	registered chan struct{} // closed once inner is set or abandoned
-	// stop closes when the piece (or the replica) stops: a checker still
-	// waiting then gives up.
+	// stop closes when the piece or the replica stops; waiters give up.
 	stop <-chan struct{}
 }
 
@@ -122,9 +115,8 @@ type deferredChecker struct{ d *deferredRegistration }
 
 func (c deferredChecker) Name() string { return "piece handler on a shared informer" }
 
-// Done closes once the handler is live and synced. A handler abandoned
-// before it went live, or not synced when its piece stops, never syncs:
-// the goroutine that waits for it ends with the piece.
+// Done closes once the handler is live and synced; one abandoned, or not
+// synced when its piece stops, never syncs (the waiting goroutine ends).
 func (c deferredChecker) Done() <-chan struct{} {
 	done := make(chan struct{})
 	go func() {
@@ -146,15 +138,13 @@ func (c deferredChecker) Done() <-chan struct{} {
 	return done
 }
 
-// AddIndexers adds the indexers the shared informer lacks. Every piece's
-// controllers ask for the same ones, and a second add of a name is an
-// error in client-go, so a name already there is taken as the same index.
+// AddIndexers adds only the indexers the shared informer lacks: every
+// piece asks for the same ones, and client-go refuses a name added twice.
 func (v *sharedView) AddIndexers(indexers cache.Indexers) error {
 	return addMissingIndexers(v.SharedIndexInformer.GetIndexer(), indexers)
 }
 
-// SetTransform is refused: the shared informer's transform is the
-// replica's, set when it was made.
+// SetTransform is refused: the transform is the replica's, set at creation.
 func (v *sharedView) SetTransform(cache.TransformFunc) error {
 	return errors.New("a piece cannot set the transform of a replica-wide informer")
 }
@@ -168,21 +158,17 @@ func (v *sharedView) GetIndexer() cache.Indexer {
 	return &pieceIndexer{Indexer: v.SharedIndexInformer.GetIndexer(), inPiece: v.scope.HasNamespace, byName: v.byName}
 }
 
-// sharedIndexer is a cluster-wide view's indexer: the shared one, whose
-// AddIndexers adds only the indexers it lacks. A controller that adds its
-// indexers on the indexer rather than the informer (resourceclaim does,
-// on the Pods the colocated singletons share) otherwise fails to build
-// whenever its piece comes back to a replica that ran it before: the
-// shared informer outlives the piece, and client-go refuses a second add
-// of a name ("indexer conflict").
+// sharedIndexer is a cluster-wide view's indexer, whose AddIndexers adds
+// only what is missing: the shared informer outlives a piece, so a
+// controller adding indexers on the indexer (resourceclaim does) would fail
+// to build when its piece returns to a replica ("indexer conflict").
 type sharedIndexer struct{ cache.Indexer }
 
 func (s sharedIndexer) AddIndexers(indexers cache.Indexers) error {
 	return addMissingIndexers(s.Indexer, indexers)
 }
 
-// indexersMu makes addMissingIndexers' check-then-add atomic across the
-// pieces of a replica.
+// indexersMu makes addMissingIndexers' check-then-add atomic across pieces.
 var indexersMu sync.Mutex
 
 func addMissingIndexers(indexer cache.Indexer, indexers cache.Indexers) error {
@@ -201,13 +187,12 @@ func addMissingIndexers(indexer cache.Indexer, indexers cache.Indexers) error {
 	return indexer.AddIndexers(missing)
 }
 
-// errReadOnly: a piece's view of a shared store is read-only, as informer
-// stores are to controllers.
+// errReadOnly: a view's store is read-only, as informer stores are.
 var errReadOnly = errors.New("a piece's view of a replica-wide informer store is read-only")
 
-// pieceIndexer is the read-only view of a shared indexer that holds only
-// the objects in the piece's namespaces. Lists go through the namespace
-// index so a piece pays for its own objects, not for the whole cluster.
+// pieceIndexer is a read-only view of a shared indexer showing only the
+// piece's namespaces; lists go through the namespace index, so a piece pays
+// for its own objects, not the whole cluster's.
 type pieceIndexer struct {
 	cache.Indexer
 	inPiece func(namespace string) bool

@@ -8,18 +8,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
-// The trunk watches a kind in every namespace and keeps the events of the
-// namespaces the replica has loaded, so most events a replica of a fleet
-// receives are dropped. Decoding them is the part of that cost the client
-// can avoid: a Pod event costs far more to decode than to read its
-// namespace (BenchmarkPodEventDecode compares the two). A protobuf event
-// names its namespace near the start of its bytes, so the trunk reads that
-// first and decodes only what it keeps. Reading the stream itself (TLS,
-// HTTP/2) stays.
-
-// protobufPrefix starts every object in Kubernetes' protobuf encoding
-// (k8s.io/apimachinery/pkg/runtime/serializer/protobuf), before the
-// runtime.Unknown envelope.
+// protobufPrefix starts every object in Kubernetes' protobuf encoding,
+// before the runtime.Unknown envelope.
 var protobufPrefix = []byte{0x6b, 0x38, 0x73, 0x00}
 
 // Field numbers of the messages read (k8s.io/apimachinery's
@@ -36,9 +26,8 @@ const (
 	metaResourceVersion    protowire.Number = 6
 )
 
-// skippedObject stands for an event's object the trunk did not decode: its
-// namespace was not loaded when the event arrived. Its version still
-// moves the source on.
+// skippedObject stands for an event's object the trunk did not decode (its
+// namespace not loaded); its version still moves the source on.
 type skippedObject struct {
 	namespace, resourceVersion string
 }
@@ -46,10 +35,12 @@ type skippedObject struct {
 func (o *skippedObject) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
 func (o *skippedObject) DeepCopyObject() runtime.Object   { c := *o; return &c }
 
-// namespaceSkippingDecoder decodes objects of kind as inner does, except
-// that an object of a namespace keep refuses becomes a skippedObject.
-// Anything it cannot read (JSON, another kind such as an error's Status,
-// a cluster-scoped object, an encoded envelope) is decoded in full.
+// namespaceSkippingDecoder decodes as inner does, except that an object of
+// kind in a namespace keep refuses becomes a skippedObject, read from the
+// protobuf envelope undecoded: the trunk drops most events, and decoding
+// them is the part of that cost a client can avoid. Anything it cannot
+// read (JSON, another kind such as an error's Status, a cluster-scoped
+// object, an encoded envelope) is decoded in full.
 type namespaceSkippingDecoder struct {
 	inner runtime.Decoder
 	kind  string
@@ -63,11 +54,9 @@ func (d *namespaceSkippingDecoder) Decode(data []byte, defaults *schema.GroupVer
 	return d.inner.Decode(data, defaults, into)
 }
 
-// namespaceSkippingSerializer is the trunk's client's serializer: every
-// object decoder it makes is a namespaceSkippingDecoder, so the client's
-// watch decoder (client-go's rest/watch.Decoder, which decodes each
-// event's object with it) skips what keep refuses. Only the trunk's watch
-// uses that client; lists decode in full.
+// namespaceSkippingSerializer is the serializer of the trunk's watch
+// client (lists decode in full): each decoder it makes, which client-go's
+// watch decoder uses per event, is a namespaceSkippingDecoder.
 type namespaceSkippingSerializer struct {
 	runtime.NegotiatedSerializer
 	kind string
@@ -78,9 +67,8 @@ func (s namespaceSkippingSerializer) DecoderToVersion(decoder runtime.Decoder, g
 	return &namespaceSkippingDecoder{inner: s.NegotiatedSerializer.DecoderToVersion(decoder, gv), kind: s.kind, keep: s.keep}
 }
 
-// peekProtobufObject reads an encoded object's kind, namespace and
-// resource version without decoding it; ok is false unless data is a
-// plain (not content-encoded) protobuf envelope with metadata.
+// peekProtobufObject reads an object's kind, namespace and version undecoded;
+// ok only for a plain (not content-encoded) protobuf envelope with metadata.
 func peekProtobufObject(data []byte) (kind, namespace, resourceVersion string, ok bool) {
 	if !bytes.HasPrefix(data, protobufPrefix) {
 		return "", "", "", false
@@ -134,9 +122,8 @@ func peekProtobufObject(data []byte) (kind, namespace, resourceVersion string, o
 	return kind, namespace, resourceVersion, true
 }
 
-// eachField calls fn with the number and bytes of every length-delimited
-// field of the message b, skipping the others, until fn returns false;
-// it returns true if b is malformed.
+// eachField calls fn with each length-delimited field of message b, skipping
+// the others, until fn returns false; it reports whether b is malformed.
 func eachField(b []byte, fn func(protowire.Number, []byte) bool) (malformed bool) {
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
