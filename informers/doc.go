@@ -20,7 +20,7 @@
 //
 // Each name below has one meaning in this package.
 //
-// Sources and what they carry (ownedsource.go, ownedfeed.go):
+// Sources and what they carry (ownedsource.go, ownedstream.go):
 //
 //   - trunk: an informer's one watching source, a cluster-wide watch (a
 //     selected kind's names its namespaces) and its list, whose events
@@ -187,7 +187,13 @@
 //     delivered (keeps-later-naming);
 //   - a namespace joining a trunk drops the events at or below its floor
 //     rather than holding them back: a trunk resumed from a creation
-//     would replay them behind the ones it held.
+//     would replay them behind the ones it held;
+//   - a gain ends by loading and showing every namespace of its
+//     partitions the Namespaces informer holds that its loads did not:
+//     those created during the gain, and all of a partition included
+//     before any informer existed, as a starting replica includes its
+//     first ones; without it such a namespace was never shown
+//     (settle-loaded-only).
 //
 // # What controllers see
 //

@@ -102,22 +102,6 @@ func (f *PieceFactory) addSharedHandler(informer cache.SharedIndexInformer, add 
 	return handle, nil
 }
 
-// goLive adds the pending handlers. Called with f.mu held.
-func (f *PieceFactory) goLive() {
-	f.live = true
-	for _, p := range f.pending {
-		h, err := f.addNow(p.informer, p.add)
-		if err != nil {
-			// Only a stopped shared informer refuses: the replica is ending.
-			f.Logger.Error(err, "Adding a piece's handler to a shared informer")
-			close(p.handle.registered)
-			continue
-		}
-		p.handle.set(h)
-	}
-	f.pending = nil
-}
-
 // addNow adds a handler and records it for Shutdown. Called with f.mu held.
 func (f *PieceFactory) addNow(informer cache.SharedIndexInformer, add addHandler) (cache.ResourceEventHandlerRegistration, error) {
 	r, err := add()
@@ -136,7 +120,7 @@ type registration struct {
 	handle   cache.ResourceEventHandlerRegistration
 	// scoped: the handler's queue in the Scope's dispatcher, if any.
 	scoped *scopedHandler
-	// stopResync ends the handler's own resync (resync.go), if any.
+	// stopResync ends the handler's own resync (resyncEvery), if any.
 	stopResync func()
 }
 
@@ -225,13 +209,25 @@ func (f *PieceFactory) Start(<-chan struct{}) {
 	f.goLiveOnce()
 }
 
-// goLiveOnce puts pending handlers live unless done or the piece stopped.
+// goLiveOnce adds the pending handlers unless done or the piece stopped.
 func (f *PieceFactory) goLiveOnce() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !f.live && !f.stopped {
-		f.goLive()
+	if f.live || f.stopped {
+		return
 	}
+	f.live = true
+	for _, p := range f.pending {
+		h, err := f.addNow(p.informer, p.add)
+		if err != nil {
+			// Only a stopped shared informer refuses: the replica is ending.
+			f.Logger.Error(err, "Adding a piece's handler to a shared informer")
+			close(p.handle.registered)
+			continue
+		}
+		p.handle.set(h)
+	}
+	f.pending = nil
 }
 
 // StartWithContext is Start with a context.
@@ -267,14 +263,21 @@ func (f *PieceFactory) Shutdown() {
 
 // WaitForCacheSync waits for the informers the piece asked for only.
 func (f *PieceFactory) WaitForCacheSync(stopCh <-chan struct{}) map[reflect.Type]bool {
-	out := map[reflect.Type]bool{}
-	for key, ok := range f.Shared.WaitForCacheSync(f, stopCh) {
-		if key.typed != nil {
-			out[key.typed] = ok
-		}
-	}
+	out := poolSynced(f, stopCh, func(k poolKey) (reflect.Type, bool) { return k.typed, k.typed != nil })
 	if f.Owned != nil {
 		out[reflect.TypeOf(f.Owned)] = cache.WaitForCacheSync(stopCh, f.Owned.HasSynced)
+	}
+	return out
+}
+
+// poolSynced waits for f's informers in the pool; key picks those a
+// factory reports (typed or metadata-only) and names them.
+func poolSynced[K comparable](f *PieceFactory, stopCh <-chan struct{}, key func(poolKey) (K, bool)) map[K]bool {
+	out := map[K]bool{}
+	for k, ok := range f.Shared.WaitForCacheSync(f, stopCh) {
+		if name, mine := key(k); mine {
+			out[name] = ok
+		}
 	}
 	return out
 }

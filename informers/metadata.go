@@ -46,13 +46,7 @@ func (m *metadataView) Start(<-chan struct{}) {
 }
 
 func (m *metadataView) WaitForCacheSync(stopCh <-chan struct{}) map[schema.GroupVersionResource]bool {
-	out := map[schema.GroupVersionResource]bool{}
-	for key, ok := range m.factory.Shared.WaitForCacheSync(m.factory, stopCh) {
-		if key.typed == nil {
-			out[key.metadata] = ok
-		}
-	}
-	return out
+	return poolSynced(m.factory, stopCh, func(k poolKey) (schema.GroupVersionResource, bool) { return k.metadata, k.typed == nil })
 }
 
 // Shutdown does nothing: the piece's handlers go with PieceFactory.Shutdown.

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 )
@@ -36,10 +39,8 @@ var Modes = []Mode{ModeAuto, ModeShardedWatch, ModeNamespaceWatch, ModeFilteredW
 
 // ParseMode checks a --informer-mode value.
 func ParseMode(s string) (Mode, error) {
-	for _, m := range Modes {
-		if string(m) == s {
-			return m, nil
-		}
+	if slices.Contains(Modes, Mode(s)) {
+		return Mode(s), nil
 	}
 	return "", fmt.Errorf("unknown informer mode %q (want one of %v)", s, Modes)
 }
@@ -63,4 +64,30 @@ func Resolve(ctx context.Context, mode Mode, config *rest.Config) (Mode, error) 
 		}
 	}
 	return "", fmt.Errorf("unknown informer mode %q", mode)
+}
+
+// ErrShardedWatchUnsupported: the apiserver ignores shard selectors.
+var ErrShardedWatchUnsupported = errors.New("the apiserver does not filter lists by shardSelector (feature gate ShardedListAndWatch is off)")
+
+// everyShard selects every namespace: the probe's selector.
+const everyShard = "shardRange(object.metadata.namespace, '0x0000000000000000', '0x10000000000000000')"
+
+// ProbeShardedWatch checks that the apiserver honours shard selectors: one
+// that applied it echoes it in the list's shardInfo, whatever it holds.
+func ProbeShardedWatch(ctx context.Context, config *rest.Config) error {
+	client, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		return fmt.Errorf("probing sharded watch: %w", err)
+	}
+	list, err := client.CoreV1().ConfigMaps(metav1.NamespaceAll).List(ctx, metav1.ListOptions{Limit: 1, ShardSelector: everyShard})
+	if err != nil {
+		return fmt.Errorf("probing sharded watch: %w", err)
+	}
+	if list.ShardInfo == nil {
+		return ErrShardedWatchUnsupported
+	}
+	if list.ShardInfo.Selector != everyShard {
+		return fmt.Errorf("probing sharded watch: the apiserver applied %q for %q: %w", list.ShardInfo.Selector, everyShard, ErrShardedWatchUnsupported)
+	}
+	return nil
 }

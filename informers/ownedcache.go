@@ -161,19 +161,12 @@ func (o *OwnedCache) HoldEverywhere(ctx context.Context, obj runtime.Object) (ca
 	if err := o.waitNamespaces(ctx); err != nil {
 		return nil, err
 	}
-	informer := o.InformerFor(obj)
-	if err := o.gainEverywhere(ctx, o.informerOf(obj)); err != nil {
+	i := o.informerOf(obj)
+	if err := o.gainEverywhere(ctx, i); err != nil {
 		o.ReleaseEverywhere(obj)
 		return nil, fmt.Errorf("loading every namespace of %T: %w", obj, err)
 	}
-	return informer, nil
-}
-
-// informerOf is the cache's informer of obj's kind, made by InformerFor.
-func (o *OwnedCache) informerOf(obj runtime.Object) *ownedInformer {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.informers[reflect.TypeOf(obj)]
+	return i.informer, nil
 }
 
 // ReleaseEverywhere ends one HoldEverywhere: after the last, the informer
@@ -214,11 +207,16 @@ func (o *OwnedCache) ReleaseEverywhere(obj runtime.Object) {
 // InformerFor gives the cache's informer of obj's kind, which must be a
 // namespaced built-in kind.
 func (o *OwnedCache) InformerFor(obj runtime.Object) cache.SharedIndexInformer {
+	return o.informerOf(obj).informer
+}
+
+// informerOf is the cache's informer of obj's kind, made on first use.
+func (o *OwnedCache) informerOf(obj runtime.Object) *ownedInformer {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	t := reflect.TypeOf(obj)
 	if i, ok := o.informers[t]; ok {
-		return i.informer
+		return i
 	}
 	var lw *ownedListWatch
 	keep := func(namespace string) bool { return lw.decodes(namespace) }
@@ -232,11 +230,12 @@ func (o *OwnedCache) InformerFor(obj runtime.Object) cache.SharedIndexInformer {
 	// Not yet run: its first list and the read after it (takeUncarried)
 	// bring every namespace of the loaded partitions.
 	lw.keepGain(o.partitions, o.namespacesOf(o.partitions), false, lw.nameGain(o.partitions))
-	o.informers[t] = &ownedInformer{informer: informer, lw: lw}
+	i := &ownedInformer{informer: informer, lw: lw}
+	o.informers[t] = i
 	if o.stop != nil {
 		go informer.Run(o.stop)
 	}
-	return informer
+	return i
 }
 
 // Start runs the informers (and any made later) until stop closes.

@@ -25,6 +25,12 @@ import (
 // resumes within a few seconds, one stalled may not resume for long.
 const catchUpRelistAfter = 5 * time.Second
 
+// pollFast returns once done says so, asking at once and then every 20 ms,
+// or ctx's error if it ends first.
+func pollFast(ctx context.Context, done func() bool) error {
+	return wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) { return done(), nil })
+}
+
 // catchUp returns once the informer holds namespaces at least as they are
 // on the server now. It lists them as a feeder does and waits for the
 // store rather than hand the list over, as their source delivers the same
@@ -34,7 +40,7 @@ func (lw *ownedListWatch) catchUp(ctx context.Context, namespaces []string, sync
 	if err != nil {
 		return err
 	}
-	if err := wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) { return synced(), nil }); err != nil {
+	if err := pollFast(ctx, synced); err != nil {
 		return fmt.Errorf("waiting for the %s informer's first list: %w", t.resource, err)
 	}
 	items, versions, err := lw.listNamespaces(ctx, t, namespaces)
@@ -55,7 +61,7 @@ func (lw *ownedListWatch) catchUp(ctx context.Context, namespaces []string, sync
 	lw.noteBehind(namespaces, 1)
 	defer func() { lw.noteBehind(behind, -1) }()
 	relisted := false
-	err = wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) {
+	err = pollFast(ctx, func() bool {
 		behind = slices.DeleteFunc(behind, func(ns string) bool {
 			if !lw.caughtUp(ns, listed[ns], versions[ns]) {
 				return false
@@ -73,7 +79,7 @@ func (lw *ownedListWatch) catchUp(ctx context.Context, namespaces []string, sync
 			logger.Info("The owned cache is still behind the server for namespaces gained; its source lists them again", "behind", len(behind), "waited", time.Since(start).Round(time.Millisecond))
 			lw.relistCarrier(behind)
 		}
-		return len(behind) == 0, nil
+		return len(behind) == 0
 	})
 	if err != nil {
 		return fmt.Errorf("waiting for the %s informer to catch up with the server in %d namespaces: %w", t.resource, len(behind), err)

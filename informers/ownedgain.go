@@ -149,10 +149,7 @@ func (o *OwnedCache) awaitGain(ctx context.Context, g *gain, catchUps []func() e
 		<-ctx.Done()
 	}
 	if await {
-		err := wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) {
-			return allHold(g.lws, g.loading, false), nil
-		})
-		if err != nil {
+		if err := pollFast(ctx, func() bool { return allHold(g.lws, g.loading, false) }); err != nil {
 			return err
 		}
 	}
@@ -172,6 +169,9 @@ func (o *OwnedCache) settleGain(g *gain) []string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.stopNaming(g)
+	if plantedSettleLoadedOnly {
+		return nil
+	}
 	loading := sets.New(g.loading...)
 	var arrived []string
 	for _, ns := range o.namespacesOf(g.adding) {
@@ -246,9 +246,7 @@ func (o *OwnedCache) gainEverywhere(ctx context.Context, i *ownedInformer) error
 	o.mu.Lock()
 	unlisted, loading := i.lw.keepGain(every, names, true, token)
 	o.mu.Unlock()
-	err := wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) {
-		return i.lw.loadedInto(loading), nil
-	})
+	err := pollFast(ctx, func() bool { return i.lw.loadedInto(loading) })
 	if err == nil && first && started && len(unlisted) > 0 {
 		err = i.lw.catchUp(ctx, unlisted, i.informer.HasSynced)
 	}

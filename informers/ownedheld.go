@@ -47,15 +47,14 @@ func (o *OwnedCache) join() {
 			}
 		}
 	}
-	var lws []*ownedListWatch
 	for _, i := range o.informers {
 		// A kind kept by partition has kept it from its first event.
 		i.lw.load(namespaces, true, born)
 		if i.everywhere > 0 {
 			i.lw.load(o.created, false, nil)
 		}
-		lws = append(lws, i.lw)
 	}
+	lws := o.listWatches()
 	o.created, o.born = nil, map[string]string{}
 	stop := o.stop
 	o.mu.Unlock()

@@ -103,21 +103,18 @@ func (lw *ownedListWatch) phaseOf(ns string) (partitionPhase, bool) {
 }
 
 // claims says whether the trunk takes ns, not loaded: its partition is
-// kept or leaving; a naming partition's is noted. Called with mu held.
+// kept or leaving; a naming partition's is noted (its event is dropped).
+// Called with mu held.
 func (lw *ownedListWatch) claims(ns string) bool {
 	phase, ok := lw.phaseOf(ns)
 	if ok && phase == partitionNaming && !plantedNoNote {
-		lw.note(lw.partitionOf(ns), ns)
+		p := lw.partitionOf(ns)
+		if lw.noted[p] == nil {
+			lw.noted[p] = map[string]bool{}
+		}
+		lw.noted[p][ns] = true
 	}
 	return ok && phase != partitionNaming
-}
-
-// note notes a dropped event of ns (naming partition p). Called with mu held.
-func (lw *ownedListWatch) note(p int, ns string) {
-	if lw.noted[p] == nil {
-		lw.noted[p] = map[string]bool{}
-	}
-	lw.noted[p][ns] = true
 }
 
 // ensureTrunk starts an empty trunk when there is none, so namespaces
@@ -207,11 +204,7 @@ func (lw *ownedListWatch) holdEverywhere() {
 	defer lw.mu.Unlock()
 	lw.everywhere = true
 	lw.letGoGen++
-	for p, phase := range lw.partitions {
-		if phase == partitionLeaving {
-			lw.partitions[p] = partitionKept
-		}
-	}
+	lw.movePhase(partitionLeaving, partitionKept)
 	if t, err := lw.target(); err == nil && lw.sharded && t.selectWatch && !plantedHoldKeepsSelector {
 		if trunk := lw.trunk(); trunk != nil {
 			trunk.supersedeWatch()
@@ -233,12 +226,18 @@ func (lw *ownedListWatch) leaveEverywhere() (uint64, bool) {
 		return 0, false
 	}
 	lw.letGoGen++
+	lw.movePhase(partitionKept, partitionLeaving)
+	return lw.letGoGen, true
+}
+
+// movePhase moves every partition in phase from to phase to. Called with
+// mu held.
+func (lw *ownedListWatch) movePhase(from, to partitionPhase) {
 	for p, phase := range lw.partitions {
-		if phase == partitionKept {
-			lw.partitions[p] = partitionLeaving
+		if phase == from {
+			lw.partitions[p] = to
 		}
 	}
-	return lw.letGoGen, true
 }
 
 // letGoEverywhere ends leaving, unless a hold or release came since

@@ -719,6 +719,7 @@ func plantRule(t *testing.T, rule string) {
 		"reveal-from-store":        &plantedRevealFromStore,
 		"take-from-trunk":          &plantedTakeFromTrunk,
 		"keeps-later-naming":       &plantedKeepsLaterNaming,
+		"settle-loaded-only":       &plantedSettleLoadedOnly,
 	}
 	if rule == "" {
 		return

@@ -3,7 +3,6 @@ package informers
 import (
 	"context"
 	"slices"
-	"sort"
 
 	"k8s.io/apimachinery/pkg/watch"
 )
@@ -83,10 +82,7 @@ func (s *source) takeFrom(ns, born string) {
 	if past {
 		for _, other := range s.namespaces {
 			if delivered := s.delivered(other); other != ns && newerVersion(delivered, born) {
-				if s.floors == nil {
-					s.floors = map[string]string{}
-				}
-				s.floors[other] = delivered
+				s.setFloor(other, delivered)
 			}
 		}
 		s.version = born
@@ -97,8 +93,7 @@ func (s *source) takeFrom(ns, born string) {
 }
 
 func (s *source) remove(ns string) {
-	i := sort.SearchStrings(s.namespaces, ns)
-	if i < len(s.namespaces) && s.namespaces[i] == ns {
+	if i, ok := slices.BinarySearch(s.namespaces, ns); ok {
 		s.namespaces = slices.Delete(s.namespaces, i, i+1)
 	}
 	delete(s.joining, ns)
@@ -117,9 +112,13 @@ func (s *source) delivered(ns string) string {
 // ns's older events after it: objects would go back to older versions,
 // and the deletion of one the list never had would reach every handler.
 func (s *source) raiseFloor(ns, version string) {
-	if !newerVersion(version, s.delivered(ns)) {
-		return
+	if newerVersion(version, s.delivered(ns)) {
+		s.setFloor(ns, version)
 	}
+}
+
+// setFloor makes version ns's floor.
+func (s *source) setFloor(ns, version string) {
 	if s.floors == nil {
 		s.floors = map[string]string{}
 	}
@@ -138,37 +137,12 @@ func (s *source) advance(version string) {
 }
 
 func (s *source) insert(ns string) {
-	i := sort.SearchStrings(s.namespaces, ns)
-	if i < len(s.namespaces) && s.namespaces[i] == ns {
-		return
+	if i, ok := slices.BinarySearch(s.namespaces, ns); !ok {
+		s.namespaces = slices.Insert(s.namespaces, i, ns)
 	}
-	s.namespaces = slices.Insert(s.namespaces, i, ns)
 }
 
 func (s *source) has(ns string) bool {
-	i := sort.SearchStrings(s.namespaces, ns)
-	return i < len(s.namespaces) && s.namespaces[i] == ns
-}
-
-// newSources makes the sources of namespaces (sorted). A trunk that has
-// not listed yet holds them back too: its list may have been asked for
-// before they were loaded, so once it has listed, a feeder lists the ones
-// it did not cover (emitted). Called with mu held.
-func (lw *ownedListWatch) newSources(namespaces []string) []*source {
-	t := lw.trunk()
-	switch {
-	case t == nil:
-		s := &source{namespaces: slices.Clone(namespaces)}
-		lw.sources[s] = struct{}{}
-		return []*source{s}
-	case len(namespaces) == 0:
-		return nil
-	case t.version == "":
-		t.join(namespaces, nil)
-		return nil
-	}
-	f := &source{namespaces: slices.Clone(namespaces), feeds: t}
-	t.join(namespaces, f)
-	lw.sources[f] = struct{}{}
-	return []*source{f}
+	_, ok := slices.BinarySearch(s.namespaces, ns)
+	return ok
 }

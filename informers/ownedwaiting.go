@@ -41,10 +41,7 @@ func (w LoadWait) String() string {
 // in progress wait for (none: every load has what it waits for).
 func (o *OwnedCache) Waiting() []LoadWait {
 	o.mu.Lock()
-	lws := make([]*ownedListWatch, 0, len(o.informers))
-	for _, i := range o.informers {
-		lws = append(lws, i.lw)
-	}
+	lws := o.listWatches()
 	o.mu.Unlock()
 	var out []LoadWait
 	for _, lw := range lws {
@@ -54,6 +51,15 @@ func (o *OwnedCache) Waiting() []LoadWait {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Resource < out[j].Resource })
 	return out
+}
+
+// listWatches is the informers' list-watches. Called with o.mu held.
+func (o *OwnedCache) listWatches() []*ownedListWatch {
+	lws := make([]*ownedListWatch, 0, len(o.informers))
+	for _, i := range o.informers {
+		lws = append(lws, i.lw)
+	}
+	return lws
 }
 
 // waiting is what lw's loads wait for; false if nothing.

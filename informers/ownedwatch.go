@@ -2,6 +2,7 @@ package informers
 
 import (
 	"context"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -121,6 +122,29 @@ func (lw *ownedListWatch) trunk() *source {
 		}
 	}
 	return nil
+}
+
+// newSources makes the sources of namespaces (sorted). A trunk that has
+// not listed yet holds them back too: its list may have been asked for
+// before they were loaded, so once it has listed, a feeder lists the ones
+// it did not cover (emitted). Called with mu held.
+func (lw *ownedListWatch) newSources(namespaces []string) []*source {
+	t := lw.trunk()
+	switch {
+	case t == nil:
+		s := &source{namespaces: slices.Clone(namespaces)}
+		lw.sources[s] = struct{}{}
+		return []*source{s}
+	case len(namespaces) == 0:
+		return nil
+	case t.version == "":
+		t.join(namespaces, nil)
+		return nil
+	}
+	f := &source{namespaces: slices.Clone(namespaces), feeds: t}
+	t.join(namespaces, f)
+	lw.sources[f] = struct{}{}
+	return []*source{f}
 }
 
 // ListWithContext lists every loaded namespace in new sources, as one list
@@ -319,18 +343,27 @@ func (lw *ownedListWatch) loadedInto(namespaces []string) bool {
 			if _, inLedger := lw.ledger[ns][name]; !inLedger {
 				continue
 			}
-			obj, exists, err := indexer.GetByKey(kv.key)
-			if err != nil || !exists {
-				return false
-			}
-			m, err := meta.Accessor(obj)
-			if err != nil || newerVersion(kv.version, m.GetResourceVersion()) {
+			if version, stored := storedVersion(indexer, kv.key); !stored || newerVersion(kv.version, version) {
 				return false
 			}
 		}
 		delete(lw.awaited, ns)
 	}
 	return true
+}
+
+// storedVersion is the version of the object indexer holds at key, if it
+// holds one.
+func storedVersion(indexer cache.Indexer, key string) (string, bool) {
+	obj, exists, err := indexer.GetByKey(key)
+	if err != nil || !exists {
+		return "", false
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return "", false
+	}
+	return m.GetResourceVersion(), true
 }
 
 // leaving: some partition is leaving. Called with mu held.

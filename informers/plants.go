@@ -36,4 +36,5 @@ var (
 	plantedRevealFromStore          bool // reveal-from-store
 	plantedTakeFromTrunk            bool // take-from-trunk
 	plantedKeepsLaterNaming         bool // keeps-later-naming
+	plantedSettleLoadedOnly         bool // settle-loaded-only
 )

@@ -64,21 +64,18 @@ func (k poolKey) String() string {
 }
 
 type poolEntry struct {
-	key      poolKey
-	typed    informers.SharedInformerFactory
-	metadata metadatainformer.SharedInformerFactory
+	key poolKey
+	// factory: the informer's own client-go factory, typed or metadata-only.
+	factory interface {
+		Start(<-chan struct{})
+		Shutdown()
+	}
 	informer cache.SharedIndexInformer
 	users    map[any]struct{}
 	stop     chan struct{}
 }
 
-func (e *poolEntry) start() {
-	if e.typed != nil {
-		e.typed.Start(e.stop)
-	} else {
-		e.metadata.Start(e.stop)
-	}
-}
+func (e *poolEntry) start() { e.factory.Start(e.stop) }
 
 // NewPool makes an empty pool whose informers all stop when ctx ends.
 func NewPool(ctx context.Context, c PoolConfig) *Pool {
@@ -127,8 +124,8 @@ func (p *Pool) InformerFor(user any, obj runtime.Object, newFunc internalinterfa
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	e := p.entry(user, poolKey{typed: reflect.TypeOf(obj)}, func(e *poolEntry) {
-		e.typed = p.newTyped()
-		e.informer = e.typed.InformerFor(obj, newFunc)
+		typed := p.newTyped()
+		e.factory, e.informer = typed, typed.InformerFor(obj, newFunc)
 	})
 	return e.informer
 }
@@ -142,19 +139,18 @@ func (p *Pool) ForResource(user any, gvr schema.GroupVersionResource, gvk schema
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	key := poolKey{typed: reflect.TypeOf(obj)}
-	if _, ok := p.entries[key]; ok {
-		return p.entry(user, key, nil).informer, nil
+	var build func(*poolEntry)
+	if _, ok := p.entries[key]; !ok {
+		// Asked before entry() adds user: a resource client-go has no
+		// informer for leaves no entry and no user behind.
+		typed := p.newTyped()
+		generic, err := typed.ForResource(gvr)
+		if err != nil {
+			return nil, err
+		}
+		build = func(e *poolEntry) { e.factory, e.informer = typed, generic.Informer() }
 	}
-	typed := p.newTyped()
-	generic, err := typed.ForResource(gvr)
-	if err != nil {
-		return nil, err
-	}
-	e := p.entry(user, key, func(e *poolEntry) {
-		e.typed = typed
-		e.informer = generic.Informer()
-	})
-	return e.informer, nil
+	return p.entry(user, key, build).informer, nil
 }
 
 // Namespaces gives user the shared Namespaces informer and the creations it
@@ -175,8 +171,8 @@ func (p *Pool) MetadataFor(user any, gvr schema.GroupVersionResource) cache.Shar
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	e := p.entry(user, poolKey{metadata: gvr}, func(e *poolEntry) {
-		e.metadata = metadatainformer.NewSharedInformerFactoryWithOptions(p.config.Metadata, p.config.Resync, metadatainformer.WithTransform(p.config.Transform))
-		e.informer = e.metadata.ForResource(gvr).Informer()
+		m := metadatainformer.NewSharedInformerFactoryWithOptions(p.config.Metadata, p.config.Resync, metadatainformer.WithTransform(p.config.Transform))
+		e.factory, e.informer = m, m.ForResource(gvr).Informer()
 	})
 	return e.informer
 }
@@ -242,11 +238,5 @@ func (p *Pool) remove(key poolKey, e *poolEntry) {
 	sharedInformers.Dec()
 	p.logger.V(2).Info("Shared informer stopped: no piece uses it", "informer", key)
 	// Shutdown waits for the informer's goroutines.
-	go func() {
-		if e.typed != nil {
-			e.typed.Shutdown()
-		} else {
-			e.metadata.Shutdown()
-		}
-	}()
+	go e.factory.Shutdown()
 }

@@ -33,14 +33,14 @@ func (t *listWatchTarget) listNamespace(ctx context.Context, namespace string, o
 	list, _, err := pager.New(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 		return t.client.Get().Namespace(namespace).Resource(t.resource).VersionedParams(&o, scheme.ParameterCodec).Do(ctx).Get()
 	}).ListWithAlloc(ctx, options)
-	if err != nil {
-		return nil, "", fmt.Errorf("listing %s in namespace %s: %w", t.resource, namespace, err)
+	var items []runtime.Object
+	if err == nil {
+		items, err = meta.ExtractListWithAlloc(list)
 	}
-	items, err := meta.ExtractListWithAlloc(list)
-	if err != nil {
-		return nil, "", fmt.Errorf("listing %s in namespace %s: %w", t.resource, namespace, err)
+	var listMeta meta.List
+	if err == nil {
+		listMeta, err = meta.ListAccessor(list)
 	}
-	listMeta, err := meta.ListAccessor(list)
 	if err != nil {
 		return nil, "", fmt.Errorf("listing %s in namespace %s: %w", t.resource, namespace, err)
 	}
@@ -50,13 +50,13 @@ func (t *listWatchTarget) listNamespace(ctx context.Context, namespace string, o
 // newList makes the kind's list of items at version.
 func (t *listWatchTarget) newList(items []runtime.Object, version string) (runtime.Object, error) {
 	obj, err := scheme.Scheme.New(t.listKind)
-	if err != nil {
-		return nil, fmt.Errorf("listing %s: %w", t.resource, err)
+	if err == nil {
+		err = meta.SetList(obj, items)
 	}
-	if err := meta.SetList(obj, items); err != nil {
-		return nil, fmt.Errorf("listing %s: %w", t.resource, err)
+	var listMeta meta.List
+	if err == nil {
+		listMeta, err = meta.ListAccessor(obj)
 	}
-	listMeta, err := meta.ListAccessor(obj)
 	if err != nil {
 		return nil, fmt.Errorf("listing %s: %w", t.resource, err)
 	}

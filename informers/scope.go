@@ -45,10 +45,7 @@ func (s *Scope) GateNamespaces() {
 }
 
 // HasNamespace says whether ns is in an owned partition and, if gated, held.
-func (s *Scope) HasNamespace(ns string) bool {
-	p := s.partitionOf(ns)
-	return p >= 0 && p < len(s.owned) && s.owned[p].Load() && s.isHeld(ns)
-}
+func (s *Scope) HasNamespace(ns string) bool { return s.Owns(s.partitionOf(ns)) && s.isHeld(ns) }
 
 func (s *Scope) isHeld(ns string) bool {
 	if !s.gated {
@@ -61,24 +58,23 @@ func (s *Scope) isHeld(ns string) bool {
 
 // Held records namespaces the owned cache now holds and reveals those in
 // owned partitions (their Namespace objects included).
-func (s *Scope) Held(namespaces []string) (delivered int) {
+func (s *Scope) Held(namespaces []string) (delivered int) { return s.setHeld(namespaces, true) }
+
+// Dropped records namespaces the owned cache no longer holds (their
+// partition unloaded): they stay hidden until held again.
+func (s *Scope) Dropped(namespaces []string) { s.setHeld(namespaces, false) }
+
+// setHeld records namespaces held or not and reveals or hides them.
+func (s *Scope) setHeld(namespaces []string, held bool) (delivered int) {
 	return s.change(namespaces, nil, func() {
 		s.heldMu.Lock()
 		defer s.heldMu.Unlock()
 		for _, ns := range namespaces {
-			s.held[ns] = true
-		}
-	})
-}
-
-// Dropped records namespaces the owned cache no longer holds (their
-// partition unloaded): they stay hidden until held again.
-func (s *Scope) Dropped(namespaces []string) {
-	s.change(namespaces, nil, func() {
-		s.heldMu.Lock()
-		defer s.heldMu.Unlock()
-		for _, ns := range namespaces {
-			delete(s.held, ns)
+			if held {
+				s.held[ns] = true
+			} else {
+				delete(s.held, ns)
+			}
 		}
 	})
 }

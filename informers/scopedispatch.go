@@ -33,17 +33,9 @@ func newDispatcher(s *Scope, informer cache.SharedIndexInformer, byName bool) *d
 	return &dispatcher{scope: s, informer: informer, byName: byName, known: map[string]map[string]any{}}
 }
 
-func (d *dispatcher) OnAdd(obj any, isInInitialList bool) {
-	d.dispatch(eventAdd, nil, obj, isInInitialList)
-}
-
-func (d *dispatcher) OnUpdate(oldObj, newObj any) {
-	d.dispatch(eventUpdate, oldObj, newObj, false)
-}
-
-func (d *dispatcher) OnDelete(obj any) {
-	d.dispatch(eventDelete, nil, obj, false)
-}
+func (d *dispatcher) OnAdd(obj any, initial bool) { d.dispatch(eventAdd, nil, obj, initial) }
+func (d *dispatcher) OnUpdate(oldObj, newObj any) { d.dispatch(eventUpdate, oldObj, newObj, false) }
+func (d *dispatcher) OnDelete(obj any)            { d.dispatch(eventDelete, nil, obj, false) }
 
 // dispatch records an event in known and queues it if its namespace shows.
 func (d *dispatcher) dispatch(op scopeEvent, oldObj, obj any, isInInitialList bool) {
@@ -143,14 +135,7 @@ func (d *dispatcher) objectsOf(ns string) map[string]any {
 // informer's initial list. Called with d.mu held.
 func (d *dispatcher) add(h *scopedHandler) {
 	d.handlers = append(d.handlers, h)
-	for ns, objects := range d.known {
-		if !d.scope.HasNamespace(ns) {
-			continue
-		}
-		for _, obj := range objects {
-			h.push(notification{op: eventAdd, obj: obj, initial: true})
-		}
-	}
+	d.eachVisible(func(obj any) { h.push(notification{op: eventAdd, obj: obj, initial: true}) })
 	go h.run()
 	go h.awaitSync(d.registration.HasSyncedChecker())
 }
@@ -171,12 +156,18 @@ func (d *dispatcher) remove(h *scopedHandler) (empty bool) {
 func (d *dispatcher) resync(h *scopedHandler) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.eachVisible(func(obj any) { h.push(notification{op: eventUpdate, oldObj: obj, obj: obj}) })
+}
+
+// eachVisible calls f on each known object of a visible namespace.
+// Called with d.mu held.
+func (d *dispatcher) eachVisible(f func(obj any)) {
 	for ns, objects := range d.known {
 		if !d.scope.HasNamespace(ns) {
 			continue
 		}
 		for _, obj := range objects {
-			h.push(notification{op: eventUpdate, oldObj: obj, obj: obj})
+			f(obj)
 		}
 	}
 }

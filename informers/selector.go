@@ -52,16 +52,3 @@ func namespaceSelector(namespaces []string) string {
 	}
 	return strings.Join(terms, " || ")
 }
-
-// chunks splits sorted namespaces into groups of at most size.
-func chunks(namespaces []string, size int) [][]string {
-	var out [][]string
-	for len(namespaces) > size {
-		out = append(out, namespaces[:size:size])
-		namespaces = namespaces[size:]
-	}
-	if len(namespaces) > 0 {
-		out = append(out, namespaces)
-	}
-	return out
-}

@@ -61,26 +61,3 @@ func TestNamespaceSelector(t *testing.T) {
 		t.Fatalf("unexpected selector %s", s)
 	}
 }
-
-func TestChunks(t *testing.T) {
-	for _, tc := range []struct {
-		n, size int
-		want    []int
-	}{
-		{0, 3, nil},
-		{3, 3, []int{3}},
-		{7, 3, []int{3, 3, 1}},
-	} {
-		var in []string
-		for i := range tc.n {
-			in = append(in, fmt.Sprint(i))
-		}
-		var got []int
-		for _, c := range chunks(in, tc.size) {
-			got = append(got, len(c))
-		}
-		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
-			t.Fatalf("chunks of %d by %d: got %v, want %v", tc.n, tc.size, got, tc.want)
-		}
-	}
-}

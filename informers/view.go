@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
@@ -40,7 +42,7 @@ func (v *sharedView) AddEventHandlerWithOptions(h cache.ResourceEventHandler, op
 	informer := v.SharedIndexInformer
 	return v.factory.addSharedHandler(informer, func() (registration, error) {
 		// A period of the handler's own is kept by the view
-		// (resync.go): the shared informer may be running already.
+		// (resyncEvery): the shared informer may be running already.
 		period := options.ResyncPeriod
 		if period != nil && *period > 0 {
 			none := time.Duration(0)
@@ -74,14 +76,38 @@ func (v *sharedView) AddEventHandlerWithOptions(h cache.ResourceEventHandler, op
 	})
 }
 
+// resyncEvery calls resync (every object, as an update to itself) every
+// period, jittered 10%, once synced, until stop is called or end closes. It
+// is a handler's own resync: once a shared informer has started, client-go
+// raises a shorter period to the informer's (12 to 24 hours), but the
+// namespace and resourcequota controllers ask for 5 minutes and the HPA for
+// 15 s, as KCM gives them.
+func resyncEvery(end <-chan struct{}, synced func() bool, resync func(), period time.Duration) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-end:
+				return
+			case <-time.After(wait.Jitter(period, 0.1)):
+			}
+			if synced() {
+				resync()
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
 // deferredRegistration is the handle of a handler that goes live only when
 // the piece starts its informers: a running shared informer calls a new
 // handler at once for every object it holds, and controllers add handlers
 // in their constructors, before setting the fields those handlers use (in
 // KCM no event arrives before the informers start).
 type deferredRegistration struct {
-	mu         sync.Mutex
-	inner      cache.ResourceEventHandlerRegistration
+	inner      atomic.Pointer[cache.ResourceEventHandlerRegistration]
 	registered chan struct{} // closed once inner is set or abandoned
 	// stop closes when the piece or the replica stops; waiters give up.
 	stop <-chan struct{}
@@ -92,16 +118,15 @@ func newDeferredRegistration(stop <-chan struct{}) *deferredRegistration {
 }
 
 func (d *deferredRegistration) set(r cache.ResourceEventHandlerRegistration) {
-	d.mu.Lock()
-	d.inner = r
-	d.mu.Unlock()
+	d.inner.Store(&r)
 	close(d.registered)
 }
 
 func (d *deferredRegistration) live() cache.ResourceEventHandlerRegistration {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.inner
+	if r := d.inner.Load(); r != nil {
+		return *r
+	}
+	return nil
 }
 
 func (d *deferredRegistration) HasSynced() bool {
@@ -226,28 +251,23 @@ func (p *pieceIndexer) namespaces() ([]string, bool) {
 	return out, true
 }
 
-func (p *pieceIndexer) List() []any {
-	namespaces, indexed := p.namespaces()
-	if !indexed {
-		return filter(p.Indexer.List(), p.keep)
-	}
-	var out []any
-	for _, ns := range namespaces {
-		items, _ := p.Indexer.ByIndex(cache.NamespaceIndex, ns)
-		out = append(out, items...)
-	}
-	return out
-}
+func (p *pieceIndexer) List() []any { return listInPiece(p, p.Indexer.List, p.keep, p.Indexer.ByIndex) }
 
 func (p *pieceIndexer) ListKeys() []string {
+	return listInPiece(p, p.Indexer.ListKeys, p.keepKey, p.Indexer.IndexKeys)
+}
+
+// listInPiece lists the piece's objects or keys: by the namespace index
+// (byIndex) where there is one, else every entry (all) that keep keeps.
+func listInPiece[T any](p *pieceIndexer, all func() []T, keep func(T) bool, byIndex func(name, value string) ([]T, error)) []T {
 	namespaces, indexed := p.namespaces()
 	if !indexed {
-		return filter(p.Indexer.ListKeys(), p.keepKey)
+		return filter(all(), keep)
 	}
-	var out []string
+	var out []T
 	for _, ns := range namespaces {
-		keys, _ := p.Indexer.IndexKeys(cache.NamespaceIndex, ns)
-		out = append(out, keys...)
+		items, _ := byIndex(cache.NamespaceIndex, ns)
+		out = append(out, items...)
 	}
 	return out
 }
