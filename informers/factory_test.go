@@ -56,13 +56,7 @@ func TestPieceFactoryLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	shared.Start("replica")
-	scope := NewScope(2, func(ns string) int {
-		if ns == "mine" {
-			return 0
-		}
-		return 1
-	})
-	scope.Gain(0)
+	scope := scopeOwningMine()
 	var stoppedPieceEvents, foreignEvents, earlyEvents atomic.Int64
 	var stopped, started atomic.Bool
 	const wantHandlers = 2
@@ -215,4 +209,17 @@ func namespaceOf(obj any) string {
 	}
 	ns, _, _ := cache.SplitMetaNamespaceKey(key)
 	return ns
+}
+
+// scopeOwningMine is a scope of two partitions that owns the one
+// namespace "mine" is in, and not the one of every other namespace.
+func scopeOwningMine() *Scope {
+	scope := NewScope(2, func(ns string) int {
+		if ns == "mine" {
+			return 0
+		}
+		return 1
+	})
+	scope.Gain(0)
+	return scope
 }

@@ -29,13 +29,7 @@ func TestHandlerResyncOnARunningInformer(t *testing.T) {
 		t.Fatal(err)
 	}
 	shared.Start("replica")
-	scope := NewScope(2, func(ns string) int {
-		if ns == "mine" {
-			return 0
-		}
-		return 1
-	})
-	scope.Gain(0)
+	scope := scopeOwningMine()
 	for _, tc := range []struct {
 		name  string
 		scope *Scope
