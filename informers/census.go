@@ -1,8 +1,7 @@
 package informers
 
 import (
-	"cmp"
-	"slices"
+	"sort"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -86,16 +85,15 @@ func (f *PieceFactory) Census() []InformerRecord {
 		r.Synced = e.informer.HasSynced()
 		out = append(out, r)
 	}
-	metadataOnly := func(r InformerRecord) int { // typed first
-		if r.Typed {
-			return 0
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Controller != b.Controller {
+			return a.Controller < b.Controller
 		}
-		return 1
-	}
-	slices.SortFunc(out, func(a, b InformerRecord) int {
-		return cmp.Or(cmp.Compare(a.Controller, b.Controller),
-			cmp.Compare(a.Group+"/"+a.Resource, b.Group+"/"+b.Resource),
-			cmp.Compare(metadataOnly(a), metadataOnly(b)))
+		if a.Group+"/"+a.Resource != b.Group+"/"+b.Resource {
+			return a.Group+"/"+a.Resource < b.Group+"/"+b.Resource
+		}
+		return a.Typed && !b.Typed
 	})
 	return out
 }
