@@ -174,8 +174,7 @@ func (g *writeGate) IsOpen() bool {
 func (g *writeGate) admit(report bool) (done func(), ok bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	inTail := report && g.shut && !g.drained && g.tail > 0
-	if !g.open && !inTail {
+	if !g.admitsLocked(report) {
 		return nil, false
 	}
 	g.inflight++
@@ -189,6 +188,19 @@ func (g *writeGate) admit(report bool) (done func(), ok bool) {
 		}
 		g.settleLocked()
 	}, true
+}
+
+// admits says whether admit would let a write through now.
+func (g *writeGate) admits(report bool) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.admitsLocked(report)
+}
+
+// admitsLocked: open, or an Event (report) within a shut gate's tail.
+// Called with mu held.
+func (g *writeGate) admitsLocked(report bool) bool {
+	return g.open || report && g.shut && !g.drained && g.tail > 0
 }
 
 // namespaceGates finds the write gate of the run that may write into a
@@ -261,10 +273,10 @@ func (f fencedRoundTripper) RoundTrip(req *http.Request) (*http.Response, error)
 	if refusal {
 		return refusalEventDropped(req), nil
 	}
-	if f.fence != nil && !f.fence.Valid() {
-		return nil, ErrNoAuthority
-	}
 	report := isEventWrite(req.Method, req.URL.Path)
+	if f.fence != nil && !f.fence.Valid() {
+		return f.refuseWithoutAuthority(req, report)
+	}
 	var answered []func()
 	if f.run != nil {
 		done, ok := f.run.admit(report)
@@ -307,6 +319,21 @@ func (f fencedRoundTripper) RoundTrip(req *http.Request) (*http.Response, error)
 	return sendAdmitted(req, answered, func(req *http.Request) (*http.Response, error) {
 		return abandonAtDeadline(req, f.fence, next)
 	})
+}
+
+// refuseWithoutAuthority refuses a write made without authority. One into
+// a namespace whose partition no longer runs here is answered as moved,
+// as it is with authority: a replica leaving the fleet stops every
+// partition before it leaves, and its partition controllers, draining
+// their queues until the process exits, then drop such keys instead of
+// retrying each with backoff and logging every refusal.
+func (f fencedRoundTripper) refuseWithoutAuthority(req *http.Request, report bool) (*http.Response, error) {
+	if ns := requestNamespace(req.URL.Path); f.partitions != nil && ns != "" {
+		if gate := f.partitions.gateOf(ns, report); gate == nil || !gate.admits(report) {
+			return partitionMovedResponse(req, ns), nil
+		}
+	}
+	return nil, ErrNoAuthority
 }
 
 // sendAdmitted sends an admitted write and reports it answered (each of

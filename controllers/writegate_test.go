@@ -271,6 +271,49 @@ func TestPartitionMovedReadsAsNamespaceNotFound(t *testing.T) {
 	}
 }
 
+// authorityGone is a replica's authority that has run out (it left).
+type authorityGone struct{}
+
+func (authorityGone) Valid() bool                  { return false }
+func (authorityGone) Authority() (bool, time.Time) { return false, time.Time{} }
+
+// TestWriteWithoutAuthority: without authority every write is refused, and
+// one into a namespace whose partition no longer runs here reads as moved
+// (namespace not found), as it does with authority, so that a leaving
+// replica's controllers drop the key instead of retrying it; one into a
+// partition still running, or cluster-scoped, is refused for authority.
+func TestWriteWithoutAuthority(t *testing.T) {
+	var served atomic.Int32
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		served.Add(1)
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer server.Close()
+	running, stopped := newWriteGate(), newWriteGate()
+	running.Open()
+	stopped.Open()
+	stopped.Shut(0)
+	gates := gatesByPartition{1: running, 2: stopped}
+	do := requester(t, fencedRoundTripper{next: http.DefaultTransport, fence: authorityGone{}, partitions: gates}, server.URL)
+	for _, tc := range []struct {
+		name, method, path string
+		want               error // nil: sent
+	}{
+		{"write into a stopped partition", http.MethodPost, "/api/v1/namespaces/two-a/configmaps", ErrPartitionMoved},
+		{"write into a running partition", http.MethodPost, "/api/v1/namespaces/one-a/configmaps", ErrNoAuthority},
+		{"cluster-scoped write", http.MethodPatch, "/api/v1/persistentvolumes/pv", ErrNoAuthority},
+		{"read", http.MethodGet, "/api/v1/namespaces/two-a/configmaps", nil},
+	} {
+		err := do(tc.method, tc.path)
+		if tc.want == nil && err != nil || tc.want != nil && !errors.Is(err, tc.want) {
+			t.Errorf("%s: err %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	if n := served.Load(); n != 1 {
+		t.Errorf("the apiserver received %d requests, want only the read", n)
+	}
+}
+
 // TestWriteGiveUpStaysInFlight: a write whose caller gives up (its piece
 // stopping cancels the controller's context) still holds its gate until
 // the apiserver answers it, for a partition's and a singleton's gate
