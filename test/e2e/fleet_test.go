@@ -19,6 +19,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/fleet-controller-manager/fleet-controller-manager/shard"
 	"github.com/fleet-controller-manager/fleet-controller-manager/test/localcluster"
@@ -484,13 +485,17 @@ func TestHandoverBadLeases(t *testing.T) {
 			t.Fatalf("creating bad lease %s: %v", name, err)
 		}
 	}
-	// Someone else overwrites member-2's state.
-	l, err := leases.Get(ctx, all[1], metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.Annotations["fleet-controller-manager.io/state"] = "overwritten"
-	if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+	// Someone else overwrites member-2's state, read afresh if member-2
+	// renewed in between, as kubectl edit would.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		l, err := leases.Get(ctx, all[1], metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		l.Annotations["fleet-controller-manager.io/state"] = "overwritten"
+		_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
 		t.Fatalf("overwriting %s: %v", all[1], err)
 	}
 	// An operator deletes member-3's Lease while it runs.

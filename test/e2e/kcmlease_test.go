@@ -17,6 +17,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/fleet-controller-manager/fleet-controller-manager/membership"
@@ -90,13 +91,17 @@ func heldByKCM(holder string) bool {
 // whoever runs the controllers made them.
 func scaleProbe(ctx context.Context, t *testing.T, client kubernetes.Interface, replicas int32, timeout time.Duration) {
 	t.Helper()
-	d, err := client.AppsV1().Deployments("probe").Get(ctx, "probe", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.Spec.Replicas = ptr.To(replicas)
-	if _, err := client.AppsV1().Deployments("probe").Update(ctx, d, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
+	// Read afresh if a status write came in between.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		d, err := client.AppsV1().Deployments("probe").Get(ctx, "probe", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		d.Spec.Replicas = ptr.To(replicas)
+		_, err = client.AppsV1().Deployments("probe").Update(ctx, d, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatalf("scaling the probe Deployment to %d: %v", replicas, err)
 	}
 	poll(ctx, t, fmt.Sprintf("%d probe pods", replicas), timeout, func() (bool, string) {
 		pods, err := client.CoreV1().Pods("probe").List(ctx, metav1.ListOptions{})

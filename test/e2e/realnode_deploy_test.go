@@ -177,7 +177,7 @@ resources:
 - %s
 images:
 - name: fleet-controller-manager
-  newTag: %s
+  newTag: %q
 patches:
 - target: {kind: %s, name: fleet-controller-manager}
   patch: |
