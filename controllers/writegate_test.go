@@ -230,18 +230,24 @@ func TestStoppedPieceWritesNothing(t *testing.T) {
 	}
 }
 
+// countingServer answers every request 200 and counts them.
+func countingServer(t *testing.T) (*httptest.Server, *atomic.Int32) {
+	var served atomic.Int32
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		served.Add(1)
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(server.Close)
+	return server, &served
+}
+
 // TestPartitionMovedReadsAsNamespaceNotFound: a client-go client, asking
 // for protobuf as the controllers' clients do, reads a write refused by the
 // partition gate as the apiserver's answer for a namespace that does not
 // exist, so the controllers drop the key instead of retrying it; the
 // apiserver never sees the write.
 func TestPartitionMovedReadsAsNamespaceNotFound(t *testing.T) {
-	var served atomic.Int32
-	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		served.Add(1)
-		w.WriteHeader(http.StatusOK)
-	}))
-	defer server.Close()
+	server, served := countingServer(t)
 	gates := gatesByPartition{}
 	config := &rest.Config{
 		Host:          server.URL,
@@ -283,12 +289,7 @@ func (authorityGone) Authority() (bool, time.Time) { return false, time.Time{} }
 // replica's controllers drop the key instead of retrying it; one into a
 // partition still running, or cluster-scoped, is refused for authority.
 func TestWriteWithoutAuthority(t *testing.T) {
-	var served atomic.Int32
-	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		served.Add(1)
-		w.WriteHeader(http.StatusOK)
-	}))
-	defer server.Close()
+	server, served := countingServer(t)
 	running, stopped := newWriteGate(), newWriteGate()
 	running.Open()
 	stopped.Open()
